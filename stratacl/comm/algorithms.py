@@ -1,0 +1,134 @@
+"""α–β traffic plans of collective algorithms over a communicator's distance tiers.
+
+A plan says, for the busiest die of the group, how many synchronised steps the algorithm takes,
+their total latency, and how many seconds of port time it needs per plane and direction
+(bytes / tier β, summed over the peers it talks to). Events scale with ops: a 2(n−1)-step ring is
+one latency term plus one bandwidth term, which is exact on an idle fabric because every step of
+a ring moves the same chunk over the same hop.
+
+Conventions (nccl-tests): S is the op's size per rank — the full buffer for allreduce/alltoall,
+the gathered output for allgather, the input for reducescatter, the buffer for broadcast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stratacl.fabric import Fabric, Tier
+
+REDUCING = ("allreduce", "reducescatter", "combine")
+
+
+@dataclass(frozen=True, slots=True)
+class WirePlan:
+    algorithm: str
+    steps: int  # synchronised logical steps
+    latency_s: float  # Σ per-step α (slowest tier in each step)
+    tx_s: dict[str, float] = field(default_factory=dict)  # port seconds per plane, busiest die
+    rx_s: dict[str, float] = field(default_factory=dict)
+    send_bytes: float = 0.0  # bytes the busiest die sends
+    recv_bytes: float = 0.0
+    group_wire_bytes: float = 0.0  # bytes on the network summed over the group's members
+    reduce_bytes: float = 0.0  # bytes the busiest die reduces (reads 2, writes 1)
+    peers: int = 0  # distinct peers the busiest die exchanges with
+
+    @property
+    def wire_s(self) -> float:
+        return max(list(self.tx_s.values()) + list(self.rx_s.values()) + [0.0])
+
+
+def _tiers(tier_idx: np.ndarray, fabric: Fabric, plane: str) -> list[Tier]:
+    return [fabric.tier(int(t), plane) for t in range(4)]
+
+
+def _per_plane(bytes_mat: np.ndarray, tidx: np.ndarray, tiers: list[Tier], axis: int) -> dict[str, float]:
+    """Port seconds per plane on the busiest die: Σ_peers bytes/β over that plane's tiers."""
+    out: dict[str, float] = {}
+    secs_by_plane: dict[str, np.ndarray] = {}
+    for t in range(4):
+        mask = tidx == t
+        if not mask.any():
+            continue
+        tier = tiers[t]
+        secs = np.where(mask, bytes_mat, 0.0).sum(axis=axis) / tier.beta_Bps
+        secs_by_plane[tier.plane] = secs_by_plane.get(tier.plane, 0.0) + secs
+    for plane, secs in secs_by_plane.items():
+        out[plane] = float(np.max(secs))
+    return out
+
+
+def peer_matrix(coll: str, n: int, size: float, peer_bytes: tuple[float, ...]) -> np.ndarray:
+    """Bytes each member sends each other member in one full-mesh exchange (row = sender)."""
+    if peer_bytes:
+        m = np.asarray(peer_bytes, dtype=float).reshape(n, n).copy()
+    else:
+        m = np.full((n, n), size / n)
+    np.fill_diagonal(m, 0.0)
+    return m
+
+
+def ring(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str) -> WirePlan:
+    tiers = _tiers(tidx, fabric, plane)
+    hops = [tiers[int(tidx[i, (i + 1) % n])] for i in range(n)]
+    slow = min(hops, key=lambda t: t.beta_Bps)
+    alpha = max(h.alpha_s for h in hops)
+    chunk = size / n
+    if coll == "allreduce":
+        steps, nbytes = 2 * (n - 1), 2 * (n - 1) * chunk
+    elif coll in ("allgather", "reducescatter"):
+        steps, nbytes = n - 1, (n - 1) * chunk
+    elif coll == "broadcast":  # pipelined chain: n-1 hops of latency, the buffer once per link
+        steps, nbytes = n - 1, size
+    else:
+        raise ValueError(f"ring does not implement {coll}")
+    red = (n - 1) * chunk if coll in REDUCING else 0.0
+    secs = nbytes / slow.beta_Bps
+    return WirePlan("ring", steps, steps * alpha, {slow.plane: secs}, {slow.plane: secs}, nbytes,
+                    nbytes, nbytes * n, red, 2 if n > 2 else 1)
+
+
+def fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
+             peer_bytes: tuple[float, ...] = (), steps_per_exchange: int = 1,
+             algorithm: str = "fullmesh") -> WirePlan:
+    """One logical step per exchange: every member moves its slices to/from all peers at once.
+
+    allreduce = reduce-scatter exchange + all-gather exchange (two steps). `steps_per_exchange`
+    > 1 gives HCCL's multi-step mesh (peers served one after another, a sync each).
+    """
+    tiers = _tiers(tidx, fabric, plane)
+    exchanges = 2 if coll in ("allreduce", "broadcast") else 1
+    m = peer_matrix(coll, n, size, peer_bytes)
+    off = ~np.eye(n, dtype=bool)
+    alpha = max(tiers[int(t)].alpha_s for t in np.unique(tidx[off])) if n > 1 else 0.0
+    tx = {p: s * exchanges for p, s in _per_plane(m, tidx, tiers, axis=1).items()}
+    rx = {p: s * exchanges for p, s in _per_plane(m, tidx, tiers, axis=0).items()}
+    send = float(m.sum(axis=1).max()) * exchanges
+    recv = float(m.sum(axis=0).max()) * exchanges
+    red = recv / exchanges if coll in REDUCING else 0.0
+    steps = exchanges * steps_per_exchange
+    return WirePlan(algorithm, steps, steps * alpha, tx, rx, send, recv, float(m.sum()) * exchanges,
+                    red, n - 1)
+
+
+def pairwise(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
+             peer_bytes: tuple[float, ...] = ()) -> WirePlan:
+    """n−1 synchronised steps; in step k member i sends its slice to member (i+k) mod n."""
+    tiers = _tiers(tidx, fabric, plane)
+    m = peer_matrix(coll, n, size, peer_bytes)
+    idx = np.arange(n)
+    latency = 0.0
+    tx: dict[str, float] = {}
+    for k in range(1, n):
+        dst = (idx + k) % n
+        step_tiers = [tiers[int(t)] for t in tidx[idx, dst]]
+        latency += max(t.alpha_s for t in step_tiers)
+        secs = np.array([m[i, dst[i]] / step_tiers[i].beta_Bps for i in range(n)])
+        worst = int(np.argmax(secs))
+        p = step_tiers[worst].plane
+        tx[p] = tx.get(p, 0.0) + float(secs[worst])
+    send = float(m.sum(axis=1).max())
+    recv = float(m.sum(axis=0).max())
+    red = recv if coll in REDUCING else 0.0
+    return WirePlan("pairwise", n - 1, latency, tx, dict(tx), send, recv, float(m.sum()), red, n - 1)

@@ -1,0 +1,262 @@
+"""Typed config schema (Hydra structured configs) and semantic validation.
+
+The dataclasses are registered with Hydra's ConfigStore, so a wrong type in a YAML file or an
+override fails at compose time. `validate_run` then checks meaning (positive bandwidths, layouts
+that fit the fabric, known presets) before anything is simulated, naming the field and the fix.
+Values live in `conf/`; the defaults here are only shapes, not calibration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from stratacl.errors import ConfigError
+
+# --------------------------------------------------------------------------- fabric
+
+
+@dataclass
+class TierConfig:
+    """One distance tier of the network: latency α and per-die bandwidth β over a plane."""
+
+    alpha_us: float = MISSING
+    beta_GBps: float = MISSING
+    plane: str = "ub"  # which per-die port the bytes cross: sio | ub | rdma
+
+
+@dataclass
+class TopologyConfig:
+    dies_per_npu: int = 1
+    npus_per_node: int = 8
+    nodes: int = 1
+    supernodes: int = 1  # nodes are split evenly among supernodes; beyond one is the scale-out tier
+
+
+@dataclass
+class SdmaConfig:
+    engines: int = 0  # DMA engines per die
+    engine_GBps: float = 0.0  # per-engine copy rate
+    launch_us: dict[str, float] = field(default_factory=dict)  # per trigger: host | aicpu | device
+
+
+@dataclass
+class DieConfig:
+    cube_cores: int = MISSING
+    vector_cores: int = MISSING
+    hbm_GB: float = MISSING
+    hbm_GBps: float = MISSING
+    cube_TFLOPs: float = MISSING  # dense BF16
+    vector_TFLOPs: float = MISSING
+    vector_core_move_GBps: float = MISSING  # bytes/s one vector core moves to a remote die
+    sdma: SdmaConfig = field(default_factory=SdmaConfig)
+
+
+@dataclass
+class FabricConfig:
+    name: str = MISSING
+    description: str = ""
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    # distance tiers, nearest first; keys: die (same package), node, supernode, scaleout
+    tiers: dict[str, TierConfig] = field(default_factory=dict)
+    port_GBps: dict[str, float] = field(default_factory=dict)  # per-die port rate per direction, by plane
+    die: DieConfig = field(default_factory=DieConfig)
+
+
+# --------------------------------------------------------------------------- library
+
+
+class DataPath(str, Enum):
+    staged = "staged"
+    jit_register = "jit_register"
+    pool = "pool"
+    on_alloc = "on_alloc"
+
+
+class Algorithm(str, Enum):
+    ring = "ring"
+    mesh = "mesh"
+    fullmesh = "fullmesh"
+    pairwise = "pairwise"
+    auto = "auto"
+
+
+class Partitioning(str, Enum):
+    uniform = "uniform"
+    balanced = "balanced"
+
+
+class Mover(str, Enum):
+    vector_cores = "vector_cores"
+    sdma = "sdma"
+
+
+class Trigger(str, Enum):
+    host = "host"
+    aicpu = "aicpu"
+    device = "device"
+
+
+@dataclass
+class LibraryConfig:
+    """A communication library as a point in the design space (DESIGN.md §3)."""
+
+    description: str = ""
+    data_path: DataPath = DataPath.staged
+    algorithm: Algorithm = Algorithm.ring
+    partitioning: Partitioning = Partitioning.uniform
+    mover: Mover = Mover.vector_cores
+    trigger: Trigger = Trigger.aicpu
+    plane: str = "ub"  # ub | rdma: which network plane carries non-die traffic
+    comm_cores: int = 24  # vector cores a communication kernel holds
+    comm_buffer_MB: float = 200.0  # staged: size of each registered comm buffer (HCCL_BUFFSIZE)
+    comm_buffers: int = 2  # staged: buffers per communicator (in + out)
+    launch_us: float = 0.0  # fixed per-operator launch overhead on the critical path
+    copy_GBps: float = 0.0  # staged: device-to-device copy rate (0 = HBM-bound)
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+@dataclass
+class WorkloadConfig:
+    name: str = MISSING
+
+
+@dataclass
+class CollectivesConfig(WorkloadConfig):
+    """Operator micro-benchmark: bus bandwidth vs message size, nccl-tests conventions."""
+
+    name: str = "collectives"
+    ranks: int = 32
+    group_size: int = 0  # 0 = one communicator of all ranks; else ranks/group_size groups run at once
+    collectives: list[str] = field(
+        default_factory=lambda: ["allreduce", "allgather", "reducescatter", "alltoall"]
+    )
+    min_bytes: int = 64 * 1024
+    max_bytes: int = 1024**3
+    step_factor: int = 2  # sizes min, min·f, min·f², … up to max
+
+
+# --------------------------------------------------------------------------- run
+
+
+@dataclass
+class OutputConfig:
+    timeline: bool = True  # write timeline.json (turn off for big sweeps)
+    timeline_max_ranks: int = 32  # per-rank tracks drawn for at most this many ranks
+    progress: bool = True
+
+
+@dataclass
+class RunConfig:
+    workload: Any = MISSING
+    fabric: FabricConfig = MISSING
+    library: dict[str, LibraryConfig] = field(default_factory=dict)
+    baseline: str = "hccl"
+    seed: int = 0
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    cs.store(group="fabric", name="fabric_schema", node=FabricConfig)
+    cs.store(group="workload", name="collectives_schema", node=CollectivesConfig)
+
+
+register_configs()
+
+# --------------------------------------------------------------------------- validation
+
+
+def _positive(value: float, field_name: str, fix: str = "use a value > 0") -> None:
+    if not value > 0:
+        raise ConfigError(field_name, f"must be positive, got {value!r}", fix)
+
+
+def validate_fabric(fab: FabricConfig) -> None:
+    topo = fab.topology
+    for key in ("dies_per_npu", "npus_per_node", "nodes", "supernodes"):
+        _positive(getattr(topo, key), f"fabric.topology.{key}")
+    if topo.nodes % topo.supernodes:
+        raise ConfigError(
+            "fabric.topology.supernodes",
+            f"{topo.nodes} nodes do not split evenly into {topo.supernodes} supernodes",
+            "choose a divisor of fabric.topology.nodes",
+        )
+    if not fab.tiers:
+        raise ConfigError("fabric.tiers", "no distance tiers defined", "add at least tier 'node'")
+    for name, tier in fab.tiers.items():
+        if name not in TIER_ORDER:
+            raise ConfigError(f"fabric.tiers.{name}", "unknown tier", f"use one of {TIER_ORDER}")
+        _positive(tier.beta_GBps, f"fabric.tiers.{name}.beta_GBps")
+        if tier.alpha_us < 0:
+            raise ConfigError(f"fabric.tiers.{name}.alpha_us", f"negative latency {tier.alpha_us}", "use ≥ 0")
+        if tier.plane not in fab.port_GBps:
+            raise ConfigError(
+                f"fabric.tiers.{name}.plane",
+                f"plane '{tier.plane}' has no port rate",
+                f"add fabric.port_GBps.{tier.plane} or use one of {sorted(fab.port_GBps)}",
+            )
+    for plane, rate in fab.port_GBps.items():
+        _positive(rate, f"fabric.port_GBps.{plane}")
+    die = fab.die
+    for key in ("cube_cores", "vector_cores", "hbm_GB", "hbm_GBps", "cube_TFLOPs", "vector_TFLOPs",
+                "vector_core_move_GBps"):
+        _positive(getattr(die, key), f"fabric.die.{key}")
+    if die.sdma.engines < 0:
+        raise ConfigError("fabric.die.sdma.engines", "negative engine count", "use ≥ 0")
+    if die.sdma.engines and not die.sdma.engine_GBps > 0:
+        raise ConfigError("fabric.die.sdma.engine_GBps", "must be positive when engines > 0")
+
+
+TIER_ORDER = ("die", "node", "supernode", "scaleout")
+
+
+def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
+    where = f"library.{name}"
+    if lib.plane not in fab.port_GBps:
+        raise ConfigError(f"{where}.plane", f"fabric '{fab.name}' has no plane '{lib.plane}'",
+                          f"use one of {sorted(fab.port_GBps)}")
+    if not 0 < lib.comm_cores <= fab.die.vector_cores:
+        raise ConfigError(f"{where}.comm_cores", f"{lib.comm_cores} is outside 1..{fab.die.vector_cores}",
+                          "use at most the die's vector cores")
+    if lib.data_path == DataPath.staged:
+        _positive(lib.comm_buffer_MB, f"{where}.comm_buffer_MB", "staged libraries need a comm buffer")
+    if lib.mover == Mover.sdma and fab.die.sdma.engines <= 0:
+        raise ConfigError(f"{where}.mover", f"fabric '{fab.name}' has no SDMA engines",
+                          "use mover=vector_cores or a fabric with fabric.die.sdma.engines > 0")
+    if lib.mover == Mover.sdma and lib.trigger.value not in fab.die.sdma.launch_us:
+        raise ConfigError(f"{where}.trigger", f"no SDMA launch cost for trigger '{lib.trigger.value}'",
+                          f"add fabric.die.sdma.launch_us.{lib.trigger.value}")
+    for key in ("launch_us", "copy_GBps"):
+        if getattr(lib, key) < 0:
+            raise ConfigError(f"{where}.{key}", "must be ≥ 0")
+
+
+def world_size(fab: FabricConfig) -> int:
+    t = fab.topology
+    return t.dies_per_npu * t.npus_per_node * t.nodes
+
+
+def validate_run(cfg: RunConfig) -> None:
+    validate_fabric(cfg.fabric)
+    if not cfg.library:
+        raise ConfigError("library", "no library selected", "e.g. library=[hccl,stratacl]")
+    for name, lib in cfg.library.items():
+        validate_library(name, lib, cfg.fabric)
+    if cfg.baseline not in cfg.library:
+        raise ConfigError("baseline", f"'{cfg.baseline}' is not among the selected libraries "
+                          f"{list(cfg.library)}", "add it to library=[...] or set baseline= one of them")
+
+
+def to_object(cfg: DictConfig) -> RunConfig:
+    """Resolve a composed DictConfig into typed dataclasses (enums included)."""
+    obj = OmegaConf.to_object(cfg)
+    assert isinstance(obj, RunConfig)
+    return obj

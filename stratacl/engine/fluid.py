@@ -1,0 +1,268 @@
+"""Fluid sharing of per-die resources among concurrent activities.
+
+An *activity* is one phase of one SPMD op. It loads resources on sets of dies ("ranksets"): each
+entry says "on every die of rankset K, this activity needs `seconds` of resource kind t at full
+capacity". Every die's resource has capacity 1, so an activity alone runs at full speed f = 1 and
+takes T = max(entry seconds, min_time). With others, rates come from weighted max-min fairness on
+the dominant share (progressive filling; = dominant resource fairness): two equal transfers through
+one port each get half of it. Activities may also *hold* a fraction of a resource (vector cores
+running a communication kernel): held capacity is unavailable to others regardless of rate.
+
+Rates change only when an activity starts or ends, and only inside the connected component of
+activities whose ranksets intersect. Dies that see the same set of ranksets are identical, so the
+constraints are taken per maximal overlap signature of the component's ranksets, not per die:
+the work per event is independent of the number of ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import count
+
+import simpy
+
+EPS = 1e-12
+
+
+class Activity:
+    __slots__ = (
+        "uid", "entries", "holds", "T", "remaining", "f", "cap", "t_last", "gen", "on_done", "rs_ids",
+        "work",
+    )
+
+    def __init__(self, entries: list[tuple[int, int, float]], holds: list[tuple[int, int, float]],
+                 min_time: float, on_done: Callable[[], None], uid: int) -> None:
+        self.uid = uid
+        T = max([min_time] + [s for _, _, s in entries])
+        self.T = T
+        # consumption per unit rate: seconds/T ≤ 1
+        self.entries = [(k, t, s / T) for k, t, s in entries if s > 0]
+        self.holds = [(k, t, h) for k, t, h in holds if h > 0]
+        self.rs_ids = frozenset(k for k, _, _ in self.entries) | frozenset(k for k, _, _ in self.holds)
+        self.remaining = 1.0
+        self.f = 0.0
+        self.cap = 1.0
+        self.t_last = 0.0
+        self.gen = 0
+        self.work = 0.0  # ∫ f/T dt, must reach 1 at completion (conservation check)
+        self.on_done = on_done
+
+    def __hash__(self) -> int:
+        return self.uid
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+class FluidSystem:
+    """Active activities, rankset interning and the max-min solver, driven by a simpy env."""
+
+    def __init__(self, env: simpy.Environment, n_resources: int, check: bool = False) -> None:
+        self.env = env
+        self.n_resources = n_resources
+        self.check = check
+        self._rs_index: dict[tuple[int, ...], int] = {}
+        self.rs_masks: list[int] = []
+        self.rs_ranks: list[tuple[int, ...]] = []
+        self._inter: dict[tuple[int, int], bool] = {}
+        self._atoms: dict[frozenset[int], list[frozenset[int]]] = {}
+        self.active_by_rs: dict[int, set[Activity]] = {}
+        self._uid = count()
+        self.solves = 0
+        self.max_violation = 0.0  # worst capacity excess seen in check mode
+
+    # ------------------------------------------------------------------ ranksets
+    def rankset(self, ranks: tuple[int, ...]) -> int:
+        idx = self._rs_index.get(ranks)
+        if idx is None:
+            mask = 0
+            for r in ranks:
+                mask |= 1 << r
+            idx = self._rs_index[ranks] = len(self.rs_masks)
+            self.rs_masks.append(mask)
+            self.rs_ranks.append(ranks)
+        return idx
+
+    def _intersects(self, i: int, j: int) -> bool:
+        if i == j:
+            return True
+        key = (i, j) if i < j else (j, i)
+        hit = self._inter.get(key)
+        if hit is None:
+            hit = self._inter[key] = bool(self.rs_masks[i] & self.rs_masks[j])
+        return hit
+
+    def _maximal_atoms(self, ks: frozenset[int]) -> list[frozenset[int]]:
+        """Distinct sets of ranksets sharing a die, keeping only maximal ones (others are implied)."""
+        hit = self._atoms.get(ks)
+        if hit is not None:
+            return hit
+        parts: list[tuple[int, frozenset[int]]] = []
+        union = 0
+        for k in ks:
+            union |= self.rs_masks[k]
+        parts = [(union, frozenset())]
+        for k in ks:
+            m = self.rs_masks[k]
+            nxt = []
+            for mask, label in parts:
+                inside, outside = mask & m, mask & ~m
+                if inside:
+                    nxt.append((inside, label | {k}))
+                if outside:
+                    nxt.append((outside, label))
+            parts = nxt
+        labels = {label for _, label in parts}
+        atoms = [a for a in labels if not any(a < b for b in labels)]
+        self._atoms[ks] = atoms
+        return atoms
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, entries: list[tuple[int, int, float]], holds: list[tuple[int, int, float]],
+              min_time: float, on_done: Callable[[], None]) -> Activity:
+        act = Activity(entries, holds, min_time, on_done, next(self._uid))
+        act.t_last = self.env.now
+        for k in act.rs_ids:
+            self.active_by_rs.setdefault(k, set()).add(act)
+        if not act.rs_ids:  # pure min-time activity: nothing to share
+            act.f = 1.0
+            self._schedule(act)
+            return act
+        self._resolve(self._component(act.rs_ids))
+        return act
+
+    def _finish(self, act: Activity, gen: int) -> None:
+        if gen != act.gen:
+            return  # stale timer: the rate changed after it was set
+        dt = self.env.now - act.t_last
+        act.work += act.f * dt / act.T
+        act.remaining = 0.0
+        for k in act.rs_ids:
+            s = self.active_by_rs[k]
+            s.discard(act)
+            if not s:
+                del self.active_by_rs[k]
+        if act.rs_ids:
+            comp = self._component(act.rs_ids)
+            if comp:
+                self._resolve(comp)
+        act.on_done()
+
+    def _component(self, seed: frozenset[int]) -> set[Activity]:
+        comp: set[Activity] = set()
+        seen: set[int] = set()
+        stack = list(seed)
+        active = self.active_by_rs
+        while stack:
+            i = stack.pop()
+            if i in seen:
+                continue
+            seen.add(i)
+            for j, acts in active.items():
+                if self._intersects(i, j):
+                    for a in acts:
+                        if a not in comp:
+                            comp.add(a)
+                            stack.extend(a.rs_ids - seen)
+        return comp
+
+    def _schedule(self, act: Activity) -> None:
+        act.gen += 1
+        if act.f <= EPS:
+            return  # stalled (e.g. all cores held by others); resumes at the next change
+        gen = act.gen
+        ev = self.env.timeout(max(0.0, act.remaining * act.T / act.f))
+        ev.callbacks.append(lambda _ev: self._finish(act, gen))
+
+    # ------------------------------------------------------------------ solver
+    def _resolve(self, comp: set[Activity]) -> None:
+        now = self.env.now
+        for a in comp:
+            if a.t_last != now:
+                prog = a.f * (now - a.t_last) / a.T
+                a.work += prog
+                a.remaining = max(0.0, a.remaining - prog)
+                a.t_last = now
+        old = {a: a.f for a in comp}
+        self._solve(comp)
+        self.solves += 1
+        for a in comp:
+            if a.f != old[a] or a.gen == 0:
+                self._schedule(a)
+        if self.check:
+            self._check_capacity()
+
+    def _solve(self, comp: set[Activity]) -> None:
+        if len(comp) == 1:
+            (a,) = comp
+            held = {}
+            for _, t, h in a.holds:
+                held[t] = held.get(t, 0.0) + h
+            a.f = 1.0 if all(h <= 1.0 for h in held.values()) else 1.0 / max(held.values())
+            return
+        ks = frozenset().union(*(a.rs_ids for a in comp))
+        atoms = [ks] if len(ks) == 1 else self._maximal_atoms(ks)
+        # constraint per (atom, resource kind): residual capacity and member coefficients
+        constraints: list[list] = []
+        caps = {a: 1.0 for a in comp}
+        for atom in atoms:
+            loads: dict[int, dict[Activity, float]] = {}
+            holds: dict[int, float] = {}
+            holders: dict[int, list[Activity]] = {}
+            for a in comp:
+                if a.rs_ids.isdisjoint(atom):
+                    continue
+                for k, t, c in a.entries:
+                    if k in atom:
+                        d = loads.setdefault(t, {})
+                        d[a] = d.get(a, 0.0) + c
+                for k, t, h in a.holds:
+                    if k in atom:
+                        holds[t] = holds.get(t, 0.0) + h
+                        holders.setdefault(t, []).append(a)
+            for t, total in holds.items():
+                if total > 1.0:  # oversubscribed cores: holders time-share them
+                    for a in holders[t]:
+                        caps[a] = min(caps[a], 1.0 / total)
+            for t, members in loads.items():
+                constraints.append([max(0.0, 1.0 - holds.get(t, 0.0)), members])
+        # progressive filling: raise all unfrozen rates together
+        unfrozen = set(comp)
+        level = 0.0
+        while unfrozen:
+            step = min(caps[a] for a in unfrozen) - level
+            sums = []
+            for c in constraints:
+                s = sum(v for a, v in c[1].items() if a in unfrozen)
+                sums.append(s)
+                if s > EPS:
+                    step = min(step, c[0] / s)
+            step = max(step, 0.0)
+            level += step
+            frozen = {a for a in unfrozen if caps[a] - level <= 1e-12}
+            for c, s in zip(constraints, sums, strict=True):
+                if s > EPS:
+                    c[0] -= step * s
+                    if c[0] <= 1e-12 * max(1.0, s):
+                        frozen.update(a for a in c[1] if a in unfrozen)
+            if not frozen:  # numerical safety: freeze the most constrained
+                frozen = set(unfrozen)
+            for a in frozen:
+                a.f = level
+            unfrozen -= frozen
+
+    def _check_capacity(self) -> None:
+        """Brute force per die: Σ consumption ≤ capacity left after holds (test/debug mode)."""
+        use: dict[tuple[int, int], float] = {}
+        held: dict[tuple[int, int], float] = {}
+        acts = set().union(*self.active_by_rs.values()) if self.active_by_rs else set()
+        for a in acts:
+            for k, t, c in a.entries:
+                for r in self.rs_ranks[k]:
+                    use[(r, t)] = use.get((r, t), 0.0) + c * a.f
+            for k, t, h in a.holds:
+                for r in self.rs_ranks[k]:
+                    held[(r, t)] = held.get((r, t), 0.0) + h
+        for key, u in use.items():
+            excess = u - max(0.0, 1.0 - held.get(key, 0.0))
+            self.max_violation = max(self.max_violation, excess)

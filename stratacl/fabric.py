@@ -1,0 +1,107 @@
+"""The fabric (DESIGN.md §2): dies with cores, HBM and DMA engines, distance tiers, placement.
+
+Placement is contiguous: rank r runs on die r; die -> NPU -> node -> supernode by integer division.
+Every die has the same per-die resources; the engine keeps one fluid resource per (die, kind) and
+measures loads in *seconds at the die's full capacity* so all resources have capacity 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from stratacl.config import TIER_ORDER, FabricConfig, validate_fabric, world_size
+from stratacl.errors import ConfigError
+
+# Per-die fluid resources. Ports are per direction and per plane; cores and DMA engines are held
+# or shared; HBM is shared bandwidth.
+RESOURCES = ("sio_tx", "sio_rx", "ub_tx", "ub_rx", "rdma_tx", "rdma_rx", "hbm", "vec", "cube", "sdma")
+R = {name: i for i, name in enumerate(RESOURCES)}
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    index: int  # 0 = die (same package) … 3 = scale-out
+    name: str
+    alpha_s: float
+    beta_Bps: float
+    plane: str  # sio | ub | rdma
+
+
+class Fabric:
+    """A validated, numeric view of a FabricConfig."""
+
+    def __init__(self, cfg: FabricConfig) -> None:
+        validate_fabric(cfg)
+        self.cfg = cfg
+        self.name = cfg.name
+        topo = cfg.topology
+        self.world = world_size(cfg)
+        self.dies_per_npu = topo.dies_per_npu
+        self.dies_per_node = topo.dies_per_npu * topo.npus_per_node
+        self.dies_per_supernode = self.dies_per_node * (topo.nodes // topo.supernodes)
+        self.tiers: dict[str, Tier] = {}
+        for i, name in enumerate(TIER_ORDER):
+            tc = cfg.tiers.get(name)
+            if tc is None:
+                continue
+            self.tiers[name] = Tier(i, name, tc.alpha_us * 1e-6, tc.beta_GBps * 1e9, tc.plane)
+        if self.dies_per_npu > 1 and "die" not in self.tiers:
+            raise ConfigError("fabric.tiers.die", "NPUs have several dies but no 'die' tier",
+                              "add fabric.tiers.die")
+        if "node" not in self.tiers:
+            raise ConfigError("fabric.tiers.node", "missing", "add fabric.tiers.node")
+        if topo.nodes > 1 and "supernode" not in self.tiers:
+            raise ConfigError("fabric.tiers.supernode", "several nodes but no 'supernode' tier",
+                              "add fabric.tiers.supernode")
+        if topo.supernodes > 1 and "scaleout" not in self.tiers:
+            raise ConfigError("fabric.tiers.scaleout", "several supernodes but no 'scaleout' tier",
+                              "add fabric.tiers.scaleout")
+        self.tier_list = [self.tiers.get(n) for n in TIER_ORDER]
+        die = cfg.die
+        self.hbm_Bps = die.hbm_GBps * 1e9
+        self.hbm_bytes = die.hbm_GB * 1e9
+        self.cube_flops = die.cube_TFLOPs * 1e12
+        self.vector_flops = die.vector_TFLOPs * 1e12
+        self.vector_cores = die.vector_cores
+        self.cube_cores = die.cube_cores
+        self.core_move_Bps = die.vector_core_move_GBps * 1e9
+        self.sdma_engines = die.sdma.engines
+        self.sdma_Bps = die.sdma.engines * die.sdma.engine_GBps * 1e9
+        self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
+        self.port_Bps = {plane: rate * 1e9 for plane, rate in cfg.port_GBps.items()}
+
+    # ------------------------------------------------------------------ placement
+    def check_ranks(self, n: int, field: str) -> None:
+        if not 0 < n <= self.world:
+            raise ConfigError(field, f"{n} ranks do not fit fabric '{self.name}' with {self.world} dies",
+                              f"use 1..{self.world} ranks or a larger fabric")
+
+    def tier_index(self, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
+        """Distance tier between dies a and b (vectorised): 0 die, 1 node, 2 supernode, 3 scale-out."""
+        a = np.asarray(a)
+        b = np.asarray(b)
+        same_npu = a // self.dies_per_npu == b // self.dies_per_npu
+        same_node = a // self.dies_per_node == b // self.dies_per_node
+        same_sn = a // self.dies_per_supernode == b // self.dies_per_supernode
+        return np.where(same_npu, 0, np.where(same_node, 1, np.where(same_sn, 2, 3)))
+
+    def tier(self, index: int, plane: str = "ub") -> Tier:
+        """The tier at a distance, for a library using `plane` for non-die traffic.
+
+        A library on the RDMA plane sends everything beyond the package over RoCE.
+        """
+        if plane == "rdma" and index >= 1 and "scaleout" in self.tiers:
+            return self.tiers["scaleout"]
+        t = self.tier_list[index]
+        if t is None:  # e.g. single-die NPUs have no die tier: fall back to the next one out
+            return self.tier(index + 1, plane)
+        return t
+
+    @lru_cache(maxsize=4096)  # noqa: B019 - fabric objects live for a whole run
+    def group_tiers(self, group: tuple[int, ...]) -> np.ndarray:
+        """n×n matrix of distance tiers between the members of a communicator."""
+        g = np.asarray(group)
+        return self.tier_index(g[:, None], g[None, :])

@@ -1,0 +1,126 @@
+"""CLI: `python -m stratacl.run workload=<name> [overrides]` (DESIGN.md §5).
+
+Composes the Hydra config, validates it, runs the workload once per selected library on the same
+trace and seed, prints a side-by-side table and writes the run directory: summary.json,
+results.parquet and timeline.json. A failed run prints one message, exits non-zero and leaves no
+summary.json behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import hydra
+import pandas as pd
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from stratacl.comm.library import LibraryModel
+from stratacl.config import RunConfig, to_object, validate_run
+from stratacl.errors import HarnessError
+from stratacl.fabric import Fabric
+from stratacl.metrics import ratios
+from stratacl.timeline import write_timeline
+from stratacl.workload_api import RunContext, WorkloadResult, load_workload
+
+OUTPUTS = ("summary.json", "results.parquet", "timeline.json")
+
+
+def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
+    """Run a composed config and write the run directory. Returns the summary dict."""
+    t0 = time.perf_counter()
+    validate_run(cfg)
+    fabric = Fabric(cfg.fabric)
+    libraries = {name: LibraryModel(name, lib, fabric) for name, lib in cfg.library.items()}
+    workload = load_workload(cfg.workload.name)
+    bar = _progress_bar(cfg, len(libraries))
+    ctx = RunContext(cfg=cfg, fabric=fabric, libraries=libraries, baseline=cfg.baseline,
+                     seed=cfg.seed, progress=bar.update if bar else (lambda n: None))
+    try:
+        result = workload(ctx)
+    finally:
+        if bar:
+            bar.close()
+    summary = {
+        "workload": cfg.workload.name,
+        "fabric": fabric.name,
+        "baseline": cfg.baseline,
+        "seed": cfg.seed,
+        "libraries": result.metrics,
+        "ratios": ratios(result.metrics, cfg.baseline),
+    }
+    _write(out_dir, cfg, result, summary)
+    if echo:
+        _print_tables(result, summary)
+        print(f"\nrun directory: {out_dir}  ({time.perf_counter() - t0:.1f} s)")
+    return summary
+
+
+def _write(out_dir: Path, cfg: RunConfig, result: WorkloadResult, summary: dict) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        result.rows.to_parquet(out_dir / "results.parquet", index=False)
+        if cfg.output.timeline and result.timelines:
+            write_timeline(out_dir / "timeline.json", result.timelines, cfg.output.timeline_max_ranks)
+        tmp = out_dir / "summary.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2, allow_nan=True) + "\n")
+        os.replace(tmp, out_dir / "summary.json")  # last, atomically: its presence means success
+    except BaseException:
+        _remove_outputs(out_dir)
+        raise
+
+
+def _remove_outputs(out_dir: Path) -> None:
+    for name in (*OUTPUTS, "summary.json.tmp"):
+        (out_dir / name).unlink(missing_ok=True)
+
+
+def _print_tables(result: WorkloadResult, summary: dict) -> None:
+    with pd.option_context("display.width", 160, "display.max_columns", 20, "display.max_rows", 200):
+        if result.table is not None:
+            print(result.table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
+            print()
+        libs = list(summary["libraries"])
+        metrics = list(next(iter(summary["libraries"].values())))
+        table = pd.DataFrame({lib: [summary["libraries"][lib][m] for m in metrics] for lib in libs},
+                             index=metrics)
+        for lib in libs:
+            if lib != summary["baseline"]:
+                table[f"{lib}/{summary['baseline']}"] = [summary["ratios"][lib][m] for m in metrics]
+        print(table.to_string(float_format=lambda v: f"{v:,.4g}"))
+    for note in result.notes:
+        print(f"note: {note}")
+
+
+def _progress_bar(cfg: RunConfig, total: int):  # noqa: ANN202
+    if not cfg.output.progress or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=cfg.workload.name, unit="lib", leave=False)
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="config")
+def main(dcfg: DictConfig) -> None:
+    hc = HydraConfig.get()
+    out_dir = Path(hc.runtime.output_dir)
+    multirun = hc.mode == RunMode.MULTIRUN
+    try:
+        cfg = to_object(dcfg)
+        execute(cfg, out_dir)
+    except (HarnessError, OmegaConfBaseException) as exc:
+        _remove_outputs(out_dir)
+        if multirun:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,329 @@
+"""The trace contract (DESIGN.md §1): communicators and SPMD ops, the only thing workloads hand over.
+
+One `Op` covers a whole SPMD set of ranks; per-rank values are tuples of length 1 (same on every
+rank) or len(ranks). A collective names a communicator *family* (``tp`` = all ``tp[i]``) or one
+communicator; its ranks must be exactly covered by the family's groups. Ops on one rank+stream run
+in order; ``deps`` adds explicit edges. Traces round-trip through parquet (plain columns, metadata
+as JSON — loading never unpickles or executes anything) and validate on load.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+
+from stratacl.errors import TraceError
+
+KINDS = ("compute", "collective", "p2p", "memcpy")
+COLLECTIVES = (
+    "allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "broadcast", "dispatch",
+    "combine",
+)
+CORES = ("cube", "vector")
+FORMAT_VERSION = 1
+_COMM_NAME = re.compile(r"^([A-Za-z_][\w.]*)\[(\d+)\]$")
+
+Vec = tuple[float, ...]
+
+
+def family_of(comm_name: str) -> str:
+    """`tp[3]` -> `tp`; a name without an index is its own family."""
+    m = _COMM_NAME.match(comm_name)
+    return m.group(1) if m else comm_name
+
+
+@dataclass(slots=True)
+class Op:
+    id: int
+    kind: str
+    ranks: tuple[int, ...]
+    name: str = ""
+    stream: str = "main"
+    deps: tuple[int, ...] = ()
+    # compute: per-rank FLOPs and HBM bytes on one core type, or a fixed time
+    flops: Vec = (0.0,)
+    hbm_bytes: Vec = (0.0,)
+    core: str = "cube"
+    fixed_time_s: float = 0.0
+    # collective: type, communicator family (or one communicator), bytes per rank (nccl-tests)
+    coll: str = ""
+    comm: str = ""
+    nbytes: Vec = (0.0,)  # collective: per rank; p2p: per (src,dst) pair; memcpy: per rank
+    peer_bytes: Vec = ()  # alltoallv/dispatch/combine: group-local n×n matrix, row = sender
+    buffer: str = ""  # user buffer the op reads/writes (registration, staging)
+    # p2p: pairs src[i] -> dst[i]
+    src: tuple[int, ...] = ()
+    dst: tuple[int, ...] = ()
+
+    def per_rank(self, values: Vec) -> np.ndarray:
+        arr = np.asarray(values, dtype=float)
+        return np.full(len(self.ranks), arr[0]) if arr.size == 1 else arr
+
+    def label(self) -> str:
+        return f"op {self.id}" + (f" '{self.name}'" if self.name else "") + f" ({self.kind})"
+
+
+_VEC_FIELDS = ("flops", "hbm_bytes", "nbytes", "peer_bytes")
+_INT_TUPLE_FIELDS = ("ranks", "deps", "src", "dst")
+
+
+@dataclass
+class Trace:
+    """Communicators (name -> explicit ranks) and ops (ids 0..n-1 in list order)."""
+
+    world_size: int
+    communicators: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    ops: list[Op] = field(default_factory=list)
+    meta: dict[str, object] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ building
+    def add_communicator(self, name: str, ranks: Iterable[int]) -> str:
+        self.communicators[name] = tuple(int(r) for r in ranks)
+        return name
+
+    def add_family(self, family: str, groups: Sequence[Sequence[int]]) -> str:
+        for i, g in enumerate(groups):
+            self.add_communicator(f"{family}[{i}]", g)
+        return family
+
+    def add(self, kind: str, ranks: Iterable[int], **payload: object) -> int:
+        op_id = len(self.ops)
+        for key in _VEC_FIELDS:
+            if key in payload:
+                payload[key] = _as_vec(payload[key])
+        for key in ("deps", "src", "dst"):
+            if key in payload:
+                payload[key] = tuple(int(x) for x in payload[key])  # type: ignore[union-attr]
+        self.ops.append(Op(id=op_id, kind=kind, ranks=tuple(int(r) for r in ranks), **payload))
+        return op_id
+
+    def compute(self, ranks: Iterable[int], flops: object = 0.0, hbm_bytes: object = 0.0,
+                core: str = "cube", **kw: object) -> int:
+        return self.add("compute", ranks, flops=flops, hbm_bytes=hbm_bytes, core=core, **kw)
+
+    def collective(self, coll: str, comm: str, nbytes: object, ranks: Iterable[int] | None = None,
+                   **kw: object) -> int:
+        if ranks is None:
+            ranks = self.family_ranks(comm)
+        return self.add("collective", ranks, coll=coll, comm=comm, nbytes=nbytes, **kw)
+
+    # ------------------------------------------------------------------ queries
+    def groups_of(self, comm: str) -> list[tuple[int, ...]]:
+        """Communicators an op naming `comm` runs on: the one communicator, or the whole family."""
+        if comm in self.communicators:
+            return [self.communicators[comm]]
+        return [r for n, r in self.communicators.items() if family_of(n) == comm]
+
+    def family_ranks(self, comm: str) -> tuple[int, ...]:
+        return tuple(sorted(r for g in self.groups_of(comm) for r in g))
+
+    def op_groups(self, op: Op) -> list[tuple[int, ...]]:
+        """The communicators of `comm` whose ranks lie inside the op's ranks."""
+        rs = set(op.ranks)
+        return [g for g in self.groups_of(op.comm) if rs.issuperset(g)]
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Raise TraceError naming the first bad op; checks acyclicity including stream order."""
+        if self.world_size <= 0:
+            raise TraceError(f"trace world_size must be positive, got {self.world_size}")
+        for name, ranks in self.communicators.items():
+            bad = [r for r in ranks if not 0 <= r < self.world_size]
+            if not ranks or bad or len(set(ranks)) != len(ranks):
+                raise TraceError(f"communicator '{name}' has invalid ranks {list(ranks)[:8]}"
+                                 f" (must be distinct, in 0..{self.world_size - 1})")
+        families = {family_of(n) for n in self.communicators}
+        for idx, op in enumerate(self.ops):
+            if op.id != idx:
+                raise TraceError(f"op at position {idx} has id {op.id}; ids must be 0..n-1 in order")
+            self._validate_op(op, families)
+        stream_predecessors(self)  # raises on cycles
+
+    def _validate_op(self, op: Op, families: set[str]) -> None:
+        def bad(msg: str) -> TraceError:
+            return TraceError(f"{op.label()}: {msg}")
+
+        if op.kind not in KINDS:
+            raise bad(f"unknown kind '{op.kind}' (use one of {KINDS})")
+        if not op.ranks:
+            raise bad("has no ranks")
+        if len(set(op.ranks)) != len(op.ranks):
+            raise bad("lists a rank twice")
+        out = [r for r in op.ranks if not 0 <= r < self.world_size]
+        if out:
+            raise bad(f"rank {out[0]} outside 0..{self.world_size - 1}")
+        for d in op.deps:
+            if not 0 <= d < len(self.ops) or d == op.id:
+                raise bad(f"depends on unknown op {d}")
+        for key in _VEC_FIELDS:
+            vals = getattr(op, key)
+            if any(not math.isfinite(v) or v < 0 for v in vals):
+                raise bad(f"{key} must be finite and ≥ 0, got {list(vals)[:4]}")
+        for key in ("flops", "hbm_bytes"):
+            if len(getattr(op, key)) not in (1, len(op.ranks)):
+                raise bad(f"{key} has {len(getattr(op, key))} values for {len(op.ranks)} ranks")
+        if not math.isfinite(op.fixed_time_s) or op.fixed_time_s < 0:
+            raise bad(f"fixed_time_s must be ≥ 0, got {op.fixed_time_s}")
+        if op.kind == "compute" and op.core not in CORES:
+            raise bad(f"core '{op.core}' unknown (use one of {CORES})")
+        if op.kind == "collective":
+            self._validate_collective(op, families, bad)
+        if op.kind == "p2p":
+            if not op.src or len(op.src) != len(op.dst):
+                raise bad("p2p needs src and dst of equal, non-zero length")
+            if set(op.src) | set(op.dst) != set(op.ranks):
+                raise bad("p2p ranks must be exactly the union of src and dst")
+            if any(s == d for s, d in zip(op.src, op.dst, strict=True)):
+                raise bad("p2p pair sends to itself")
+            if len(op.nbytes) not in (1, len(op.src)):
+                raise bad(f"nbytes has {len(op.nbytes)} values for {len(op.src)} pairs")
+        if op.kind == "memcpy" and len(op.nbytes) not in (1, len(op.ranks)):
+            raise bad(f"nbytes has {len(op.nbytes)} values for {len(op.ranks)} ranks")
+
+    def _validate_collective(self, op: Op, families: set[str], bad) -> None:  # noqa: ANN001
+        if op.coll not in COLLECTIVES:
+            raise bad(f"unknown collective '{op.coll}' (use one of {COLLECTIVES})")
+        if op.comm not in self.communicators and op.comm not in families:
+            raise bad(f"communicator '{op.comm}' is not defined (known families: {sorted(families)})")
+        groups = self.op_groups(op)
+        covered = sorted(r for g in groups for r in g)
+        if covered != sorted(op.ranks):
+            raise bad(f"ranks are not exactly covered by groups of '{op.comm}'")
+        sizes = {len(g) for g in groups}
+        if len(sizes) != 1:
+            raise bad(f"groups of '{op.comm}' have different sizes {sorted(sizes)}")
+        if len(op.nbytes) not in (1, len(op.ranks)):
+            raise bad(f"nbytes has {len(op.nbytes)} values for {len(op.ranks)} ranks")
+        n = sizes.pop()
+        if op.peer_bytes and len(op.peer_bytes) != n * n:
+            raise bad(f"peer_bytes must be a {n}x{n} matrix, got {len(op.peer_bytes)} values")
+        if op.coll == "alltoallv" and not op.peer_bytes:
+            raise bad("alltoallv needs peer_bytes (group-local n×n matrix)")
+
+    # ------------------------------------------------------------------ parquet I/O
+    def to_frame(self):  # noqa: ANN201 - pandas.DataFrame
+        import pandas as pd
+
+        cols = {f.name: [getattr(op, f.name) for op in self.ops] for f in fields(Op)}
+        for key in _INT_TUPLE_FIELDS:
+            cols[key] = [list(v) for v in cols[key]]
+        for key in _VEC_FIELDS:
+            cols[key] = [list(v) for v in cols[key]]
+        return pd.DataFrame(cols)
+
+    def save(self, path: str | Path) -> Path:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pandas(self.to_frame(), preserve_index=False)
+        meta = {
+            "stratacl.format_version": str(FORMAT_VERSION),
+            "stratacl.world_size": str(self.world_size),
+            "stratacl.communicators": json.dumps({k: list(v) for k, v in self.communicators.items()}),
+            "stratacl.meta": json.dumps(self.meta, default=str),
+        }
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+        path = Path(path)
+        pq.write_table(table, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Trace:
+        """Read a trace written by `save`; validate it. Corrupt files raise TraceError."""
+        import pyarrow.parquet as pq
+
+        path = Path(path)
+        try:
+            table = pq.read_table(path)
+            md = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+        except Exception as exc:  # pyarrow raises several types for truncated/corrupt files
+            raise TraceError(f"trace file {path} is not a readable parquet trace: {exc}") from None
+        if md.get("stratacl.format_version") != str(FORMAT_VERSION):
+            raise TraceError(f"trace file {path} lacks stratacl format version {FORMAT_VERSION} "
+                             f"metadata (found {md.get('stratacl.format_version')!r})")
+        try:
+            world = int(md["stratacl.world_size"])
+            comms = {k: tuple(int(r) for r in v)
+                     for k, v in json.loads(md["stratacl.communicators"]).items()}
+            meta = json.loads(md.get("stratacl.meta", "{}"))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise TraceError(f"trace file {path} has corrupt metadata: {exc}") from None
+        trace = cls(world_size=world, communicators=comms, meta=meta)
+        expected = {f.name for f in fields(Op)}
+        missing = expected - set(table.column_names)
+        if missing:
+            raise TraceError(f"trace file {path} lacks op columns {sorted(missing)}")
+        rows = table.to_pylist()
+        try:
+            for row in rows:
+                for key in _INT_TUPLE_FIELDS:
+                    row[key] = tuple(int(x) for x in row[key])
+                for key in _VEC_FIELDS:
+                    row[key] = tuple(float(x) for x in row[key])
+                trace.ops.append(Op(**{k: row[k] for k in expected}))
+        except (TypeError, ValueError) as exc:
+            raise TraceError(f"trace file {path} has a malformed op row: {exc}") from None
+        trace.validate()
+        return trace
+
+
+def _as_vec(value: object) -> Vec:
+    if isinstance(value, int | float | np.integer | np.floating):
+        return (float(value),)
+    return tuple(float(v) for v in np.asarray(value, dtype=float).ravel())
+
+
+def stream_predecessors(trace: Trace) -> list[list[int]]:
+    """All predecessors of each op (explicit deps + previous op on each rank's stream).
+
+    Raises TraceError on a cycle, naming an op on it. Cost: O(total rank memberships), once.
+    """
+    last: dict[str, np.ndarray] = {}
+    arrays: dict[tuple[int, ...], np.ndarray] = {}
+    preds: list[list[int]] = []
+    for op in trace.ops:
+        arr = arrays.get(op.ranks)
+        if arr is None:
+            arr = arrays[op.ranks] = np.fromiter(op.ranks, dtype=np.int64, count=len(op.ranks))
+        lst = last.get(op.stream)
+        if lst is None:
+            lst = last[op.stream] = np.full(trace.world_size, -1, dtype=np.int64)
+        prev = lst[arr]
+        p = set(op.deps)
+        first = prev[0]
+        if first >= 0 and (prev == first).all():
+            p.add(int(first))
+        else:
+            p.update(int(x) for x in np.unique(prev) if x >= 0)
+        lst[arr] = op.id
+        preds.append(sorted(p))
+    _check_acyclic(trace, preds)
+    return preds
+
+
+def _check_acyclic(trace: Trace, preds: list[list[int]]) -> None:
+    n = len(preds)
+    indeg = [len(p) for p in preds]
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for i, p in enumerate(preds):
+        for j in p:
+            succ[j].append(i)
+    stack = [i for i in range(n) if indeg[i] == 0]
+    seen = 0
+    while stack:
+        i = stack.pop()
+        seen += 1
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                stack.append(j)
+    if seen != n:
+        stuck = next(i for i in range(n) if indeg[i] > 0)
+        raise TraceError(f"{trace.ops[stuck].label()} is on a dependency cycle "
+                         "(explicit deps plus per-rank stream order)")

@@ -1,0 +1,63 @@
+"""What a workload receives from the CLI and hands back (the run ↔ workloads contract).
+
+A workload builds traces and asks the context to replay them once per library; it returns tidy
+rows and per-library metrics (names carry units). The core never imports workloads: `run.py`
+looks them up by name in `WORKLOADS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pandas as pd
+
+from stratacl.comm.library import LibraryModel
+from stratacl.engine.replay import SimResult, simulate
+from stratacl.fabric import Fabric
+from stratacl.trace import Trace
+
+# name -> "module:function" building the workload's results; imported lazily so that a run of the
+# collectives benchmark never pays for importing torch.
+WORKLOADS: dict[str, str] = {
+    "collectives": "workloads.collectives:run",
+}
+
+
+@dataclass
+class RunContext:
+    cfg: Any  # the typed RunConfig (workload-specific section in cfg.workload)
+    fabric: Fabric
+    libraries: dict[str, LibraryModel]
+    baseline: str
+    seed: int
+    progress: Callable[[int], None] = lambda n: None  # advance a progress bar by n units
+
+    def simulate(self, trace: Trace, library: str) -> SimResult:
+        return simulate(trace, self.libraries[library])
+
+
+@dataclass
+class WorkloadResult:
+    rows: pd.DataFrame  # tidy, one row per request / iteration / size × library; has "library"
+    metrics: dict[str, dict[str, float]]  # library -> metric (unit in the name) -> value
+    timelines: dict[str, tuple[Trace, SimResult]] = field(default_factory=dict)  # library -> replay
+    notes: list[str] = field(default_factory=list)
+    table: pd.DataFrame | None = None  # side-by-side view printed at the end of a run
+    higher_is_better: dict[str, bool] = field(default_factory=dict)  # metric -> direction
+
+
+class Workload(Protocol):
+    def __call__(self, ctx: RunContext) -> WorkloadResult: ...
+
+
+def load_workload(name: str) -> Workload:
+    from stratacl.errors import ConfigError
+
+    target = WORKLOADS.get(name)
+    if target is None:
+        raise ConfigError("workload.name", f"unknown workload '{name}'", f"use one of {sorted(WORKLOADS)}")
+    module, func = target.split(":")
+    return getattr(importlib.import_module(module), func)

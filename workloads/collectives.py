@@ -1,0 +1,99 @@
+"""Operator micro-benchmark: bus bandwidth vs message size per library (nccl-tests conventions).
+
+One trace holds every (collective, size) point as one op, each after the previous on one stream,
+so an op's duration is its operator latency on an otherwise idle fabric. With `group_size` <
+`ranks`, every op runs on all groups of the family at once (they contend only where they share
+dies, which contiguous groups do not).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from stratacl.config import CollectivesConfig
+from stratacl.errors import ConfigError
+from stratacl.metrics import algbw, busbw_factor
+from stratacl.trace import COLLECTIVES, Trace
+from stratacl.workload_api import RunContext, WorkloadResult
+
+
+def message_sizes(cfg: CollectivesConfig) -> list[int]:
+    if cfg.min_bytes <= 0 or cfg.max_bytes < cfg.min_bytes:
+        raise ConfigError("workload.min_bytes", f"need 0 < min_bytes ≤ max_bytes, got "
+                          f"{cfg.min_bytes}..{cfg.max_bytes}", "e.g. min_bytes=65536 max_bytes=1073741824")
+    if cfg.step_factor < 2:
+        raise ConfigError("workload.step_factor", f"must be ≥ 2, got {cfg.step_factor}")
+    sizes, s = [], cfg.min_bytes
+    while s <= cfg.max_bytes:
+        sizes.append(s)
+        s *= cfg.step_factor
+    return sizes
+
+
+def build_trace(cfg: CollectivesConfig, world: int) -> tuple[Trace, list[tuple[str, int]]]:
+    group = cfg.group_size or cfg.ranks
+    if group <= 0 or cfg.ranks % group:
+        raise ConfigError("workload.group_size", f"{group} does not divide workload.ranks={cfg.ranks}",
+                          "use a divisor of workload.ranks (or 0 for one group)")
+    if group < 2:
+        raise ConfigError("workload.group_size", "collectives need at least 2 ranks per group")
+    unknown = [c for c in cfg.collectives if c not in COLLECTIVES or c in ("alltoallv", "dispatch", "combine")]
+    if unknown or not cfg.collectives:
+        raise ConfigError("workload.collectives", f"unsupported {unknown or 'empty list'}",
+                          "use allreduce, allgather, reducescatter, alltoall, broadcast")
+    trace = Trace(world_size=world, meta={"workload": "collectives"})
+    trace.add_family("world", [range(g, g + group) for g in range(0, cfg.ranks, group)])
+    points = []
+    for coll in cfg.collectives:
+        for size in message_sizes(cfg):
+            trace.collective(coll, "world", size, name=f"{coll}_{size}", buffer=f"{coll}_{size}")
+            points.append((coll, size))
+    return trace, points
+
+
+def run(ctx: RunContext) -> WorkloadResult:
+    cfg: CollectivesConfig = ctx.cfg.workload
+    ctx.fabric.check_ranks(cfg.ranks, "workload.ranks")
+    trace, points = build_trace(cfg, cfg.ranks)
+    n = cfg.group_size or cfg.ranks
+    frames, metrics, timelines = [], {}, {}
+    for lib in ctx.libraries:
+        res = ctx.simulate(trace, lib)
+        ops = res.op_frame(trace)
+        ops["collective"] = [c for c, _ in points]
+        ops["size_bytes"] = [s for _, s in points]
+        ops["time_s"] = ops["end_s"] - ops["start_s"]
+        ops["algbw_GBps"] = [algbw(s, t) / 1e9 for s, t in zip(ops["size_bytes"], ops["time_s"], strict=True)]
+        ops["busbw_GBps"] = [a * busbw_factor(c, n) for a, c in zip(ops["algbw_GBps"], ops["collective"], strict=True)]
+        ops["group_size"] = n
+        frames.append(ops)
+        m: dict[str, float] = {}
+        for coll, sub in ops.groupby("collective", sort=False):
+            m[f"{coll}_busbw_GBps_mean"] = float(sub["busbw_GBps"].mean())
+            m[f"{coll}_busbw_GBps_peak"] = float(sub["busbw_GBps"].max())
+            m[f"{coll}_time_s_total"] = float(sub["time_s"].sum())
+        m["busbw_GBps_mean"] = float(ops["busbw_GBps"].mean())
+        m["time_s_total"] = float(ops["time_s"].sum())
+        metrics[lib] = m
+        timelines[lib] = (trace, res)
+        ctx.progress(1)
+    rows = pd.concat(frames, ignore_index=True)
+    wide = rows.pivot_table(index=["collective", "size_bytes"], columns="library", values="busbw_GBps",
+                            sort=False)[list(ctx.libraries)]
+    for lib in ctx.libraries:
+        if lib != ctx.baseline:
+            wide[f"{lib}/{ctx.baseline}"] = wide[lib] / wide[ctx.baseline]
+    wide = wide.reset_index()
+    wide.insert(1, "size", [_human(s) for s in wide["size_bytes"]])
+    wide = wide.drop(columns="size_bytes")
+    hib = {k: "busbw" in k for m in metrics.values() for k in m}
+    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=wide,
+                          higher_is_better=hib)
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:g} {unit}"
+        n /= 1024
+    return f"{n:g} TiB"

@@ -1,0 +1,24 @@
+"""Model costs from real transformers model definitions (issue 4).
+
+Configs are built offline from transformers' config classes; per-layer FLOPs and bytes are
+measured by running the real modules on fake tensors under a dispatch counter; sizes come
+from the modules' own parameters; `recorder` lists the collectives real PyTorch
+parallelism issues on the fake process group.
+"""
+
+from .config import load_model_config, load_model_yaml
+from .costs import LayerCost, ModelCosts
+from .errors import CostInputError, ModelConfigError
+from .mlp import mlp_cost
+from .routing import RoutingModel
+
+__all__ = [
+    "CostInputError",
+    "LayerCost",
+    "ModelConfigError",
+    "ModelCosts",
+    "RoutingModel",
+    "load_model_config",
+    "load_model_yaml",
+    "mlp_cost",
+]

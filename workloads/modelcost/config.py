@@ -1,0 +1,120 @@
+"""Build `transformers` configs offline from a model type, overrides or a config.json.
+
+Configs come from the config classes transformers ships (no hub access); overrides are
+checked against the class's own fields so a typo fails loudly instead of silently adding
+an unused attribute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoConfig, PretrainedConfig
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+from .errors import ModelConfigError
+
+CONF_MODEL_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
+
+# Keys a config accepts although they are not dataclass fields of every config class:
+# legacy aliases the V4 config folds in, and the base PretrainedConfig attributes.
+_EXTRA_KEYS = {
+    "compress_ratios", "compress_rate_csa", "compress_rate_hca", "num_hash_layers",
+    "qk_rope_head_dim", "dtype", "torch_dtype", "architectures", "model_type",
+    "transformers_version", "quantization_config", "auto_map",
+}
+
+
+def known_model_types() -> list[str]:
+    return sorted(CONFIG_MAPPING.keys())
+
+
+def _valid_keys(cfg_cls: type[PretrainedConfig]) -> set[str]:
+    keys = set(_EXTRA_KEYS)
+    if dataclasses.is_dataclass(cfg_cls):
+        keys |= {f.name for f in dataclasses.fields(cfg_cls)}
+    keys |= set(getattr(cfg_cls, "attribute_map", {}))
+    # Older-style configs declare their fields as __init__ parameters instead.
+    import inspect
+
+    keys |= {p for p in inspect.signature(cfg_cls.__init__).parameters if p not in ("self", "kwargs")}
+    return keys
+
+
+def _check_overrides(cfg_cls: type[PretrainedConfig], model_type: str, overrides: dict) -> None:
+    valid = _valid_keys(cfg_cls)
+    for key in overrides:
+        if key not in valid:
+            close = difflib.get_close_matches(key, sorted(valid), n=5)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise ModelConfigError(
+                f"overrides.{key}: not a field of {cfg_cls.__name__} (model_type={model_type!r}).{hint}"
+                f" Valid fields: {', '.join(sorted(k for k in valid if not k.startswith('_')))}"
+            )
+
+
+def load_model_config(
+    model_type: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    config_json: str | None = None,
+) -> PretrainedConfig:
+    """A transformers config from `model_type` (+ `overrides`) or from a `config.json` path."""
+    overrides = dict(overrides or {})
+    base: dict[str, Any] = {}
+    if config_json is not None:
+        path = Path(config_json)
+        if not path.is_file():
+            raise ModelConfigError(f"config_json: file not found: {config_json}")
+        try:
+            base = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ModelConfigError(f"config_json: {config_json} is not valid JSON ({e})") from e
+        file_type = base.get("model_type")
+        if model_type is not None and file_type is not None and file_type != model_type:
+            raise ModelConfigError(
+                f"model_type: {model_type!r} disagrees with {config_json} (model_type={file_type!r})"
+            )
+        model_type = model_type or file_type
+    if model_type is None:
+        raise ModelConfigError("model_type: missing (give model_type or a config_json that names one)")
+    if model_type not in CONFIG_MAPPING:
+        close = difflib.get_close_matches(model_type, known_model_types(), n=5)
+        raise ModelConfigError(
+            f"model_type: unknown model type {model_type!r}."
+            + (f" Did you mean: {', '.join(close)}?" if close else "")
+            + f" Valid options: {', '.join(known_model_types())}"
+        )
+    cfg_cls = CONFIG_MAPPING[model_type]
+    _check_overrides(cfg_cls, model_type, overrides)
+    kwargs = {k: v for k, v in base.items() if k != "model_type"}
+    kwargs.update(overrides)
+    try:
+        return AutoConfig.for_model(model_type, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise ModelConfigError(f"overrides: {cfg_cls.__name__} rejected the values: {e}") from e
+
+
+def load_model_yaml(name: str, conf_dir: str | Path | None = None) -> PretrainedConfig:
+    """Config for a `conf/model/<name>.yaml` entry (model_type, overrides, config_json)."""
+    from omegaconf import OmegaConf
+
+    conf_dir = Path(conf_dir) if conf_dir is not None else CONF_MODEL_DIR
+    path = conf_dir / f"{name}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in conf_dir.glob("*.yaml"))
+        raise ModelConfigError(f"model: no {path}. Valid options: {', '.join(names)}")
+    node = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    return config_from_node(node, where=str(path))
+
+
+def config_from_node(node: dict[str, Any], where: str = "model") -> PretrainedConfig:
+    """Config from a Hydra `model` node: {model_type, overrides, config_json}."""
+    allowed = {"model_type", "overrides", "config_json", "name"}
+    for key in node:
+        if key not in allowed:
+            raise ModelConfigError(f"{where}: unknown key {key!r}; valid keys: {', '.join(sorted(allowed))}")
+    return load_model_config(node.get("model_type"), node.get("overrides") or {}, node.get("config_json"))
