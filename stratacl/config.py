@@ -9,7 +9,7 @@ Values live in `conf/`; the defaults here are only shapes, not calibration.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -70,14 +70,14 @@ class FabricConfig:
 # --------------------------------------------------------------------------- library
 
 
-class DataPath(str, Enum):
+class DataPath(StrEnum):
     staged = "staged"
     jit_register = "jit_register"
     pool = "pool"
     on_alloc = "on_alloc"
 
 
-class Algorithm(str, Enum):
+class Algorithm(StrEnum):
     ring = "ring"
     mesh = "mesh"
     fullmesh = "fullmesh"
@@ -85,17 +85,17 @@ class Algorithm(str, Enum):
     auto = "auto"
 
 
-class Partitioning(str, Enum):
+class Partitioning(StrEnum):
     uniform = "uniform"
     balanced = "balanced"
 
 
-class Mover(str, Enum):
+class Mover(StrEnum):
     vector_cores = "vector_cores"
     sdma = "sdma"
 
 
-class Trigger(str, Enum):
+class Trigger(StrEnum):
     host = "host"
     aicpu = "aicpu"
     device = "device"

@@ -81,6 +81,7 @@ class Trace:
     communicators: dict[str, tuple[int, ...]] = field(default_factory=dict)
     ops: list[Op] = field(default_factory=list)
     meta: dict[str, object] = field(default_factory=dict)
+    _preds: tuple[int, list[list[int]]] | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ building
     def add_communicator(self, name: str, ranks: Iterable[int]) -> str:
@@ -282,8 +283,11 @@ def _as_vec(value: object) -> Vec:
 def stream_predecessors(trace: Trace) -> list[list[int]]:
     """All predecessors of each op (explicit deps + previous op on each rank's stream).
 
-    Raises TraceError on a cycle, naming an op on it. Cost: O(total rank memberships), once.
+    Raises TraceError on a cycle, naming an op on it. Cost: O(total rank memberships), once per
+    trace (cached while no op is added).
     """
+    if trace._preds is not None and trace._preds[0] == len(trace.ops):
+        return trace._preds[1]
     last: dict[str, np.ndarray] = {}
     arrays: dict[tuple[int, ...], np.ndarray] = {}
     preds: list[list[int]] = []
@@ -304,6 +308,7 @@ def stream_predecessors(trace: Trace) -> list[list[int]]:
         lst[arr] = op.id
         preds.append(sorted(p))
     _check_acyclic(trace, preds)
+    trace._preds = (len(trace.ops), preds)
     return preds
 
 

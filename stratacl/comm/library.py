@@ -87,7 +87,6 @@ class LibraryModel:
         """Phases of one collective on one communicator (all groups of a family run alike)."""
         n = len(group)
         plan = self.wire_plan(coll, size, group, peer_bytes)
-        fab = self.fabric
         cfg = self.cfg
         phases: list[Phase] = []
         phases += delay("launch", cfg.launch_us * 1e-6)

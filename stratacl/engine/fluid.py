@@ -26,7 +26,7 @@ EPS = 1e-12
 
 class Activity:
     __slots__ = (
-        "uid", "entries", "holds", "T", "remaining", "f", "cap", "t_last", "gen", "on_done", "rs_ids",
+        "uid", "entries", "holds", "T", "solo_f", "remaining", "f", "cap", "t_last", "gen", "on_done", "rs_ids",
         "work",
     )
 
@@ -40,6 +40,11 @@ class Activity:
         self.holds = [(k, t, h) for k, t, h in holds if h > 0]
         self.rs_ids = frozenset(k for k, _, _ in self.entries) | frozenset(k for k, _, _ in self.holds)
         self.remaining = 1.0
+        held: dict[int, float] = {}
+        for _, t, h in self.holds:
+            held[t] = held.get(t, 0.0) + h
+        # rate when alone: holding more than a die has (overlapping roles) time-shares it
+        self.solo_f = 1.0 / max([1.0, *held.values()])
         self.f = 0.0
         self.cap = 1.0
         self.t_last = 0.0
@@ -64,7 +69,7 @@ class FluidSystem:
         self._rs_index: dict[tuple[int, ...], int] = {}
         self.rs_masks: list[int] = []
         self.rs_ranks: list[tuple[int, ...]] = []
-        self._inter: dict[tuple[int, int], bool] = {}
+        self._nbrs: list[set[int]] = []  # rankset id -> ids of ranksets sharing a die with it
         self._atoms: dict[frozenset[int], list[frozenset[int]]] = {}
         self.active_by_rs: dict[int, set[Activity]] = {}
         self._uid = count()
@@ -81,16 +86,13 @@ class FluidSystem:
             idx = self._rs_index[ranks] = len(self.rs_masks)
             self.rs_masks.append(mask)
             self.rs_ranks.append(ranks)
+            nb = {idx}
+            for j, m in enumerate(self.rs_masks[:-1]):
+                if m & mask:
+                    nb.add(j)
+                    self._nbrs[j].add(idx)
+            self._nbrs.append(nb)
         return idx
-
-    def _intersects(self, i: int, j: int) -> bool:
-        if i == j:
-            return True
-        key = (i, j) if i < j else (j, i)
-        hit = self._inter.get(key)
-        if hit is None:
-            hit = self._inter[key] = bool(self.rs_masks[i] & self.rs_masks[j])
-        return hit
 
     def _maximal_atoms(self, ks: frozenset[int]) -> list[frozenset[int]]:
         """Distinct sets of ranksets sharing a die, keeping only maximal ones (others are implied)."""
@@ -125,7 +127,7 @@ class FluidSystem:
         for k in act.rs_ids:
             self.active_by_rs.setdefault(k, set()).add(act)
         if not act.rs_ids:  # pure min-time activity: nothing to share
-            act.f = 1.0
+            act.f = act.solo_f
             self._schedule(act)
             return act
         self._resolve(self._component(act.rs_ids))
@@ -158,8 +160,9 @@ class FluidSystem:
             if i in seen:
                 continue
             seen.add(i)
-            for j, acts in active.items():
-                if self._intersects(i, j):
+            for j in self._nbrs[i]:
+                acts = active.get(j)
+                if acts:
                     for a in acts:
                         if a not in comp:
                             comp.add(a)
@@ -183,11 +186,11 @@ class FluidSystem:
                 a.work += prog
                 a.remaining = max(0.0, a.remaining - prog)
                 a.t_last = now
-        old = {a: a.f for a in comp}
+        old = [(a, a.f) for a in comp]
         self._solve(comp)
         self.solves += 1
-        for a in comp:
-            if a.f != old[a] or a.gen == 0:
+        for a, f in old:
+            if a.f != f or a.gen == 0:
                 self._schedule(a)
         if self.check:
             self._check_capacity()
@@ -195,23 +198,28 @@ class FluidSystem:
     def _solve(self, comp: set[Activity]) -> None:
         if len(comp) == 1:
             (a,) = comp
-            held = {}
-            for _, t, h in a.holds:
-                held[t] = held.get(t, 0.0) + h
-            a.f = 1.0 if all(h <= 1.0 for h in held.values()) else 1.0 / max(held.values())
+            a.f = a.solo_f
             return
         ks = frozenset().union(*(a.rs_ids for a in comp))
         atoms = [ks] if len(ks) == 1 else self._maximal_atoms(ks)
-        # constraint per (atom, resource kind): residual capacity and member coefficients
-        constraints: list[list] = []
+        # constraints per (atom, resource kind): [residual, unfrozen coefficient sum]; each
+        # activity keeps its (constraint, coefficient) list so freezing updates sums in place
+        residual: list[float] = []
+        total: list[float] = []
+        members: list[list[Activity]] = []
+        member_of: dict[Activity, list[tuple[int, float]]] = {a: [] for a in comp}
         caps = {a: 1.0 for a in comp}
+        by_rs: dict[int, list[Activity]] = {}
+        for a in comp:
+            for k in a.rs_ids:
+                by_rs.setdefault(k, []).append(a)
         for atom in atoms:
             loads: dict[int, dict[Activity, float]] = {}
             holds: dict[int, float] = {}
             holders: dict[int, list[Activity]] = {}
-            for a in comp:
-                if a.rs_ids.isdisjoint(atom):
-                    continue
+            touching = by_rs[next(iter(atom))] if len(atom) == 1 else \
+                {a for k in atom for a in by_rs[k]}
+            for a in touching:
                 for k, t, c in a.entries:
                     if k in atom:
                         d = loads.setdefault(t, {})
@@ -220,36 +228,45 @@ class FluidSystem:
                     if k in atom:
                         holds[t] = holds.get(t, 0.0) + h
                         holders.setdefault(t, []).append(a)
-            for t, total in holds.items():
-                if total > 1.0:  # oversubscribed cores: holders time-share them
+            for t, held in holds.items():
+                if held > 1.0:  # oversubscribed cores: holders time-share them
                     for a in holders[t]:
-                        caps[a] = min(caps[a], 1.0 / total)
-            for t, members in loads.items():
-                constraints.append([max(0.0, 1.0 - holds.get(t, 0.0)), members])
-        # progressive filling: raise all unfrozen rates together
+                        caps[a] = min(caps[a], 1.0 / held)
+            for t, mem in loads.items():
+                res = max(0.0, 1.0 - holds.get(t, 0.0))
+                tot = sum(mem.values())
+                if tot <= res:
+                    continue  # cannot bind: every rate is ≤ 1
+                ci = len(residual)
+                residual.append(res)
+                total.append(tot)
+                members.append(list(mem))
+                for a, c in mem.items():
+                    member_of[a].append((ci, c))
+        # progressive filling: raise all unfrozen rates together until a constraint or cap binds
         unfrozen = set(comp)
+        live = [ci for ci, s in enumerate(total) if s > EPS]
         level = 0.0
         while unfrozen:
             step = min(caps[a] for a in unfrozen) - level
-            sums = []
-            for c in constraints:
-                s = sum(v for a, v in c[1].items() if a in unfrozen)
-                sums.append(s)
-                if s > EPS:
-                    step = min(step, c[0] / s)
+            for ci in live:
+                step = min(step, residual[ci] / total[ci])
             step = max(step, 0.0)
             level += step
             frozen = {a for a in unfrozen if caps[a] - level <= 1e-12}
-            for c, s in zip(constraints, sums, strict=True):
-                if s > EPS:
-                    c[0] -= step * s
-                    if c[0] <= 1e-12 * max(1.0, s):
-                        frozen.update(a for a in c[1] if a in unfrozen)
-            if not frozen:  # numerical safety: freeze the most constrained
+            for ci in live:
+                s = total[ci]
+                residual[ci] -= step * s
+                if residual[ci] <= 1e-12 * max(1.0, s):
+                    frozen.update(a for a in members[ci] if a in unfrozen)
+            if not frozen:  # numerical safety
                 frozen = set(unfrozen)
             for a in frozen:
                 a.f = level
+                for ci, c in member_of[a]:
+                    total[ci] -= c
             unfrozen -= frozen
+            live = [ci for ci in live if total[ci] > EPS]
 
     def _check_capacity(self) -> None:
         """Brute force per die: Σ consumption ≤ capacity left after holds (test/debug mode)."""

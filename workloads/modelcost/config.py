@@ -22,10 +22,14 @@ CONF_MODEL_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
 
 # Keys a config accepts although they are not dataclass fields of every config class:
 # legacy aliases the V4 config folds in, and the base PretrainedConfig attributes.
+# `head_dim` is read by modeling code via getattr(config, "head_dim", hidden // heads).
 _EXTRA_KEYS = {
-    "compress_ratios", "compress_rate_csa", "compress_rate_hca", "num_hash_layers",
-    "qk_rope_head_dim", "dtype", "torch_dtype", "architectures", "model_type",
-    "transformers_version", "quantization_config", "auto_map",
+    "dtype", "torch_dtype", "architectures", "model_type", "transformers_version",
+    "quantization_config", "auto_map", "head_dim",
+}
+_LEGACY_KEYS = {
+    "deepseek_v4": {"compress_ratios", "compress_rate_csa", "compress_rate_hca", "num_hash_layers",
+                    "qk_rope_head_dim"},
 }
 
 
@@ -34,7 +38,7 @@ def known_model_types() -> list[str]:
 
 
 def _valid_keys(cfg_cls: type[PretrainedConfig]) -> set[str]:
-    keys = set(_EXTRA_KEYS)
+    keys = set(_EXTRA_KEYS) | _LEGACY_KEYS.get(getattr(cfg_cls, "model_type", ""), set())
     if dataclasses.is_dataclass(cfg_cls):
         keys |= {f.name for f in dataclasses.fields(cfg_cls)}
     keys |= set(getattr(cfg_cls, "attribute_map", {}))

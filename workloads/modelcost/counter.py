@@ -93,7 +93,7 @@ class OpCounter(TorchDispatchMode):
 
     def _account(self, func, args, kwargs, out) -> None:
         packet = func.overloadpacket
-        if packet in _FREE or getattr(func, "is_view", False):
+        if func.namespace != "aten" or packet in _FREE or getattr(func, "is_view", False):
             return
         ins = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
         outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]

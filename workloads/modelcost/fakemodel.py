@@ -47,6 +47,14 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     return base_model(model).layers
 
 
+def rep_layer(model: nn.Module, idx: int) -> nn.Module:
+    """The kept decoder layer whose original index is `idx` (see build_fake_shard)."""
+    for layer in decoder_layers(model):
+        if getattr(layer, "_mc_idx", None) == idx:
+            return layer
+    raise KeyError(idx)
+
+
 def is_moe(mlp: nn.Module) -> bool:
     return hasattr(mlp, "experts")
 
@@ -184,7 +192,12 @@ def build_fake_shard(
     """Reduced-depth model (layers 0..max representative) holding one rank's shard."""
     local = shard_config(cfg, tp, layout.depth_needed)
     model = build_meta(local, dtype)
-    for i, layer in enumerate(decoder_layers(model)):
+    # Keep only the representative layers (the model loops over `layers` without using the
+    # position; each layer keeps its own layer_idx for the cache). `_mc_idx` records it.
+    keep = sorted(set(layout.reps.values()))
+    base_model(model).layers = nn.ModuleList([decoder_layers(model)[i] for i in keep])
+    for i, layer in zip(keep, decoder_layers(model), strict=True):
+        layer._mc_idx = i
         mlp_shapes = local_param_shapes(cfg, i, layer.mlp, tp, ep)
         fakeify(layer, mode, {f"mlp.{k}": v for k, v in mlp_shapes.items()})
         if is_moe(layer.mlp) and ep > 1:

@@ -11,6 +11,7 @@ each module. Decode first fills a KV cache of `context` tokens (not counted).
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -136,7 +137,10 @@ class _Tagger:
         self.act_out: dict[str, int] = {}
         reps = layout.reps
         base = base_model(model)
-        self._pre(base, "embedding", backward=False)
+        # In a backward-only measurement the forward runs untagged (train_fwd prices it).
+        fwd = not backward
+        if fwd:
+            self._pre(base, "embedding", backward=False)
         for name in _HEAD_ENTRY:
             if hasattr(base, name):
                 self._pre(getattr(base, name), "lm_head", backward)
@@ -145,14 +149,17 @@ class _Tagger:
         if hasattr(base, "embed_tokens"):
             self._pre(base.embed_tokens, "embedding", backward)
             self._io(base.embed_tokens, "embedding")
-        for i, layer in enumerate(decoder_layers(model)):
+        self._io(decoder_layers(model)[0], "layer_output")
+        for layer in decoder_layers(model):
+            i = layer._mc_idx
             attn_tag = layout.attention[i] if reps.get(layout.attention[i]) == i else None
             ffn_tag = layout.ffn[i] if reps.get(layout.ffn[i]) == i else None
-            self._pre(layer, attn_tag, backward=False)
-            if backward:
+            if fwd:
+                self._pre(layer, attn_tag, backward=False)
+            else:
                 self._pre(layer, ffn_tag, backward=True)  # backward enters a layer at its FFN
                 self._pre(layer.self_attn, attn_tag, backward=True)
-            for name in _FFN_ENTRY:
+            for name in _FFN_ENTRY if fwd else ():
                 if hasattr(layer, name):
                     self._pre(getattr(layer, name), ffn_tag, backward=False)
             if attn_tag:
@@ -228,7 +235,9 @@ def measure_shape(
                 if shape.phase == "train_bwd":
                     fwd_sinks = list(sink)
                     counter.tag = "lm_head"
-                    torch.autograd.backward([logits], [torch.empty_like(logits)])
+                    with warnings.catch_warnings():
+                        warnings.filterwarnings("ignore", message="Full backward hook")
+                        torch.autograd.backward([logits], [torch.empty_like(logits)])
                     rows_tags = _expert_tags(model, layout)
                     for tag, (_, y) in zip(rows_tags, fwd_sinks, strict=True):
                         counter.tag = tag
@@ -253,7 +262,8 @@ def measure_shape(
 def _expert_tags(model: nn.Module, layout: LayerLayout) -> list[str | None]:
     """Tag for each MoE layer's experts call, in forward order."""
     tags = []
-    for i, layer in enumerate(decoder_layers(model)):
+    for layer in decoder_layers(model):
+        i = layer._mc_idx
         if is_moe(layer.mlp):
             tags.append(layout.ffn[i] if layout.reps.get(layout.ffn[i]) == i else None)
     return tags

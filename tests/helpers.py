@@ -1,0 +1,36 @@
+"""Helpers shared by tests: configs composed from conf/ exactly as the CLI composes them."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from stratacl.comm.library import LibraryModel
+from stratacl.config import RunConfig, to_object
+from stratacl.fabric import Fabric
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = str(ROOT / "conf")
+
+
+def compose_run(overrides: list[str] | None = None) -> RunConfig:
+    """A fresh typed config (composition is cached; callers may mutate what they get)."""
+    return copy.deepcopy(_compose(tuple(overrides or ())))
+
+
+@functools.lru_cache(maxsize=64)
+def _compose(overrides: tuple[str, ...]) -> RunConfig:
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        return to_object(compose("config", overrides=list(overrides)))
+
+
+def make_library(fabric: Fabric, preset: str = "hccl", **knobs: object) -> LibraryModel:
+    """A library preset from conf/library with knob overrides (e.g. data_path=DataPath.pool)."""
+    cfg = compose_run([f"library=[{preset}]", f"baseline={preset}"])
+    lib_cfg = cfg.library[preset]
+    for key, value in knobs.items():
+        setattr(lib_cfg, key, value)
+    return LibraryModel(preset, lib_cfg, fabric)

@@ -1,0 +1,105 @@
+"""Property-based engine invariants over random small traces (hypothesis)."""
+
+from __future__ import annotations
+
+import copy
+
+from helpers import compose_run, make_library
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stratacl.config import DataPath, Mover
+from stratacl.engine.replay import simulate
+from stratacl.fabric import Fabric
+from stratacl.trace import Trace, stream_predecessors
+
+WORLD = 8
+# sizes are zero or physical: below ~1e-30 s the float clock cannot resolve an activity at all
+FLOPS = st.one_of(st.just(0.0), st.floats(1e3, 1e12))
+BYTES = st.one_of(st.just(0.0), st.floats(1.0, 1e9))
+SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def traces(draw, chain: bool = False) -> Trace:  # noqa: ANN001
+    tr = Trace(world_size=WORLD)
+    tr.add_family("g", [range(0, 4), range(4, 8)])
+    tr.add_family("w", [range(WORLD)])
+    n_ops = draw(st.integers(1, 10))
+    for i in range(n_ops):
+        stream = "s" if chain else draw(st.sampled_from(["a", "b", "c"]))
+        deps = [] if chain or i == 0 else draw(st.lists(st.integers(0, i - 1), max_size=2, unique=True))
+        kind = draw(st.sampled_from(["compute", "collective", "p2p", "memcpy"]))
+        if kind == "compute":
+            ranks = draw(st.sampled_from([range(4), range(4, 8), range(8), [0], [5]]))
+            tr.compute(ranks, flops=draw(FLOPS), hbm_bytes=draw(BYTES),
+                       core=draw(st.sampled_from(["cube", "vector"])), stream=stream, deps=deps)
+        elif kind == "collective":
+            comm = draw(st.sampled_from(["g", "w", "g[0]"]))
+            coll = draw(st.sampled_from(["allreduce", "allgather", "reducescatter", "alltoall", "broadcast"]))
+            tr.collective(coll, comm, draw(st.floats(1024, 2**28)), stream=stream, deps=deps)
+        elif kind == "p2p":
+            src = draw(st.integers(0, WORLD - 1))
+            dst = draw(st.integers(0, WORLD - 1).filter(lambda d, s=src: d != s))
+            tr.add("p2p", sorted({src, dst}), src=[src], dst=[dst], nbytes=draw(st.floats(1, 2**28)),
+                   stream=stream, deps=deps)
+        else:
+            tr.add("memcpy", draw(st.sampled_from([range(4), [3]])), nbytes=draw(BYTES),
+                   stream=stream, deps=deps)
+    tr.validate()
+    return tr
+
+
+def _libs(fabric: Fabric):  # noqa: ANN202
+    return [make_library(fabric, "hccl"), make_library(fabric, "stratacl"),
+            make_library(fabric, "hccl", mover=Mover.sdma, data_path=DataPath.pool)]
+
+
+@SETTINGS
+@given(tr=traces())
+def test_invariants_conservation_causality_capacity(cm384, tr: Trace) -> None:  # noqa: ANN001
+    for lib in _libs(cm384):
+        res = simulate(tr, lib, check=True)
+        assert res.work_error < 1e-7, "fluid activities must integrate exactly their work"
+        assert res.max_violation < 1e-9, "no resource may run above capacity"
+        for i, preds in enumerate(stream_predecessors(tr)):
+            for p in preds:
+                assert res.start[i] >= res.end[p] - 1e-15, "no op starts before its dependencies end"
+            assert res.end[i] >= res.start[i]
+        # time accounting: an op's phases fill its whole duration
+        for i in range(len(tr.ops)):
+            split = sum(res.split[c][i] for c in res.split)
+            assert abs(split - (res.end[i] - res.start[i])) <= 1e-12 + 1e-9 * res.end[i]
+
+
+def _faster_fabric(cm384: Fabric, factor: float) -> Fabric:  # noqa: ANN001
+    cfg = copy.deepcopy(cm384.cfg)
+    for tier in cfg.tiers.values():
+        tier.beta_GBps *= factor
+    for plane in cfg.port_GBps:
+        cfg.port_GBps[plane] *= factor
+    cfg.die.hbm_GBps *= factor
+    return Fabric(cfg)
+
+
+@SETTINGS
+@given(tr=traces(chain=True), factor=st.floats(1.0, 8.0))
+def test_more_bandwidth_never_slower_for_a_chain(cm384, tr: Trace, factor: float) -> None:  # noqa: ANN001
+    fast = _faster_fabric(cm384, factor)
+    for preset in ("hccl", "stratacl"):
+        slow_t = simulate(tr, make_library(cm384, preset)).makespan_s
+        fast_t = simulate(tr, make_library(fast, preset)).makespan_s
+        assert fast_t <= slow_t * (1 + 1e-12)
+
+
+def test_deterministic_replay(cm384) -> None:  # noqa: ANN001
+    import sys
+
+    sys.path.insert(0, str(__import__("helpers").ROOT / "benchmarks"))
+    from bench_engine import synthetic_trace
+
+    tr = synthetic_trace(2000, world=768)
+    lib = make_library(cm384, "hccl")
+    a, b = simulate(tr, lib), simulate(tr, lib)
+    assert (a.end == b.end).all() and a.makespan_s == b.makespan_s
+    assert compose_run().seed == 0

@@ -1,0 +1,291 @@
+"""ModelCosts: the cheap, cached question "what does layer X cost at shape S on one rank?"."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from transformers import PretrainedConfig
+
+from .diskcache import DiskCache
+from .errors import CostInputError
+from .fakemodel import (
+    LayerLayout,
+    base_model,
+    build_fake_shard,
+    build_meta,
+    decoder_layers,
+    is_moe,
+    layer_layout,
+    rep_layer,
+    torch_dtype,
+)
+from .measure import PHASES, Measured, make_shape, measure_shape
+from .routing import RoutingModel
+from .sizes import ROLES, count_by_role, count_layer_by_role
+
+CACHE_VERSION = "modelcost-1"
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Per-rank cost of one layer of a type at one shape.
+
+    hbm_bytes: every op's inputs+outputs (no fusion; upper bound).
+    hbm_bytes_fused: weights (experts actually hit) + layer input/output + KV read/write
+    (training backward: weights + weight grads + activations and their grads).
+    """
+
+    cube_flops: int
+    vector_flops: int
+    hbm_bytes: int
+    hbm_bytes_fused: int
+    weight_bytes: int
+    activation_bytes_out: int
+
+    @property
+    def flops(self) -> int:
+        return self.cube_flops + self.vector_flops
+
+
+def _pow2(n: int) -> int:
+    return 1 << (max(n, 1) - 1).bit_length() if n > 0 else 0
+
+
+def _param_bytes(module: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+class ModelCosts:
+    """Costs and sizes of one model, measured from its transformers definition."""
+
+    def __init__(
+        self,
+        hf_config: PretrainedConfig,
+        dtype_bytes: int = 2,
+        routing: RoutingModel | None = None,
+        cache_dir: str | None = None,
+        bucket: str = "exact",
+    ) -> None:
+        if bucket not in ("exact", "pow2"):
+            raise CostInputError(f"bucket: {bucket!r}; valid options: exact, pow2")
+        self.cfg = hf_config
+        self.dtype_bytes = dtype_bytes
+        self.dtype = torch_dtype(dtype_bytes)
+        self.routing = routing or RoutingModel()
+        self.bucket = bucket
+        self._meta = build_meta(hf_config, self.dtype)
+        self._layout: LayerLayout = layer_layout(hf_config, self._meta)
+        self._mode = FakeTensorMode()
+        self._shards: dict[tuple[int, int], torch.nn.Module] = {}
+        self._memo: dict[tuple, dict[str, LayerCost]] = {}
+        self._disk = DiskCache(cache_dir)
+        self._model_key = f"{CACHE_VERSION}|{dtype_bytes}|{self.routing}|{hf_config.to_json_string(use_diff=False)}"
+
+    # ---- structure -------------------------------------------------------------------
+    def layer_types(self) -> list[str]:
+        attn = list(dict.fromkeys(self._layout.attention))
+        ffn = [k for k in ("dense_mlp", "moe") if k in self._layout.ffn]
+        return ["embedding", *attn, *ffn, "lm_head"]
+
+    def layer_plan(self) -> list[str]:
+        return list(self._layout.ffn)
+
+    def attention_plan(self) -> list[str]:
+        return list(self._layout.attention)
+
+    def layer_count(self, layer_type: str) -> int:
+        if layer_type in ("embedding", "lm_head"):
+            return 1
+        return self._layout.count(layer_type)
+
+    def moe_info(self) -> dict:
+        cfg = self.cfg
+        moe_layers = [i for i, k in enumerate(self._layout.ffn) if k == "moe"]
+        if not moe_layers:
+            return {"n_routed_experts": 0, "top_k": 0, "n_moe_layers": 0}
+        layer = decoder_layers(self._meta)[moe_layers[0]]
+        gate_up = layer.mlp.experts.gate_up_proj
+        shared = getattr(layer.mlp, "shared_experts", None) or getattr(layer.mlp, "shared_expert", None)
+        return {
+            "n_routed_experts": int(gate_up.shape[0]),
+            "top_k": int(cfg.num_experts_per_tok),
+            "hidden": int(cfg.hidden_size),
+            "moe_intermediate": int(gate_up.shape[1] // 2),
+            "n_shared_experts": int(getattr(cfg, "n_shared_experts", 0) or (1 if shared is not None else 0)),
+            "shared_intermediate": int(shared.down_proj.weight.shape[1]) if shared is not None else 0,
+            "n_moe_layers": len(moe_layers),
+            "first_moe_layer": moe_layers[0],
+            "routed_scaling_factor": getattr(cfg, "routed_scaling_factor", None),
+        }
+
+    # ---- sizes -----------------------------------------------------------------------
+    def total_params(self) -> int:
+        return sum(p.numel() for p in self._meta.parameters())
+
+    def _shard(self, tp: int, ep: int) -> torch.nn.Module:
+        for name, v in (("tp", tp), ("ep", ep)):
+            if not isinstance(v, int) or v < 1:
+                raise CostInputError(f"{name}: must be a positive int, got {v!r}")
+        if ep > 1 and "moe" not in self._layout.ffn:
+            raise CostInputError(f"ep: {ep} given but the model has no MoE layers")
+        key = (tp, ep)
+        if key not in self._shards:
+            self._shards[key] = build_fake_shard(self.cfg, self._layout, tp, ep, self.dtype, self._mode)
+        return self._shards[key]
+
+    def param_counts(self, tp: int = 1, ep: int = 1, fsdp: int = 1) -> dict[str, dict[str, int]]:
+        """Per role: total parameters, parameters per shard (TP/EP split, then FSDP), layers."""
+        if not isinstance(fsdp, int) or fsdp < 1:
+            raise CostInputError(f"fsdp: must be a positive int, got {fsdp!r}")
+        totals = count_by_role(self._meta, decoder_layers(self._meta))
+        shard = self._shard(tp, ep)
+        local: dict[str, int] = dict.fromkeys(ROLES, 0)
+        # Decoder-layer roles: the representative layer's shard times its layer count.
+        for i in range(len(decoder_layers(self._meta))):
+            rep_a = self._layout.reps[self._layout.attention[i]]
+            rep_f = self._layout.reps[self._layout.ffn[i]]
+            by_a = count_layer_by_role(rep_layer(shard, rep_a), rep_a)
+            by_f = count_layer_by_role(rep_layer(shard, rep_f), rep_f)
+            local["attention"] += by_a.get("attention", 0)
+            local["norms"] += by_a.get("norms", 0)
+            for role in ("dense_mlp", "moe_experts", "shared_experts", "router"):
+                local[role] += by_f.get(role, 0)
+        local["embedding"] = base_model(shard).embed_tokens.weight.numel()
+        local["lm_head"] = shard.lm_head.weight.numel()
+        local["norms"] += sum(
+            p.numel() for n, p in base_model(shard).named_parameters()
+            if not n.startswith(("layers.", "embed_tokens."))
+        )
+        out = {}
+        for role in ROLES:
+            if totals.get(role, 0) == 0:
+                continue
+            out[role] = {
+                "total": totals[role],
+                "per_tp_ep_shard": local[role],
+                "per_shard": math.ceil(local[role] / fsdp),
+            }
+        return out
+
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token adds over all layers, measured from the model's own cache."""
+        if not hasattr(self, "_kv"):
+            window = max(int(getattr(self.cfg, "sliding_window", 0) or 0), 128)
+            ctx, new = 8 * window, 8 * window  # multiples of any compression rate <= 128
+            m = self._measure(make_shape("prefill", new, ctx, None), 1, 1)
+            self._kv = {t: m.kv_write[t] // new for t in m.kv_write}
+        return sum(v * self._layout.count(t) for t, v in self._kv.items())
+
+    def kv_bytes_per_token_by_type(self) -> dict[str, int]:
+        self.kv_bytes_per_token()
+        return dict(self._kv)
+
+    def activation_bytes_per_token(self) -> int:
+        """Residual-stream bytes per token at every decoder-layer boundary, summed over layers
+        (what layer-boundary activation checkpointing or pipeline stages keep)."""
+        if not hasattr(self, "_act"):
+            tokens = 16
+            m = self._measure(make_shape("train_fwd", tokens, 0, None), 1, 1)
+            self._act = m.act_out["layer_output"] // tokens
+        return self._act * len(self._layout.ffn)
+
+    # ---- costs -----------------------------------------------------------------------
+    def _measure(self, shape, tp: int, ep: int) -> Measured:
+        n_exp = self.moe_info()["n_routed_experts"]
+        return measure_shape(self._shard(tp, ep), self._layout, self._mode, shape, self.routing, n_exp, ep)
+
+    def _weights(self, tp: int, ep: int, layer_type: str, expert_rows: int) -> tuple[int, int]:
+        """(all shard weight bytes, bytes a fused kernel reads: only experts that get rows)."""
+        shard = self._shard(tp, ep)
+        if layer_type == "embedding":
+            b = _param_bytes(base_model(shard).embed_tokens)
+            return b, b
+        if layer_type == "lm_head":
+            b = _param_bytes(shard.lm_head) + _param_bytes(base_model(shard).norm)
+            return b, b
+        layer = rep_layer(shard, self._layout.reps[layer_type])
+        if layer_type.startswith("attention"):
+            b = _param_bytes(layer.self_attn)
+            return b, b
+        total = _param_bytes(layer.mlp)
+        if not is_moe(layer.mlp):
+            return total, total
+        experts = _param_bytes(layer.mlp.experts)
+        e_local = layer.mlp.experts.gate_up_proj.shape[0]
+        hit = e_local * (1.0 - (1.0 - 1.0 / e_local) ** expert_rows)
+        return total, int(total - experts + experts * hit / e_local)
+
+    def costs_for_shape(
+        self, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1, ep: int = 1,
+        seq_len: int | None = None,
+    ) -> dict[str, LayerCost]:
+        """Every layer type's cost at one shape (one measured forward/backward, cached)."""
+        if self.bucket == "pow2":
+            tokens, context = _pow2(tokens), _pow2(context) if context else 0
+            seq_len = _pow2(seq_len) if seq_len else None
+        shape = make_shape(phase, tokens, context, seq_len)
+        key = (shape.phase, shape.tokens, shape.context, shape.seq_len, tp, ep)
+        if key in self._memo:
+            return self._memo[key]
+        disk_key = f"{self._model_key}|{key}"
+        cached = self._disk.get(disk_key)
+        if cached is not None:
+            result = {t: LayerCost(**v) for t, v in cached.items()}
+        else:
+            result = self._compute(shape, tp, ep)
+            self._disk.put(disk_key, {t: asdict(c) for t, c in result.items()})
+        self._memo[key] = result
+        return result
+
+    def _compute(self, shape, tp: int, ep: int) -> dict[str, LayerCost]:
+        m = self._measure(shape, tp, ep)
+        io = m  # a backward measurement records its (untagged) forward's module boundaries too
+        out = {}
+        for t in self.layer_types():
+            tot = m.totals.get(t)
+            if tot is None:
+                raise CostInputError(f"layer_type: {t!r} saw no ops at {shape} (model structure not recognised)")
+            w_all, w_read = self._weights(tp, ep, t, m.expert_rows)
+            acts = io.act_in.get(t, 0) + io.act_out.get(t, 0)
+            if shape.phase == "train_bwd":
+                fused = 2 * w_read + 2 * acts
+            else:
+                fused = w_read + acts + m.kv_read.get(t, 0) + m.kv_write.get(t, 0)
+            out[t] = LayerCost(
+                cube_flops=tot.cube_flops,
+                vector_flops=tot.vector_flops,
+                hbm_bytes=tot.hbm_bytes,
+                hbm_bytes_fused=int(fused),
+                weight_bytes=w_all,
+                activation_bytes_out=io.act_out.get(t, 0),
+            )
+        return out
+
+    def layer_cost(
+        self, layer_type: str, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1,
+        ep: int = 1, seq_len: int | None = None,
+    ) -> LayerCost:
+        """Per-rank cost of one `layer_type` layer. prefill/train: `tokens` split into sequences
+        of `seq_len` (default: one sequence) after `context` cached tokens; decode: `tokens`
+        sequences of one new token each, each with `context` cached tokens."""
+        types = self.layer_types()
+        if layer_type not in types:
+            raise CostInputError(f"layer_type: {layer_type!r}; valid options: {', '.join(types)}")
+        return self.costs_for_shape(tokens, context, phase, tp, ep, seq_len)[layer_type]
+
+    def costs_table(self, shapes: list[dict]) -> pd.DataFrame:
+        """One row per (shape, layer type). Each shape: dict of layer_cost keyword args."""
+        rows = []
+        for s in shapes:
+            s = {"context": 0, "phase": "prefill", "tp": 1, "ep": 1, **s}
+            for t, c in self.costs_for_shape(**s).items():
+                rows.append({**s, "layer_type": t, **asdict(c),
+                             "intensity_flop_per_byte": round(c.flops / max(c.hbm_bytes_fused, 1), 1)})
+        return pd.DataFrame(rows)
+
+
+__all__ = ["PHASES", "LayerCost", "ModelCosts"]
