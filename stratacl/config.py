@@ -127,21 +127,6 @@ class WorkloadConfig:
     name: str = MISSING
 
 
-@dataclass
-class CollectivesConfig(WorkloadConfig):
-    """Operator micro-benchmark: bus bandwidth vs message size, nccl-tests conventions."""
-
-    name: str = "collectives"
-    ranks: int = 32
-    group_size: int = 0  # 0 = one communicator of all ranks; else ranks/group_size groups run at once
-    collectives: list[str] = field(
-        default_factory=lambda: ["allreduce", "allgather", "reducescatter", "alltoall"]
-    )
-    min_bytes: int = 64 * 1024
-    max_bytes: int = 1024**3
-    step_factor: int = 2  # sizes min, min·f, min·f², … up to max
-
-
 # --------------------------------------------------------------------------- run
 
 
@@ -166,10 +151,12 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     cs.store(group="fabric", name="fabric_schema", node=FabricConfig)
-    cs.store(group="workload", name="collectives_schema", node=CollectivesConfig)
 
 
 register_configs()
+
+# Workload schemas live one module each in stratacl/schemas/ and register themselves on import.
+import stratacl.schemas  # noqa: E402,F401
 
 # --------------------------------------------------------------------------- validation
 

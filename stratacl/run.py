@@ -8,8 +8,10 @@ summary.json behind.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import pkgutil
 import sys
 import time
 from pathlib import Path
@@ -23,13 +25,34 @@ from omegaconf.errors import OmegaConfBaseException
 
 from stratacl.comm.library import LibraryModel
 from stratacl.config import RunConfig, to_object, validate_run
-from stratacl.errors import HarnessError
+from stratacl.errors import ConfigError, HarnessError
 from stratacl.fabric import Fabric
 from stratacl.metrics import ratios
 from stratacl.timeline import write_timeline
-from stratacl.workload_api import RunContext, WorkloadResult, load_workload
+from stratacl.workload_api import RunContext, Workload, WorkloadResult
 
 OUTPUTS = ("summary.json", "results.parquet", "timeline.json")
+
+
+def load_workload(name: str) -> Workload:
+    """The registry is the `workloads` package: `workloads.<name>.run(ctx)`, imported lazily so a
+    collectives run never pays for importing torch."""
+    if not name.isidentifier():
+        raise ConfigError("workload.name", f"'{name}' is not a workload name")
+    try:
+        module = importlib.import_module(f"workloads.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name not in (f"workloads.{name}", "workloads"):
+            raise
+        known = sorted(m.name for m in pkgutil.iter_modules(workloads_pkg_path()) if not m.name.startswith("_"))
+        raise ConfigError("workload.name", f"unknown workload '{name}'", f"use one of {known}") from None
+    return module.run
+
+
+def workloads_pkg_path() -> list[str]:
+    import workloads
+
+    return list(workloads.__path__)
 
 
 def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:

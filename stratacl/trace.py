@@ -242,7 +242,8 @@ class Trace:
         path = Path(path)
         try:
             table = pq.read_table(path)
-            md = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+            md = {k.decode(errors="replace"): v.decode(errors="replace")
+                  for k, v in (table.schema.metadata or {}).items() if k.startswith(b"stratacl.")}
         except Exception as exc:  # pyarrow raises several types for truncated/corrupt files
             raise TraceError(f"trace file {path} is not a readable parquet trace: {exc}") from None
         if md.get("stratacl.format_version") != str(FORMAT_VERSION):

@@ -2,12 +2,11 @@
 
 A workload builds traces and asks the context to replay them once per library; it returns tidy
 rows and per-library metrics (names carry units). The core never imports workloads: `run.py`
-looks them up by name in `WORKLOADS`.
+looks a workload up by name (module `workloads.<name>`, function `run(ctx)`).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,12 +17,6 @@ from stratacl.comm.library import LibraryModel
 from stratacl.engine.replay import SimResult, simulate
 from stratacl.fabric import Fabric
 from stratacl.trace import Trace
-
-# name -> "module:function" building the workload's results; imported lazily so that a run of the
-# collectives benchmark never pays for importing torch.
-WORKLOADS: dict[str, str] = {
-    "collectives": "workloads.collectives:run",
-}
 
 
 @dataclass
@@ -51,13 +44,3 @@ class WorkloadResult:
 
 class Workload(Protocol):
     def __call__(self, ctx: RunContext) -> WorkloadResult: ...
-
-
-def load_workload(name: str) -> Workload:
-    from stratacl.errors import ConfigError
-
-    target = WORKLOADS.get(name)
-    if target is None:
-        raise ConfigError("workload.name", f"unknown workload '{name}'", f"use one of {sorted(WORKLOADS)}")
-    module, func = target.split(":")
-    return getattr(importlib.import_module(module), func)

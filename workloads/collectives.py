@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from stratacl.config import CollectivesConfig
 from stratacl.errors import ConfigError
 from stratacl.metrics import algbw, busbw_factor
+from stratacl.schemas.collectives import CollectivesConfig
 from stratacl.trace import COLLECTIVES, Trace
 from stratacl.workload_api import RunContext, WorkloadResult
 

@@ -1,0 +1,114 @@
+"""Trace files are data: round trip, validation naming the bad op, corrupt files fail clearly."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from stratacl.errors import TraceError
+from stratacl.trace import Trace
+
+
+def small_trace() -> Trace:
+    tr = Trace(world_size=8, meta={"workload": "test"})
+    tr.add_family("tp", [range(0, 4), range(4, 8)])
+    a = tr.compute(range(8), flops=[1e9] * 8, hbm_bytes=1e6, name="attn")
+    b = tr.collective("allreduce", "tp", 2**20, deps=[a], buffer="act0", stream="comm")
+    tr.collective("alltoallv", "tp", 2**20, peer_bytes=[[0, 1, 2, 3]] * 4, deps=[b])
+    tr.add("p2p", [0, 4], src=[0], dst=[4], nbytes=1e6)
+    tr.add("memcpy", [1, 2], nbytes=[1e5, 2e5])
+    return tr
+
+
+def test_round_trip_is_exact(tmp_path) -> None:  # noqa: ANN001
+    tr = small_trace()
+    tr.validate()
+    loaded = Trace.load(tr.save(tmp_path / "t.parquet"))
+    assert loaded.ops == tr.ops
+    assert loaded.communicators == tr.communicators
+    assert loaded.world_size == tr.world_size and loaded.meta == tr.meta
+    assert tr.to_frame().shape[0] == 5
+
+
+def test_truncated_file_fails_clearly(tmp_path) -> None:  # noqa: ANN001
+    path = small_trace().save(tmp_path / "t.parquet")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceError, match="not a readable parquet trace"):
+        Trace.load(path)
+
+
+def test_garbage_file_fails_clearly(tmp_path) -> None:  # noqa: ANN001
+    path = tmp_path / "g.parquet"
+    path.write_bytes(b"\x00garbage" * 100)
+    with pytest.raises(TraceError, match="not a readable parquet trace"):
+        Trace.load(path)
+
+
+def test_parquet_without_trace_metadata_is_rejected(tmp_path) -> None:  # noqa: ANN001
+    path = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"x": [1, 2]}), path)
+    with pytest.raises(TraceError, match="format version"):
+        Trace.load(path)
+
+
+class _Boom:
+    def __reduce__(self):  # noqa: ANN204
+        import os
+
+        return (os.system, ("touch /tmp/stratacl_pickle_executed",))
+
+
+def test_loading_never_unpickles(tmp_path) -> None:  # noqa: ANN001
+    """A pickle payload smuggled into a column and into pandas metadata is never executed."""
+    marker = __import__("pathlib").Path("/tmp/stratacl_pickle_executed")
+    marker.unlink(missing_ok=True)
+    path = small_trace().save(tmp_path / "t.parquet")
+    table = pq.read_table(path)
+    payload = pickle.dumps(_Boom())
+    table = table.append_column("evil", pa.array([payload] * table.num_rows, type=pa.binary()))
+    md = dict(table.schema.metadata)
+    md[b"pandas"] = payload
+    pq.write_table(table.replace_schema_metadata(md), path)
+    Trace.load(path)  # extra columns are ignored; nothing is unpickled
+    assert not marker.exists()
+
+
+def test_corrupt_metadata_fails_clearly(tmp_path) -> None:  # noqa: ANN001
+    path = small_trace().save(tmp_path / "t.parquet")
+    table = pq.read_table(path)
+    md = dict(table.schema.metadata)
+    md[b"stratacl.communicators"] = b"{not json"
+    pq.write_table(table.replace_schema_metadata(md), path)
+    with pytest.raises(TraceError, match="corrupt metadata"):
+        Trace.load(path)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda t: t.ops[1].__setattr__("comm", "xp"), r"op 1 .*communicator 'xp' is not defined"),
+    (lambda t: t.ops[0].__setattr__("ranks", (0, 9)), r"op 0 'attn'.*rank 9 outside 0..7"),
+    (lambda t: t.ops[0].__setattr__("deps", (2,)), r"op \d .*dependency cycle"),
+    (lambda t: t.ops[1].__setattr__("coll", "allsum"), r"op 1 .*unknown collective 'allsum'"),
+    (lambda t: t.ops[2].__setattr__("peer_bytes", (1.0, 2.0)), r"op 2 .*4x4 matrix"),
+    (lambda t: t.ops[0].__setattr__("flops", (1.0, 2.0)), r"op 0 'attn'.*flops has 2 values for 8 ranks"),
+    (lambda t: t.ops[3].__setattr__("dst", (0,)), r"op 3 .*(sends to itself|union of src and dst)"),
+    (lambda t: t.ops[4].__setattr__("nbytes", (-1.0,)), r"op 4 .*nbytes must be finite and ≥ 0"),
+    (lambda t: t.ops[1].__setattr__("ranks", (0, 1, 2, 3, 4)), r"op 1 .*not exactly covered"),
+])
+def test_validation_names_the_bad_op(mutate, message) -> None:  # noqa: ANN001
+    tr = small_trace()
+    mutate(tr)
+    tr._preds = None
+    with pytest.raises(TraceError, match=message):
+        tr.validate()
+
+
+def test_invalid_trace_file_is_rejected_on_load(tmp_path) -> None:  # noqa: ANN001
+    tr = small_trace()
+    tr.ops[1].comm = "nope"
+    path = tr.save(tmp_path / "bad.parquet")
+    with pytest.raises(TraceError, match="op 1"):
+        Trace.load(path)
