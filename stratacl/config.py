@@ -117,6 +117,12 @@ class LibraryConfig:
     comm_buffers: int = 2  # staged: buffers per communicator (in + out)
     launch_us: float = 0.0  # fixed per-operator launch overhead on the critical path
     copy_GBps: float = 0.0  # staged: device-to-device copy rate (0 = HBM-bound)
+    # memory the library holds per rank besides comm buffers (pool data path)
+    pool_GB: float = 0.0  # pre-registered pool
+    fragmentation_GB: dict[str, float] = field(default_factory=dict)  # per context: inference | training
+    # registration costs (jit_register: on the critical path at first use; on_alloc: asynchronous)
+    register_base_us: float = 0.0  # per buffer
+    register_per_peer_us: float = 0.0  # per peer mapping (serialised on the page-table lock)
 
 
 # --------------------------------------------------------------------------- workloads

@@ -81,6 +81,9 @@ class Trace:
     communicators: dict[str, tuple[int, ...]] = field(default_factory=dict)
     ops: list[Op] = field(default_factory=list)
     meta: dict[str, object] = field(default_factory=dict)
+    # user buffers collectives read/write: name -> op id whose start allocates (maps) it, or -1
+    # when it was allocated before the trace starts (weights, KV cache, warm-up allocations)
+    buffers: dict[str, int] = field(default_factory=dict)
     _preds: tuple[int, list[list[int]]] | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ building
@@ -103,6 +106,14 @@ class Trace:
                 payload[key] = tuple(int(x) for x in payload[key])  # type: ignore[union-attr]
         self.ops.append(Op(id=op_id, kind=kind, ranks=tuple(int(r) for r in ranks), **payload))
         return op_id
+
+    def add_buffer(self, name: str, alloc_op: int = -1) -> str:
+        """Declare a user buffer and when it is allocated (registration-on-allocation starts then).
+
+        Buffers a collective names without declaring them count as allocated before the trace.
+        """
+        self.buffers[name] = int(alloc_op)
+        return name
 
     def compute(self, ranks: Iterable[int], flops: object = 0.0, hbm_bytes: object = 0.0,
                 core: str = "cube", **kw: object) -> int:
@@ -140,6 +151,9 @@ class Trace:
                 raise TraceError(f"communicator '{name}' has invalid ranks {list(ranks)[:8]}"
                                  f" (must be distinct, in 0..{self.world_size - 1})")
         families = {family_of(n) for n in self.communicators}
+        for name, alloc in self.buffers.items():
+            if not -1 <= alloc < len(self.ops):
+                raise TraceError(f"buffer '{name}' is allocated by unknown op {alloc}")
         for idx, op in enumerate(self.ops):
             if op.id != idx:
                 raise TraceError(f"op at position {idx} has id {op.id}; ids must be 0..n-1 in order")
@@ -228,6 +242,7 @@ class Trace:
             "stratacl.world_size": str(self.world_size),
             "stratacl.communicators": json.dumps({k: list(v) for k, v in self.communicators.items()}),
             "stratacl.meta": json.dumps(self.meta, default=str),
+            "stratacl.buffers": json.dumps(self.buffers),
         }
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
         path = Path(path)
@@ -254,9 +269,10 @@ class Trace:
             comms = {k: tuple(int(r) for r in v)
                      for k, v in json.loads(md["stratacl.communicators"]).items()}
             meta = json.loads(md.get("stratacl.meta", "{}"))
+            buffers = {str(k): int(v) for k, v in json.loads(md.get("stratacl.buffers", "{}")).items()}
         except (KeyError, ValueError, TypeError) as exc:
             raise TraceError(f"trace file {path} has corrupt metadata: {exc}") from None
-        trace = cls(world_size=world, communicators=comms, meta=meta)
+        trace = cls(world_size=world, communicators=comms, meta=meta, buffers=buffers)
         expected = {f.name for f in fields(Op)}
         missing = expected - set(table.column_names)
         if missing:

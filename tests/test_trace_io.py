@@ -19,7 +19,10 @@ def small_trace() -> Trace:
     b = tr.collective("allreduce", "tp", 2**20, deps=[a], buffer="act0", stream="comm")
     tr.collective("alltoallv", "tp", 2**20, peer_bytes=[[0, 1, 2, 3]] * 4, deps=[b])
     tr.add("p2p", [0, 4], src=[0], dst=[4], nbytes=1e6)
-    tr.add("memcpy", [1, 2], nbytes=[1e5, 2e5])
+    m = tr.add("memcpy", [1, 2], nbytes=[1e5, 2e5])
+    tr.add_buffer("act0", alloc_op=a)
+    tr.add_buffer("kv", alloc_op=-1)
+    assert m == 4
     return tr
 
 
@@ -30,6 +33,7 @@ def test_round_trip_is_exact(tmp_path) -> None:  # noqa: ANN001
     assert loaded.ops == tr.ops
     assert loaded.communicators == tr.communicators
     assert loaded.world_size == tr.world_size and loaded.meta == tr.meta
+    assert loaded.buffers == {"act0": 0, "kv": -1}
     assert tr.to_frame().shape[0] == 5
 
 

@@ -46,10 +46,18 @@ class LibraryModel:
 
     # ------------------------------------------------------------------ static properties
     def comm_memory_bytes(self, communicators: int = 1) -> float:
-        """HBM the library holds per rank for `communicators` communicators."""
+        """HBM of staging buffers per rank for `communicators` communicators."""
         if self.cfg.data_path == DataPath.staged:
             return communicators * self.cfg.comm_buffers * self.cfg.comm_buffer_MB * 1e6
         return 0.0
+
+    def held_memory_bytes(self, communicators: int = 1, context: str = "inference") -> float:
+        """All HBM per rank the library keeps from the workload: comm buffers, the registered
+        pool, and allocator fragmentation when it forces expandable segments off (REFERENCE §3).
+        `context` is "inference" or "training" (fragmentation differs)."""
+        frag = self.cfg.fragmentation_GB.get(context, 0.0) if self.cfg.data_path == DataPath.pool else 0.0
+        pool = self.cfg.pool_GB if self.cfg.data_path == DataPath.pool else 0.0
+        return self.comm_memory_bytes(communicators) + (pool + frag) * 1e9
 
     def choose_algorithm(self, coll: str, size: float, n: int) -> str:
         a = self.cfg.algorithm
