@@ -27,6 +27,7 @@ class TierConfig:
     alpha_us: float = MISSING
     beta_GBps: float = MISSING
     plane: str = "ub"  # which per-die port the bytes cross: sio | ub | rdma
+    sync_us: float = 0.0  # flag write a synchronised algorithm step waits for on this tier
 
 
 @dataclass
@@ -53,6 +54,7 @@ class DieConfig:
     cube_TFLOPs: float = MISSING  # dense BF16
     vector_TFLOPs: float = MISSING
     vector_core_move_GBps: float = MISSING  # bytes/s one vector core moves to a remote die
+    cores_shared: bool = False  # GPUs: SMs do both matmul and communication (holds hit both)
     sdma: SdmaConfig = field(default_factory=SdmaConfig)
 
 
@@ -123,6 +125,11 @@ class LibraryConfig:
     # registration costs (jit_register: on the critical path at first use; on_alloc: asynchronous)
     register_base_us: float = 0.0  # per buffer
     register_per_peer_us: float = 0.0  # per peer mapping (serialised on the page-table lock)
+    # core partitioning (balanced): transfer unit per tier and cores one peer may use
+    unit_KiB: dict[str, float] = field(default_factory=dict)  # per tier: die | node | supernode | scaleout
+    fanout_cap: int = 4
+    pipeline_chunks: int = 1  # staged: >1 overlaps the copies with the transfer in that many chunks
+    moe_layout_exchange: bool = True  # MoE dispatch: exchange per-peer counts first (an extra step)
 
 
 # --------------------------------------------------------------------------- workloads
@@ -188,6 +195,8 @@ def validate_fabric(fab: FabricConfig) -> None:
         if name not in TIER_ORDER:
             raise ConfigError(f"fabric.tiers.{name}", "unknown tier", f"use one of {TIER_ORDER}")
         _positive(tier.beta_GBps, f"fabric.tiers.{name}.beta_GBps")
+        if tier.sync_us < 0:
+            raise ConfigError(f"fabric.tiers.{name}.sync_us", f"negative {tier.sync_us}", "use ≥ 0")
         if tier.alpha_us < 0:
             raise ConfigError(f"fabric.tiers.{name}.alpha_us", f"negative latency {tier.alpha_us}", "use ≥ 0")
         if tier.plane not in fab.port_GBps:
@@ -227,9 +236,20 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     if lib.mover == Mover.sdma and lib.trigger.value not in fab.die.sdma.launch_us:
         raise ConfigError(f"{where}.trigger", f"no SDMA launch cost for trigger '{lib.trigger.value}'",
                           f"add fabric.die.sdma.launch_us.{lib.trigger.value}")
-    for key in ("launch_us", "copy_GBps"):
+    for key in ("launch_us", "copy_GBps", "pool_GB", "register_base_us", "register_per_peer_us"):
         if getattr(lib, key) < 0:
             raise ConfigError(f"{where}.{key}", "must be ≥ 0")
+    if lib.fanout_cap < 1:
+        raise ConfigError(f"{where}.fanout_cap", f"must be ≥ 1, got {lib.fanout_cap}")
+    if lib.pipeline_chunks < 1:
+        raise ConfigError(f"{where}.pipeline_chunks", f"must be ≥ 1, got {lib.pipeline_chunks}")
+    for tier, kib in lib.unit_KiB.items():
+        if tier not in TIER_ORDER or not kib > 0:
+            raise ConfigError(f"{where}.unit_KiB.{tier}", f"bad unit {kib!r} for tier '{tier}'",
+                              f"positive KiB for tiers {TIER_ORDER}")
+    if lib.partitioning == Partitioning.balanced and lib.mover == Mover.vector_cores and not lib.unit_KiB:
+        raise ConfigError(f"{where}.unit_KiB", "balanced partitioning needs transfer unit sizes",
+                          "e.g. unit_KiB: {die: 256, node: 256, supernode: 512}")
 
 
 def world_size(fab: FabricConfig) -> int:

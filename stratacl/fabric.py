@@ -28,6 +28,7 @@ class Tier:
     alpha_s: float
     beta_Bps: float
     plane: str  # sio | ub | rdma
+    sync_s: float = 0.0  # flag write a synchronised step waits for
 
 
 class Fabric:
@@ -47,7 +48,8 @@ class Fabric:
             tc = cfg.tiers.get(name)
             if tc is None:
                 continue
-            self.tiers[name] = Tier(i, name, tc.alpha_us * 1e-6, tc.beta_GBps * 1e9, tc.plane)
+            self.tiers[name] = Tier(i, name, tc.alpha_us * 1e-6, tc.beta_GBps * 1e9, tc.plane,
+                                    tc.sync_us * 1e-6)
         if self.dies_per_npu > 1 and "die" not in self.tiers:
             raise ConfigError("fabric.tiers.die", "NPUs have several dies but no 'die' tier",
                               "add fabric.tiers.die")
@@ -68,6 +70,7 @@ class Fabric:
         self.vector_cores = die.vector_cores
         self.cube_cores = die.cube_cores
         self.core_move_Bps = die.vector_core_move_GBps * 1e9
+        self.cores_shared = die.cores_shared
         self.sdma_engines = die.sdma.engines
         self.sdma_Bps = die.sdma.engines * die.sdma.engine_GBps * 1e9
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
@@ -89,11 +92,12 @@ class Fabric:
         return np.where(same_npu, 0, np.where(same_node, 1, np.where(same_sn, 2, 3)))
 
     def tier(self, index: int, plane: str = "ub") -> Tier:
-        """The tier at a distance, for a library using `plane` for non-die traffic.
+        """The tier at a distance, for a library using `plane` for inter-node traffic.
 
-        A library on the RDMA plane sends everything beyond the package over RoCE.
+        A library on the RDMA plane (DeepEP-style) keeps intra-node traffic on the scale-up links
+        and sends everything beyond the node over RoCE.
         """
-        if plane == "rdma" and index >= 1 and "scaleout" in self.tiers:
+        if plane == "rdma" and index >= 2 and "scaleout" in self.tiers:
             return self.tiers["scaleout"]
         t = self.tier_list[index]
         if t is None:  # e.g. single-die NPUs have no die tier: fall back to the next one out

@@ -10,7 +10,7 @@ from stratacl.engine.replay import simulate
 from stratacl.trace import Trace, stream_predecessors
 
 BETA_NODE = 170e9
-ALPHA_NODE = 0.7e-6
+ALPHA_NODE = 5e-6 + 0.7e-6 + 1.3e-6  # launch + tier α + flag sync before the wire phase
 
 
 def test_two_equal_transfers_through_one_port_each_get_half(cm384) -> None:  # noqa: ANN001

@@ -6,6 +6,9 @@ their total latency, and how many seconds of port time it needs per plane and di
 one latency term plus one bandwidth term, which is exact on an idle fabric because every step of
 a ring moves the same chunk over the same hop.
 
+Every synchronised step costs the tier's α plus its flag synchronisation (`sync`), so a ring's
+2(n−1) steps show at small sizes while a full-mesh exchange pays one.
+
 Conventions (nccl-tests): S is the op's size per rank — the full buffer for allreduce/alltoall,
 the gathered output for allgather, the input for reducescatter, the buffer for broadcast.
 """
@@ -33,6 +36,7 @@ class WirePlan:
     group_wire_bytes: float = 0.0  # bytes on the network summed over the group's members
     reduce_bytes: float = 0.0  # bytes the busiest die reduces (reads 2, writes 1)
     peers: int = 0  # distinct peers the busiest die exchanges with
+    peer_work: tuple[tuple[float, int], ...] = ()  # busiest die: (bytes, tier index) per peer
 
     @property
     def wire_s(self) -> float:
@@ -73,7 +77,7 @@ def ring(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane
     tiers = _tiers(tidx, fabric, plane)
     hops = [tiers[int(tidx[i, (i + 1) % n])] for i in range(n)]
     slow = min(hops, key=lambda t: t.beta_Bps)
-    alpha = max(h.alpha_s for h in hops)
+    step_s = max(h.alpha_s + h.sync_s for h in hops)  # the ring moves in lockstep
     chunk = size / n
     if coll == "allreduce":
         steps, nbytes = 2 * (n - 1), 2 * (n - 1) * chunk
@@ -85,8 +89,8 @@ def ring(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane
         raise ValueError(f"ring does not implement {coll}")
     red = (n - 1) * chunk if coll in REDUCING else 0.0
     secs = nbytes / slow.beta_Bps
-    return WirePlan("ring", steps, steps * alpha, {slow.plane: secs}, {slow.plane: secs}, nbytes,
-                    nbytes, nbytes * n, red, 2 if n > 2 else 1)
+    return WirePlan("ring", steps, steps * step_s, {slow.plane: secs}, {slow.plane: secs}, nbytes,
+                    nbytes, nbytes * n, red, 2 if n > 2 else 1, ((nbytes, slow.index),))
 
 
 def fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
@@ -101,15 +105,15 @@ def fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, p
     exchanges = 2 if coll in ("allreduce", "broadcast") else 1
     m = peer_matrix(coll, n, size, peer_bytes)
     off = ~np.eye(n, dtype=bool)
-    alpha = max(tiers[int(t)].alpha_s for t in np.unique(tidx[off])) if n > 1 else 0.0
+    step_s = max(tiers[int(t)].alpha_s + tiers[int(t)].sync_s for t in np.unique(tidx[off])) if n > 1 else 0.0
     tx = {p: s * exchanges for p, s in _per_plane(m, tidx, tiers, axis=1).items()}
     rx = {p: s * exchanges for p, s in _per_plane(m, tidx, tiers, axis=0).items()}
     send = float(m.sum(axis=1).max()) * exchanges
     recv = float(m.sum(axis=0).max()) * exchanges
     red = recv / exchanges if coll in REDUCING else 0.0
     steps = exchanges * steps_per_exchange
-    return WirePlan(algorithm, steps, steps * alpha, tx, rx, send, recv, float(m.sum()) * exchanges,
-                    red, n - 1)
+    return WirePlan(algorithm, steps, steps * step_s, tx, rx, send, recv, float(m.sum()) * exchanges,
+                    red, n - 1, _busiest_peer_work(m, tidx, tiers, exchanges))
 
 
 def pairwise(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
@@ -123,7 +127,7 @@ def pairwise(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, p
     for k in range(1, n):
         dst = (idx + k) % n
         step_tiers = [tiers[int(t)] for t in tidx[idx, dst]]
-        latency += max(t.alpha_s for t in step_tiers)
+        latency += max(t.alpha_s + t.sync_s for t in step_tiers)
         secs = np.array([m[i, dst[i]] / step_tiers[i].beta_Bps for i in range(n)])
         worst = int(np.argmax(secs))
         p = step_tiers[worst].plane
@@ -131,4 +135,13 @@ def pairwise(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, p
     send = float(m.sum(axis=1).max())
     recv = float(m.sum(axis=0).max())
     red = recv if coll in REDUCING else 0.0
-    return WirePlan("pairwise", n - 1, latency, tx, dict(tx), send, recv, float(m.sum()), red, n - 1)
+    return WirePlan("pairwise", n - 1, latency, tx, dict(tx), send, recv, float(m.sum()), red, n - 1,
+                    _busiest_peer_work(m, tidx, tiers, 1))
+
+
+def _busiest_peer_work(m: np.ndarray, tidx: np.ndarray, tiers: list[Tier],
+                       exchanges: int) -> tuple[tuple[float, int], ...]:
+    """(bytes, tier) per peer of the member that sends the most (it finishes last)."""
+    i = int(np.argmax(m.sum(axis=1)))
+    return tuple((float(m[i, j]) * exchanges, tiers[int(tidx[i, j])].index)
+                 for j in range(m.shape[0]) if j != i and m[i, j] > 0)

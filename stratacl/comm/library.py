@@ -1,8 +1,21 @@
 """A communication library as a point in the design space (DESIGN.md §3), lowered to phases.
 
-`LibraryModel` holds the static choices (data path, algorithm, mover, …) and prices an op's
-communication as a sequence of phases; `LibraryRuntime` carries per-run state (which user buffers
-are registered) so the same trace can be replayed once per library.
+`LibraryModel` holds the static choices and prices one collective on one communicator as a list
+of phases:
+
+    launch → [registration wait] → [copy in] → sync steps → wire → [copy out]
+
+- data path: `staged` copies user data into/out of the communicator's buffers (HBM traffic) in
+  rounds of the buffer size, each round re-running the algorithm's synchronised steps, optionally
+  pipelined in chunks; `jit_register` / `on_alloc` register user buffers (registration.py);
+  `pool` neither copies nor registers but holds HBM (`held_memory_bytes`).
+- algorithm: ring / HCCL mesh / one-step full-mesh / pairwise (algorithms.py), `auto` = the
+  fastest of them for this size and group on an idle fabric.
+- mover: `vector_cores` hold `comm_cores` cores for the transfer, which cannot finish before the
+  cores' makespan under the partitioning (partition.py); `sdma` moves data on DMA engines, cores
+  held only while a device trigger writes descriptors.
+
+`LibraryRuntime` carries per-replay state (registrations) so the same trace replays per library.
 """
 
 from __future__ import annotations
@@ -13,13 +26,15 @@ from functools import lru_cache
 import numpy as np
 
 from stratacl.comm import algorithms as alg
+from stratacl.comm import partition
+from stratacl.comm.registration import RegistrationState
 from stratacl.compute import lower_compute, lower_memcpy
-from stratacl.config import Algorithm, DataPath, LibraryConfig, Mover
+from stratacl.config import Algorithm, DataPath, LibraryConfig, Mover, Partitioning, Trigger
 from stratacl.fabric import Fabric, R
 from stratacl.phases import Phase, delay
 from stratacl.trace import Op, Trace
 
-# per-rank bytes into / out of the user buffers, as a fraction of the nccl-tests size S and group n
+# per-rank bytes into / out of the user buffers, from the nccl-tests size S and group size n
 _IN_OUT = {
     "allreduce": (lambda s, n: s, lambda s, n: s),
     "allgather": (lambda s, n: s / n, lambda s, n: s),
@@ -30,6 +45,8 @@ _IN_OUT = {
     "dispatch": (lambda s, n: s, lambda s, n: s),
     "combine": (lambda s, n: s, lambda s, n: s),
 }
+_EXCHANGES = ("alltoall", "alltoallv", "dispatch", "combine")
+_TIERS = ("die", "node", "supernode", "scaleout")
 
 
 def staging_bytes(coll: str, size: float, n: int) -> tuple[float, float]:
@@ -44,7 +61,7 @@ class LibraryModel:
         self.cfg = cfg
         self.fabric = fabric
 
-    # ------------------------------------------------------------------ static properties
+    # ------------------------------------------------------------------ memory
     def comm_memory_bytes(self, communicators: int = 1) -> float:
         """HBM of staging buffers per rank for `communicators` communicators."""
         if self.cfg.data_path == DataPath.staged:
@@ -55,24 +72,27 @@ class LibraryModel:
         """All HBM per rank the library keeps from the workload: comm buffers, the registered
         pool, and allocator fragmentation when it forces expandable segments off (REFERENCE §3).
         `context` is "inference" or "training" (fragmentation differs)."""
-        frag = self.cfg.fragmentation_GB.get(context, 0.0) if self.cfg.data_path == DataPath.pool else 0.0
-        pool = self.cfg.pool_GB if self.cfg.data_path == DataPath.pool else 0.0
+        pooled = self.cfg.data_path == DataPath.pool
+        frag = self.cfg.fragmentation_GB.get(context, 0.0) if pooled else 0.0
+        pool = self.cfg.pool_GB if pooled else 0.0
         return self.comm_memory_bytes(communicators) + (pool + frag) * 1e9
 
-    def choose_algorithm(self, coll: str, size: float, n: int) -> str:
+    # ------------------------------------------------------------------ algorithm choice
+    def candidates(self, coll: str) -> list[str]:
         a = self.cfg.algorithm
-        if coll in ("alltoall", "alltoallv", "dispatch", "combine"):
-            return "fullmesh" if a in (Algorithm.fullmesh, Algorithm.auto) else "pairwise"
+        if a == Algorithm.auto:
+            return ["pairwise", "fullmesh"] if coll in _EXCHANGES else ["ring", "mesh", "fullmesh"]
+        if coll in _EXCHANGES:
+            return ["fullmesh"] if a == Algorithm.fullmesh else ["pairwise"]
         if a == Algorithm.pairwise:
-            return "ring"
-        return a.value
+            return ["ring"]
+        return [a.value]
 
-    # ------------------------------------------------------------------ pricing
     def wire_plan(self, coll: str, size: float, group: tuple[int, ...],
-                  peer_bytes: tuple[float, ...] = ()) -> alg.WirePlan:
-        n = len(group)
+                  peer_bytes: tuple[float, ...] = (), algorithm: str | None = None) -> alg.WirePlan:
         tidx = self.fabric.group_tiers(group)
-        return self._plan(coll, size, n, tidx.tobytes(), peer_bytes, self.choose_algorithm(coll, size, n))
+        algo = algorithm or self.candidates(coll)[0]
+        return self._plan(coll, size, len(group), tidx.tobytes(), peer_bytes, algo)
 
     @lru_cache(maxsize=65536)  # noqa: B019 - one model per run
     def _plan(self, coll: str, size: float, n: int, tkey: bytes, peer_bytes: tuple[float, ...],
@@ -90,26 +110,37 @@ class LibraryModel:
                                 steps_per_exchange=n - 1, algorithm="mesh")
         return alg.fullmesh(coll, n, size, tidx, self.fabric, plane, peer_bytes)
 
+    # ------------------------------------------------------------------ pricing
     def collective_phases(self, coll: str, size: float, group: tuple[int, ...],
                           peer_bytes: tuple[float, ...] = ()) -> list[Phase]:
-        """Phases of one collective on one communicator (all groups of a family run alike)."""
-        n = len(group)
-        plan = self.wire_plan(coll, size, group, peer_bytes)
+        """Static phases of one collective on one communicator (registration is added at run
+        time by the runtime). With algorithm=auto, the fastest candidate on an idle fabric."""
+        best: list[Phase] = []
+        best_t = math.inf
+        for algo in self.candidates(coll):
+            plan = self.wire_plan(coll, size, group, peer_bytes, algo)
+            phases = self._phases(coll, size, len(group), plan)
+            t = sum(p.standalone_s() for p in phases)
+            if t < best_t:
+                best, best_t = phases, t
+        return best
+
+    def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan) -> list[Phase]:
         cfg = self.cfg
-        phases: list[Phase] = []
-        phases += delay("launch", cfg.launch_us * 1e-6)
-        rounds = 1
-        cin = cout = 0.0
+        phases: list[Phase] = delay("launch", cfg.launch_us * 1e-6)
+        rounds, cin, cout = 1, 0.0, 0.0
         if cfg.data_path == DataPath.staged and n > 1:
             cin, cout = staging_bytes(coll, size, n)
-            buf = cfg.comm_buffer_MB * 1e6
-            rounds = max(1, math.ceil(max(cin, cout) / buf))
-            phases.append(self._copy_phase(cin, n))
+            rounds = max(1, math.ceil(max(cin, cout) / (cfg.comm_buffer_MB * 1e6)))
+        chunks = cfg.pipeline_chunks
+        if cin > 0:  # with pipelining only the first chunk's copy is exposed
+            phases.append(self._copy_phase(cin / chunks, n))
         phases += delay("sync", plan.latency_s * rounds)
         if plan.wire_s > 0:
-            phases.append(self._wire_phase(plan, n))
+            overlapped = (cin + cout) * (chunks - 1) / chunks
+            phases += self._transfer_phases(plan, n, overlapped_copy=overlapped)
         if cout > 0:
-            phases.append(self._copy_phase(cout, n))
+            phases.append(self._copy_phase(cout / chunks, n))
         return phases
 
     def _copy_phase(self, nbytes: float, n: int) -> Phase:
@@ -119,29 +150,81 @@ class LibraryModel:
         return Phase("copy", loads=(("all", R["hbm"], 2 * nbytes / fab.hbm_Bps),), min_time_s=min_t,
                      hbm_bytes=2 * nbytes * n, copy_bytes=nbytes * n)
 
-    def _wire_phase(self, plan: alg.WirePlan, n: int) -> Phase:
+    def core_schedule(self, plan: alg.WirePlan) -> partition.CoreSchedule:
+        """How the comm cores of the busiest die share its per-peer payloads."""
         fab = self.fabric
+        peers = []
+        units = []
+        for nbytes, t in plan.peer_work:
+            tier = fab.tier(t, self.cfg.plane)
+            rate = min(fab.core_move_Bps, tier.beta_Bps)
+            peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate))
+            units.append(self.cfg.unit_KiB.get(_TIERS[tier.index], 256.0) * 1024)
+        if self.cfg.partitioning == Partitioning.balanced:
+            return partition.balanced(peers, self.cfg.comm_cores, units, self.cfg.fanout_cap)
+        return partition.uniform(peers, self.cfg.comm_cores)
+
+    def _transfer_phases(self, plan: alg.WirePlan, n: int, overlapped_copy: float = 0.0) -> list[Phase]:
+        fab = self.fabric
+        cfg = self.cfg
         loads: list[tuple[str, int, float]] = []
         for p, s in plan.tx_s.items():
             loads.append(("all", R[f"{p}_tx"], s))
         for p, s in plan.rx_s.items():
             loads.append(("all", R[f"{p}_rx"], s))
         # senders read, receivers write, reductions read two operands and write one
-        hbm = plan.send_bytes + plan.recv_bytes + 2 * plan.reduce_bytes
+        hbm = plan.send_bytes + plan.recv_bytes + 2 * plan.reduce_bytes + 2 * overlapped_copy
         loads.append(("all", R["hbm"], hbm / fab.hbm_Bps))
-        holds: tuple[tuple[str, int, float], ...] = ()
-        min_t = 0.0
-        if self.cfg.mover == Mover.vector_cores:
-            cores = self.cfg.comm_cores
-            holds = (("all", R["vec"], cores / fab.vector_cores),)
-            min_t = max(plan.send_bytes, plan.recv_bytes) / (cores * fab.core_move_Bps)
+        moved = max(plan.send_bytes, plan.recv_bytes)
+        core_kinds = ("vec", "cube") if fab.cores_shared else ("vec",)
+        held = cfg.comm_cores / fab.vector_cores
+        phases: list[Phase] = []
+        if cfg.mover == Mover.vector_cores:
+            holds = tuple(("all", R[k], held) for k in core_kinds)
+            min_t = self.core_schedule(plan).makespan_s
         else:
-            loads.append(("all", R["sdma"], max(plan.send_bytes, plan.recv_bytes) / fab.sdma_Bps))
-        return Phase("wire", loads=tuple(loads), holds=holds, min_time_s=min_t,
-                     wire_bytes=plan.group_wire_bytes, hbm_bytes=hbm * n)
+            # device trigger: the cores write descriptors and ring the doorbell (held briefly);
+            # host / AI-CPU triggers build them off the device (no cores, but the launch is slower)
+            launch = fab.sdma_launch_s[cfg.trigger.value]
+            if cfg.trigger == Trigger.device:
+                phases.append(Phase("launch", holds=tuple(("all", R[k], held) for k in core_kinds),
+                                    min_time_s=launch))
+            else:
+                phases += delay("launch", launch)
+            loads.append(("all", R["sdma"], moved / fab.sdma_Bps))
+            holds, min_t = (), 0.0
+        phases.append(Phase("wire", loads=tuple(loads), holds=holds, min_time_s=min_t,
+                            wire_bytes=plan.group_wire_bytes, hbm_bytes=hbm * n,
+                            copy_bytes=overlapped_copy * n))
+        return phases
+
+    def p2p_phases(self, tier_index: int, nbytes: float, total_bytes: float) -> list[Phase]:
+        tier = self.fabric.tier(tier_index, self.cfg.plane)
+        plan = alg.WirePlan("p2p", 1, tier.alpha_s + tier.sync_s, {tier.plane: nbytes / tier.beta_Bps},
+                            {tier.plane: nbytes / tier.beta_Bps}, nbytes, nbytes, total_bytes, 0.0, 1,
+                            ((nbytes, tier.index),))
+        phases = delay("launch", self.cfg.launch_us * 1e-6) + delay("sync", plan.latency_s)
+        return phases + [_p2p_roles(p, total_bytes) for p in self._transfer_phases(plan, 1)]
 
     def runtime(self, trace: Trace) -> LibraryRuntime:
         return LibraryRuntime(self, trace)
+
+
+def _p2p_roles(p: Phase, total_bytes: float) -> Phase:
+    """Point-to-point: the sender's tx port, engines and cores; the receiver's rx port; HBM on both."""
+    loads: list[tuple[str, int, float]] = []
+    for _, r, s in p.loads:
+        name = _RES_NAME[r]
+        if name == "hbm":
+            loads += [("src", r, s / 2), ("dst", r, s / 2)]  # the sender reads, the receiver writes
+        else:
+            loads.append(("dst" if name.endswith("_rx") else "src", r, s))
+    holds = tuple(("src", r, h) for _, r, h in p.holds)
+    return Phase(p.category, p.delay_s, tuple(loads), holds, p.min_time_s, p.wire_bytes,
+                 2 * total_bytes if p.hbm_bytes else 0.0, p.copy_bytes)
+
+
+_RES_NAME = {v: k for k, v in R.items()}
 
 
 class LibraryRuntime:
@@ -151,30 +234,38 @@ class LibraryRuntime:
         self.model = model
         self.trace = trace
         self.fabric = model.fabric
-        self._cache: dict[tuple, list[Phase]] = {}
+        self.registration = RegistrationState(model.cfg, trace.buffers)
+        self._cache: dict[tuple, tuple[list[Phase], int]] = {}
 
     def lower(self, op: Op, now: float) -> list[Phase]:
+        self.registration.note_start(op.id, now)
         key = (op.kind, op.coll, op.comm, op.ranks, op.nbytes, op.peer_bytes, op.flops,
                op.hbm_bytes, op.core, op.fixed_time_s, op.src, op.dst)
-        phases = self._cache.get(key)
-        if phases is None:
-            phases = self._cache[key] = self._lower_static(op)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._lower_static(op)
+        phases, peers = hit
+        if op.buffer and peers:
+            wait = self.registration.exposed_cost_s(op.buffer, max(op.nbytes), peers, now)
+            if wait > 0:
+                return [Phase("register", delay_s=wait), *phases]
         return phases
 
-    def _lower_static(self, op: Op) -> list[Phase]:
+    def _lower_static(self, op: Op) -> tuple[list[Phase], int]:
+        """Phases and the number of peers a rank maps (for registration)."""
         if op.kind == "compute":
-            return lower_compute(op, self.fabric)
+            return lower_compute(op, self.fabric), 0
         if op.kind == "memcpy":
-            return lower_memcpy(op, self.fabric)
+            return lower_memcpy(op, self.fabric), 0
         if op.kind == "p2p":
-            return self._lower_p2p(op)
+            return self._lower_p2p(op), 1
         return self._lower_collective(op)
 
-    def _lower_collective(self, op: Op) -> list[Phase]:
+    def _lower_collective(self, op: Op) -> tuple[list[Phase], int]:
         groups = self.trace.op_groups(op)
         size = max(op.nbytes)
         # groups of a family usually share a shape; price each distinct shape, keep the slowest
-        best: list[Phase] | None = None
+        best: list[Phase] = []
         best_t = -1.0
         seen: set[bytes] = set()
         for g in groups:
@@ -186,10 +277,8 @@ class LibraryRuntime:
             t = sum(p.standalone_s() for p in phases)
             if t > best_t:
                 best, best_t = phases, t
-        assert best is not None
-        scale = len(groups)
         # accounting fields count bytes over the whole op (all groups)
-        return [_scale_accounting(p, scale) for p in best]
+        return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1
 
     def _lower_p2p(self, op: Op) -> list[Phase]:
         fab = self.fabric
@@ -197,27 +286,9 @@ class LibraryRuntime:
         tiers = fab.tier_index(np.asarray(op.src), np.asarray(op.dst))
         sizes = np.asarray(op.nbytes, dtype=float)
         sizes = np.full(len(op.src), sizes[0]) if sizes.size == 1 else sizes
-        worst_t, worst_s, alpha = None, -1.0, 0.0
-        for t, s in zip(tiers, sizes, strict=True):
-            tier = fab.tier(int(t), plane)
-            alpha = max(alpha, tier.alpha_s)
-            if s / tier.beta_Bps > worst_s:
-                worst_t, worst_s = tier, s / tier.beta_Bps
-        assert worst_t is not None
-        nbytes = float(sizes.max())
-        total = float(sizes.sum())
-        loads = (("src", R[f"{worst_t.plane}_tx"], worst_s), ("dst", R[f"{worst_t.plane}_rx"], worst_s),
-                 ("src", R["hbm"], nbytes / fab.hbm_Bps), ("dst", R["hbm"], nbytes / fab.hbm_Bps))
-        holds: tuple = ()
-        min_t = 0.0
-        if self.model.cfg.mover == Mover.vector_cores:
-            cores = self.model.cfg.comm_cores
-            holds = (("src", R["vec"], cores / fab.vector_cores),)
-            min_t = nbytes / (cores * fab.core_move_Bps)
-        else:
-            loads += (("src", R["sdma"], nbytes / fab.sdma_Bps),)
-        return delay("sync", alpha) + [Phase("wire", loads=loads, holds=holds, min_time_s=min_t,
-                                             wire_bytes=total, hbm_bytes=2 * total)]
+        # the slowest pair paces the SPMD op
+        worst = max(range(len(sizes)), key=lambda i: sizes[i] / fab.tier(int(tiers[i]), plane).beta_Bps)
+        return self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()))
 
 
 def _scale_accounting(p: Phase, groups: int) -> Phase:

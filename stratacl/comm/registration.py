@@ -1,0 +1,62 @@
+"""When user buffers get registered for remote access, and what that costs on the critical path.
+
+- `staged`, `pool`: nothing at run time (comm buffers / the pool are registered at init).
+- `jit_register`: the first collective on a (buffer, size) registers it: a fixed cost plus one
+  serialised mapping per peer (O(peers), REFERENCE §3); cached afterwards. A buffer whose size
+  changes (MoE dispatch) misses the cache.
+- `on_alloc`: registration starts when the allocator maps the buffer (the start of the op that
+  allocates it) and runs asynchronously; the first use waits only for what is left of it (barrier
+  fallback; worst case = JIT). Buffers allocated before the trace are ready. A buffer that grows
+  needs its new mapping registered, again from its allocating op.
+"""
+
+from __future__ import annotations
+
+from stratacl.config import DataPath, LibraryConfig
+
+
+class RegistrationState:
+    def __init__(self, cfg: LibraryConfig, buffers: dict[str, int]) -> None:
+        self.cfg = cfg
+        self.buffers = buffers  # name -> allocating op id (-1: before the trace)
+        self._jit_cache: set[tuple[str, float]] = set()
+        self._mapped: dict[str, float] = {}  # on_alloc: bytes already registered per buffer
+        self._alloc_time: dict[int, float] = {}
+        self._alloc_ops = {op for op in buffers.values() if op >= 0}
+        self.registrations = 0
+        self.exposed_s = 0.0
+
+    def cost_s(self, peers: int) -> float:
+        return (self.cfg.register_base_us + self.cfg.register_per_peer_us * peers) * 1e-6
+
+    def note_start(self, op_id: int, now: float) -> None:
+        """Record when allocating ops start (registration-on-allocation begins then)."""
+        if op_id in self._alloc_ops:
+            self._alloc_time[op_id] = now
+
+    def exposed_cost_s(self, buffer: str, nbytes: float, peers: int, now: float) -> float:
+        """Registration time a collective on `buffer` waits for at its start."""
+        path = self.cfg.data_path
+        if not buffer or peers <= 0 or path in (DataPath.staged, DataPath.pool):
+            return 0.0
+        if path == DataPath.jit_register:
+            key = (buffer, nbytes)
+            if key in self._jit_cache:
+                return 0.0
+            self._jit_cache.add(key)
+            self.registrations += 1
+            cost = self.cost_s(peers)
+            self.exposed_s += cost
+            return cost
+        # on_alloc
+        alloc_op = self.buffers.get(buffer, -1)
+        if alloc_op < 0:
+            return 0.0  # mapped (and registered) before the trace: warm-up, weights, KV cache
+        if nbytes <= self._mapped.get(buffer, 0.0):
+            return 0.0  # the existing mapping covers it
+        self._mapped[buffer] = nbytes
+        self.registrations += 1
+        ready = self._alloc_time.get(alloc_op, now) + self.cost_s(peers)
+        wait = max(0.0, ready - now)
+        self.exposed_s += wait
+        return wait
