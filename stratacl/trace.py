@@ -81,9 +81,10 @@ class Trace:
     communicators: dict[str, tuple[int, ...]] = field(default_factory=dict)
     ops: list[Op] = field(default_factory=list)
     meta: dict[str, object] = field(default_factory=dict)
-    # user buffers collectives read/write: name -> op id whose start allocates (maps) it, or -1
-    # when it was allocated before the trace starts (weights, KV cache, warm-up allocations)
-    buffers: dict[str, int] = field(default_factory=dict)
+    # user buffers collectives read/write: name -> ids of the ops whose start (re)allocates it —
+    # maps new memory for it, e.g. a dispatch buffer growing with routing; -1 = allocated before
+    # the trace starts (weights, KV cache, warm-up allocations)
+    buffers: dict[str, tuple[int, ...]] = field(default_factory=dict)
     _preds: tuple[int, list[list[int]]] | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ building
@@ -108,11 +109,13 @@ class Trace:
         return op_id
 
     def add_buffer(self, name: str, alloc_op: int = -1) -> str:
-        """Declare a user buffer and when it is allocated (registration-on-allocation starts then).
+        """Declare that op `alloc_op` (re)allocates user buffer `name` (-1: before the trace).
 
-        Buffers a collective names without declaring them count as allocated before the trace.
+        Call again for each op that maps new memory for it. Registration-on-allocation starts at
+        that op's start. Buffers a collective names without declaring them count as allocated
+        before the trace.
         """
-        self.buffers[name] = int(alloc_op)
+        self.buffers[name] = (*self.buffers.get(name, ()), int(alloc_op))
         return name
 
     def compute(self, ranks: Iterable[int], flops: object = 0.0, hbm_bytes: object = 0.0,
@@ -151,9 +154,10 @@ class Trace:
                 raise TraceError(f"communicator '{name}' has invalid ranks {list(ranks)[:8]}"
                                  f" (must be distinct, in 0..{self.world_size - 1})")
         families = {family_of(n) for n in self.communicators}
-        for name, alloc in self.buffers.items():
-            if not -1 <= alloc < len(self.ops):
-                raise TraceError(f"buffer '{name}' is allocated by unknown op {alloc}")
+        for name, allocs in self.buffers.items():
+            for alloc in allocs:
+                if not -1 <= alloc < len(self.ops):
+                    raise TraceError(f"buffer '{name}' is allocated by unknown op {alloc}")
         for idx, op in enumerate(self.ops):
             if op.id != idx:
                 raise TraceError(f"op at position {idx} has id {op.id}; ids must be 0..n-1 in order")
@@ -269,7 +273,8 @@ class Trace:
             comms = {k: tuple(int(r) for r in v)
                      for k, v in json.loads(md["stratacl.communicators"]).items()}
             meta = json.loads(md.get("stratacl.meta", "{}"))
-            buffers = {str(k): int(v) for k, v in json.loads(md.get("stratacl.buffers", "{}")).items()}
+            buffers = {str(k): tuple(int(x) for x in v)
+                       for k, v in json.loads(md.get("stratacl.buffers", "{}")).items()}
         except (KeyError, ValueError, TypeError) as exc:
             raise TraceError(f"trace file {path} has corrupt metadata: {exc}") from None
         trace = cls(world_size=world, communicators=comms, meta=meta, buffers=buffers)

@@ -33,7 +33,7 @@ def test_round_trip_is_exact(tmp_path) -> None:  # noqa: ANN001
     assert loaded.ops == tr.ops
     assert loaded.communicators == tr.communicators
     assert loaded.world_size == tr.world_size and loaded.meta == tr.meta
-    assert loaded.buffers == {"act0": 0, "kv": -1}
+    assert loaded.buffers == {"act0": (0,), "kv": (-1,)}
     assert tr.to_frame().shape[0] == 5
 
 

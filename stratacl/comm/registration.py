@@ -4,10 +4,10 @@
 - `jit_register`: the first collective on a (buffer, size) registers it: a fixed cost plus one
   serialised mapping per peer (O(peers), REFERENCE §3); cached afterwards. A buffer whose size
   changes (MoE dispatch) misses the cache.
-- `on_alloc`: registration starts when the allocator maps the buffer (the start of the op that
-  allocates it) and runs asynchronously; the first use waits only for what is left of it (barrier
-  fallback; worst case = JIT). Buffers allocated before the trace are ready. A buffer that grows
-  needs its new mapping registered, again from its allocating op.
+- `on_alloc`: registration starts when the allocator maps memory for the buffer (the start of the
+  latest op that (re)allocates it) and runs asynchronously; the first use waits only for what is
+  left of it (barrier fallback; worst case = JIT). Buffers allocated before the trace are ready;
+  a buffer reused within its mapped size costs nothing; growth registers the new mapping.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from stratacl.config import DataPath, LibraryConfig
 
 
 class RegistrationState:
-    def __init__(self, cfg: LibraryConfig, buffers: dict[str, int]) -> None:
+    def __init__(self, cfg: LibraryConfig, buffers: dict[str, tuple[int, ...]]) -> None:
         self.cfg = cfg
-        self.buffers = buffers  # name -> allocating op id (-1: before the trace)
+        self.buffers = buffers  # name -> allocating op ids (-1: before the trace)
         self._jit_cache: set[tuple[str, float]] = set()
         self._mapped: dict[str, float] = {}  # on_alloc: bytes already registered per buffer
         self._alloc_time: dict[int, float] = {}
-        self._alloc_ops = {op for op in buffers.values() if op >= 0}
+        self._alloc_ops = {op for ops in buffers.values() for op in ops if op >= 0}
         self.registrations = 0
         self.exposed_s = 0.0
 
@@ -49,14 +49,14 @@ class RegistrationState:
             self.exposed_s += cost
             return cost
         # on_alloc
-        alloc_op = self.buffers.get(buffer, -1)
-        if alloc_op < 0:
+        started = [self._alloc_time[o] for o in self.buffers.get(buffer, ()) if o in self._alloc_time]
+        if not started:
             return 0.0  # mapped (and registered) before the trace: warm-up, weights, KV cache
         if nbytes <= self._mapped.get(buffer, 0.0):
             return 0.0  # the existing mapping covers it
         self._mapped[buffer] = nbytes
         self.registrations += 1
-        ready = self._alloc_time.get(alloc_op, now) + self.cost_s(peers)
+        ready = max(started) + self.cost_s(peers)
         wait = max(0.0, ready - now)
         self.exposed_s += wait
         return wait

@@ -1,0 +1,522 @@
+"""Exchange traces with ASTRA-sim and other tools as MLCommons Chakra execution traces (ET).
+
+Export writes one ET file per rank, `<prefix>.<rank>.et` (ASTRA-sim's `--workload-configuration`
+naming), plus `<prefix>.json`, the communicator groups `{pg_name: [ranks]}` ASTRA-sim reads with
+`--comm-group-configuration`. Needs the optional extra: `pip install -e ".[chakra]"`.
+
+Mapping (one harness op = one node per rank it runs on; p2p: one SEND/RECV node per pair end):
+
+| harness op | Chakra node | standard attributes |
+|---|---|---|
+| compute | COMP_NODE | `num_ops` = FLOPs, `tensor_size` = HBM bytes, `duration_micros` |
+| memcpy | COMP_NODE | `tensor_size` = 2·nbytes (read + write), `num_ops` = 0 |
+| collective | COMM_COLL_NODE | `comm_type` (CollectiveCommType), `comm_size` = bytes per rank (nccl-tests convention, as ASTRA-sim), `pg_name` |
+| p2p pair | COMM_SEND_NODE / COMM_RECV_NODE | `comm_src`, `comm_dst`, `comm_tag`, `comm_size` |
+
+`data_deps` hold the explicit dependencies that run on the same rank; `ctrl_deps` hold per-rank
+stream order (the previous op on the same rank and stream). Node ids are global: an op's node has
+the same id on every rank (a p2p op takes one id per pair). With a `SimResult`, every node also
+carries the simulated `start_time_micros` / `duration_micros`.
+
+Round trip: every node also carries `stratacl_*` attributes (op id, kind, stream, rank position,
+all explicit deps, communicator family, exact fixed time, alltoallv rows), so `import_chakra`
+rebuilds the same ops and communicators. Documented losses:
+- FLOPs, HBM bytes and per-rank / per-pair bytes are written as integers (rounded);
+- per-rank vectors whose values are all equal come back as one value (same meaning, `Op.per_rank`);
+- explicit dependencies on ops of *other* ranks cannot be expressed per rank in Chakra: they are
+  kept in `stratacl_deps` for the round trip, but other tools see only same-rank `data_deps`;
+- alltoallv / dispatch / combine become ALL_TO_ALL for other tools (`stratacl_coll` keeps them).
+
+Foreign traces (e.g. from Chakra's converter or ASTRA-sim's generators) import too: collectives
+are matched across ranks by order of issue on their `pg_name` (no `pg_name`: all ranks), SEND/RECV
+by (src, dst, tag) in order, and COMP / MEM nodes with the same (id, type, name) on several ranks
+merge into one SPMD op (their `duration_micros` becomes the op's minimum time, the slowest rank's).
+Streams: one `compute` stream per rank (devices run one kernel at a time), one stream per process
+group for collectives (as NCCL does) and one for p2p. REDUCE / GATHER / SCATTER have no harness
+equivalent and fail with a message naming the node; BARRIER becomes a 0-byte allreduce.
+
+CLI: `python -m stratacl.chakra export <trace.parquet> <outdir> [--prefix trace]` and
+`python -m stratacl.chakra import <dir-or-prefix> <trace.parquet>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stratacl.errors import TraceError
+from stratacl.trace import Op, Trace, family_of, stream_predecessors
+
+SCHEMA = "stratacl-chakra-1"
+ET_VERSION = "1.0.0"
+_ET_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et$")
+_COLL_TO_CHAKRA = {"allreduce": "ALL_REDUCE", "allgather": "ALL_GATHER", "reducescatter": "REDUCE_SCATTER",
+                   "alltoall": "ALL_TO_ALL", "alltoallv": "ALL_TO_ALL", "dispatch": "ALL_TO_ALL",
+                   "combine": "ALL_TO_ALL", "broadcast": "BROADCAST"}
+_CHAKRA_TO_COLL = {"ALL_REDUCE": "allreduce", "ALL_GATHER": "allgather", "REDUCE_SCATTER": "reducescatter",
+                   "REDUCE_SCATTER_BLOCK": "reducescatter", "ALL_TO_ALL": "alltoall",
+                   "BROADCAST": "broadcast", "BARRIER": "allreduce"}
+
+
+def _chakra() -> tuple[Any, Any, Any]:
+    """(et_def_pb2, encode, decode) from PyPI `mlc-chakra`, imported only when used."""
+    try:
+        from chakra.schema.protobuf import et_def_pb2
+        from chakra.src.third_party.utils.protolib import decodeMessage, encodeMessage
+    except ImportError as exc:
+        raise ImportError("Chakra support needs the optional extra: pip install -e '.[chakra]' "
+                          "(PyPI mlc-chakra + protobuf)") from exc
+    return et_def_pb2, encodeMessage, decodeMessage
+
+
+# --------------------------------------------------------------------------- attributes
+
+
+def _attr(pb: Any, name: str, value: object) -> Any:
+    if isinstance(value, bool):
+        return pb.AttributeProto(name=name, bool_val=value)
+    if isinstance(value, int | np.integer):
+        return pb.AttributeProto(name=name, int64_val=int(value))
+    if isinstance(value, float):
+        return pb.AttributeProto(name=name, double_val=value)
+    if isinstance(value, str):
+        return pb.AttributeProto(name=name, string_val=value)
+    if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
+        return pb.AttributeProto(name=name, int64_list=pb.Int64List(values=value))
+    if isinstance(value, tuple):
+        return pb.AttributeProto(name=name, double_list=pb.DoubleList(values=value))
+    raise TypeError(f"no Chakra attribute type for {name}={value!r}")
+
+
+def _attrs(node: Any) -> dict[str, object]:
+    """Node attributes by name, whatever oneof type the writer chose."""
+    out: dict[str, object] = {}
+    for a in node.attr:
+        kind = a.WhichOneof("value")
+        if kind is None:
+            continue
+        v = getattr(a, kind)
+        out[a.name] = list(v.values) if kind.endswith("_list") else v
+    return out
+
+
+# --------------------------------------------------------------------------- export
+
+
+def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
+                  sim: Any | None = None) -> list[Path]:
+    """Write `<out_dir>/<prefix>.<rank>.et` for every rank of the trace and `<prefix>.json`.
+
+    `sim` (a `SimResult` of this trace) adds simulated start times and durations.
+    Returns the ET files written.
+    """
+    pb, encode, _ = _chakra()
+    trace.validate()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pg_id = {name: str(i) for i, name in enumerate(trace.communicators)}
+    (out / f"{prefix}.json").write_text(json.dumps(
+        {pg_id[n]: list(r) for n, r in trace.communicators.items()}) + "\n")
+
+    base, nid = [], 0
+    for op in trace.ops:  # global node ids: one per op, one per pair for p2p
+        base.append(nid)
+        nid += len(op.src) if op.kind == "p2p" else 1
+    preds = stream_predecessors(trace)
+    topo = {op_id: i for i, op_id in enumerate(_topological(preds))}
+    per_rank: dict[int, list[tuple[int, Any]]] = defaultdict(list)
+    last: dict[tuple[int, str], int] = {}
+    rank_sets = [set(op.ranks) for op in trace.ops]
+    for op in trace.ops:  # list order = stream order (Trace contract)
+        groups = _group_index(trace, op) if op.kind == "collective" else {}
+        for pos, r in enumerate(op.ranks):
+            prev = last.get((r, op.stream))
+            last[(r, op.stream)] = op.id
+            data = [i for d in op.deps if r in rank_sets[d] for i in _ids_on(trace.ops[d], base[d], r)]
+            ctrl = _ids_on(trace.ops[prev], base[prev], r) if prev is not None else []
+            for node in _nodes(pb, trace, op, base[op.id], r, pos, groups, pg_id, sim):
+                node.data_deps.extend(data)
+                node.ctrl_deps.extend(ctrl)
+                per_rank[r].append((topo[op.id], node))
+
+    meta = [_attr(pb, "schema", SCHEMA), _attr(pb, "stratacl_world_size", trace.world_size),
+            _attr(pb, "stratacl_communicators",
+                  json.dumps({k: list(v) for k, v in trace.communicators.items()})),
+            _attr(pb, "stratacl_meta", json.dumps(trace.meta, default=str)),
+            _attr(pb, "stratacl_buffers", json.dumps(trace.buffers))]
+    files = []
+    for r in range(trace.world_size):  # idle ranks get a file too: ASTRA-sim expects one per NPU
+        path = out / f"{prefix}.{r}.et"
+        with path.open("wb") as f:
+            encode(f, pb.GlobalMetadata(version=ET_VERSION, attr=[*meta, _attr(pb, "stratacl_rank", r)]))
+            for _, node in sorted(per_rank.get(r, []), key=lambda t: (t[0], t[1].id)):
+                encode(f, node)
+        files.append(path)
+    return files
+
+
+def _topological(preds: list[list[int]]) -> list[int]:
+    """Ops in an order where every predecessor comes first (Chakra readers expect deps earlier)."""
+    indeg = [len(p) for p in preds]
+    succ: list[list[int]] = [[] for _ in preds]
+    for i, p in enumerate(preds):
+        for j in p:
+            succ[j].append(i)
+    ready = [i for i, d in enumerate(indeg) if d == 0]  # a heap: lowest ready id first, deterministic
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                heapq.heappush(ready, j)
+    return order
+
+
+def _ids_on(op: Op, base: int, rank: int) -> list[int]:
+    if op.kind != "p2p":
+        return [base]
+    return [base + j for j, (s, d) in enumerate(zip(op.src, op.dst, strict=True)) if rank in (s, d)]
+
+
+def _group_index(trace: Trace, op: Op) -> dict[int, tuple[str, int, int]]:
+    """rank -> (communicator name, group-local index, group size) for a collective op."""
+    out = {}
+    op_ranks = set(op.ranks)
+    for name, ranks in trace.communicators.items():
+        named = name == op.comm or (op.comm not in trace.communicators and family_of(name) == op.comm)
+        if named and op_ranks.issuperset(ranks):  # the same groups Trace.op_groups picks
+            for i, r in enumerate(ranks):
+                out[r] = (name, i, len(ranks))
+    return out
+
+
+def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
+           groups: dict[int, tuple[str, int, int]], pg_id: dict[str, str], sim: Any | None) -> list[Any]:
+    common = {"is_cpu_op": False, "stratacl_op": op.id, "stratacl_kind": op.kind,
+              "stratacl_stream": op.stream, "stratacl_rank_pos": pos}
+    if op.deps:
+        common["stratacl_deps"] = tuple(op.deps)
+    if op.buffer:
+        common["stratacl_buffer"] = op.buffer
+    if not op.name:
+        common["stratacl_unnamed"] = True
+    name = op.name or f"{op.kind}_{op.id}"
+    specs: list[tuple[int, str, dict[str, object]]] = []  # (node id, node type, attributes)
+    if op.kind in ("compute", "memcpy"):
+        if op.kind == "compute":
+            a = {"num_ops": round(_at(op.flops, pos)), "tensor_size": round(_at(op.hbm_bytes, pos)),
+                 "stratacl_core": op.core}
+        else:
+            a = {"num_ops": 0, "tensor_size": round(2 * _at(op.nbytes, pos))}
+        if op.fixed_time_s > 0:
+            a["stratacl_fixed_time_s"] = float(op.fixed_time_s)
+        specs.append((base, "COMP_NODE", a))
+    elif op.kind == "collective":
+        comm, idx, n = groups[r]
+        a = {"comm_type": pb.CollectiveCommType.Value(_COLL_TO_CHAKRA[op.coll]),
+             "comm_size": round(_at(op.nbytes, pos)), "pg_name": pg_id[comm],
+             "stratacl_coll": op.coll, "stratacl_comm": op.comm}
+        if op.peer_bytes:
+            a["stratacl_peer_bytes"] = tuple(float(v) for v in op.peer_bytes[idx * n:(idx + 1) * n])
+        specs.append((base, "COMM_COLL_NODE", a))
+    else:  # p2p: one node per pair end on this rank
+        for j, (s, d) in enumerate(zip(op.src, op.dst, strict=True)):
+            if r not in (s, d):
+                continue
+            a = {"comm_src": s, "comm_dst": d, "comm_tag": (base + j) % 2**31,
+                 "comm_size": round(_at(op.nbytes, j)), "stratacl_pair": j}
+            specs.append((base + j, "COMM_SEND_NODE" if r == s else "COMM_RECV_NODE", a))
+    nodes = []
+    for node_id, node_type, a in specs:
+        node = pb.Node(id=node_id, name=name, type=pb.NodeType.Value(node_type))
+        if op.kind == "compute" and op.fixed_time_s > 0:
+            node.duration_micros = round(op.fixed_time_s * 1e6)
+        if sim is not None:
+            node.start_time_micros = round(float(sim.start[op.id]) * 1e6)
+            node.duration_micros = round(float(sim.end[op.id] - sim.start[op.id]) * 1e6)
+        for key, value in {**common, **a}.items():
+            if key in ("comm_src", "comm_dst", "comm_tag"):  # ASTRA-sim reads these as int32
+                node.attr.append(pb.AttributeProto(name=key, int32_val=int(value)))
+            elif key in ("num_ops", "tensor_size"):  # uint64 as Chakra's own generator writes them
+                node.attr.append(pb.AttributeProto(name=key, uint64_val=int(value)))
+            else:
+                node.attr.append(_attr(pb, key, value))
+        nodes.append(node)
+    return nodes
+
+
+def _at(values: tuple[float, ...], i: int) -> float:
+    return float(values[0] if len(values) == 1 else values[i])
+
+
+# --------------------------------------------------------------------------- import
+
+
+def et_files(path: str | Path) -> dict[int, Path]:
+    """rank -> ET file, from a directory holding one `<prefix>.<rank>.et` set or a path prefix."""
+    path = Path(path)
+    if path.is_dir():
+        candidates, prefix = list(path.glob("*.et")), None
+    else:
+        candidates, prefix = list(path.parent.glob(f"{path.name}.*.et")), path.name
+    sets: dict[str, dict[int, Path]] = defaultdict(dict)
+    for f in candidates:
+        m = _ET_FILE.match(f.name)
+        if m and (prefix is None or m["prefix"] == prefix):
+            sets[m["prefix"]][int(m["rank"])] = f
+    if len(sets) != 1:
+        found = sorted(sets) or "none"
+        raise TraceError(f"{path}: expected one set of <prefix>.<rank>.et files, found prefixes {found}")
+    return dict(sorted(next(iter(sets.values())).items()))
+
+
+def read_et(path: Path) -> tuple[dict[str, object], list[Any]]:
+    """(global metadata attributes, nodes in file order) of one ET file."""
+    pb, _, decode = _chakra()
+    with path.open("rb") as f:
+        meta = pb.GlobalMetadata()
+        if not decode(f, meta):
+            raise TraceError(f"{path}: not a Chakra ET file (no global metadata)")
+        nodes = []
+        while True:
+            node = pb.Node()
+            if not decode(f, node):
+                break
+            nodes.append(node)
+    return _attrs(meta), nodes
+
+
+def import_chakra(path: str | Path, merge: bool = True) -> Trace:
+    """Read a set of per-rank Chakra ET files (a directory or a `<dir>/<prefix>` path) into a Trace.
+
+    `merge=False` keeps foreign COMP/MEM nodes one op per rank (use it when merging equal-looking
+    nodes of different ranks is wrong for a trace; the import retries that way on a cycle).
+    """
+    files = et_files(path)
+    ranks = {r: read_et(f) for r, f in files.items()}
+    meta = next(iter(ranks.values()))[0]
+    if meta.get("schema") == SCHEMA:
+        trace = _import_own(meta, {r: nodes for r, (_, nodes) in ranks.items()})
+    else:
+        groups = _comm_groups(next(iter(files.values())))
+        try:
+            trace = _import_foreign({r: nodes for r, (_, nodes) in ranks.items()}, groups, merge)
+        except TraceError as exc:
+            if not merge or "cycle" not in str(exc):
+                raise
+            trace = _import_foreign({r: nodes for r, (_, nodes) in ranks.items()}, groups, False)
+    trace.validate()
+    return trace
+
+
+def _comm_groups(et_file: Path) -> dict[str, tuple[int, ...]]:
+    m = _ET_FILE.match(et_file.name)
+    group_file = et_file.parent / f"{m['prefix']}.json" if m else None
+    if group_file is None or not group_file.is_file():
+        return {}
+    return {str(k): tuple(int(r) for r in v) for k, v in json.loads(group_file.read_text()).items()}
+
+
+def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) -> Trace:
+    """Rebuild a harness export from its `stratacl_*` attributes (ops keep their ids)."""
+    comms = {k: tuple(v) for k, v in json.loads(str(meta["stratacl_communicators"])).items()}
+    trace = Trace(world_size=int(meta["stratacl_world_size"]), communicators=comms,  # type: ignore[arg-type]
+                  meta=json.loads(str(meta.get("stratacl_meta", "{}"))),
+                  buffers={k: int(v) for k, v in json.loads(str(meta.get("stratacl_buffers", "{}"))).items()})
+    by_op: dict[int, list[tuple[int, Any, dict[str, object]]]] = defaultdict(list)
+    for r, nodes in nodes_by_rank.items():
+        for node in nodes:
+            a = _attrs(node)
+            by_op[int(a["stratacl_op"])].append((r, node, a))  # type: ignore[arg-type]
+    if sorted(by_op) != list(range(len(by_op))):
+        raise TraceError("Chakra export is incomplete: op ids are not 0..n-1 (a rank file is missing?)")
+    for op_id in range(len(by_op)):
+        members = by_op[op_id]
+        node, a = members[0][1], members[0][2]
+        pos = {r: int(x["stratacl_rank_pos"]) for r, _, x in members}  # type: ignore[arg-type]
+        op_ranks = tuple(sorted(pos, key=pos.__getitem__))
+        first = {r: x for r, _, x in reversed(members)}  # p2p: any node of the rank will do
+        kind = str(a["stratacl_kind"])
+        op = Op(id=op_id, kind=kind, ranks=op_ranks, name="" if a.get("stratacl_unnamed") else node.name,
+                stream=str(a["stratacl_stream"]), deps=tuple(int(d) for d in a.get("stratacl_deps", [])),  # type: ignore[union-attr]
+                buffer=str(a.get("stratacl_buffer", "")), fixed_time_s=float(a.get("stratacl_fixed_time_s", 0.0)))  # type: ignore[arg-type]
+        if kind == "compute":
+            op.flops = _vec([first[r]["num_ops"] for r in op_ranks])
+            op.hbm_bytes = _vec([first[r]["tensor_size"] for r in op_ranks])
+            op.core = str(a["stratacl_core"])
+        elif kind == "memcpy":
+            op.nbytes = _vec([float(first[r]["tensor_size"]) / 2 for r in op_ranks])  # type: ignore[arg-type]
+        elif kind == "collective":
+            op.coll, op.comm = str(a["stratacl_coll"]), str(a["stratacl_comm"])
+            op.nbytes = _vec([first[r]["comm_size"] for r in op_ranks])
+            if "stratacl_peer_bytes" in a:  # one group's rows make the shared group-local matrix
+                pg = comms_by_pg(comms)[str(a["pg_name"])]
+                op.peer_bytes = tuple(float(v) for r in pg for v in first[r]["stratacl_peer_bytes"])  # type: ignore[union-attr]
+        else:
+            pairs = sorted((int(x["stratacl_pair"]), int(x["comm_src"]), int(x["comm_dst"]), x["comm_size"])  # type: ignore[arg-type]
+                           for _, n, x in members if n.type == _chakra()[0].COMM_SEND_NODE)
+            op.src = tuple(p[1] for p in pairs)
+            op.dst = tuple(p[2] for p in pairs)
+            op.nbytes = _vec([p[3] for p in pairs])
+        trace.ops.append(op)
+    return trace
+
+
+def comms_by_pg(comms: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """pg_name (export order index) -> ranks, the inverse of export's numbering."""
+    return {str(i): ranks for i, ranks in enumerate(comms.values())}
+
+
+def _vec(values: Iterable[object]) -> tuple[float, ...]:
+    vals = tuple(float(v) for v in values)  # type: ignore[arg-type]
+    return vals[:1] if vals and all(v == vals[0] for v in vals) else vals
+
+
+def _import_foreign(nodes_by_rank: dict[int, list[Any]], pg_ranks: dict[str, tuple[int, ...]],
+                    merge: bool) -> Trace:
+    pb = _chakra()[0]
+    world = max(nodes_by_rank) + 1
+    key_of: dict[tuple[int, int], tuple] = {}  # (rank, node id) -> op key
+    members: dict[tuple, list[tuple[int, Any, dict[str, object]]]] = defaultdict(list)
+    for r, nodes in nodes_by_rank.items():
+        seen: dict[tuple, int] = defaultdict(int)
+        for node in nodes:
+            a = _attrs(node)
+            key = _foreign_key(pb, r, node, a, seen, merge)
+            if (r, node.id) in key_of:
+                raise TraceError(f"rank {r}: Chakra node id {node.id} appears twice")
+            key_of[(r, node.id)] = key
+            members[key].append((r, node, a))
+    order = _foreign_order(members, key_of)
+    index = {k: i for i, k in enumerate(order)}
+    trace = Trace(world_size=world, meta={"source": "chakra"})
+    for pg, ranks in sorted(pg_ranks.items()):
+        trace.add_communicator(f"pg[{pg}]", ranks)
+    for key in order:
+        trace.ops.append(_foreign_op(pb, trace, index[key], key, members[key], key_of, index, world))
+    return trace
+
+
+def _foreign_key(pb: Any, r: int, node: Any, a: dict[str, object], seen: dict[tuple, int],
+                 merge: bool) -> tuple:
+    t = node.type
+    if t == pb.COMM_COLL_NODE:
+        pg = str(a.get("pg_name", ""))
+        k = seen[("coll", pg)]
+        seen[("coll", pg)] += 1
+        return ("coll", pg, k)  # the k-th collective on a process group is one op on all members
+    if t in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
+        src = int(a.get("comm_src", r if t == pb.COMM_SEND_NODE else -1))  # type: ignore[arg-type]
+        dst = int(a.get("comm_dst", r if t == pb.COMM_RECV_NODE else -1))  # type: ignore[arg-type]
+        if src < 0 or dst < 0:
+            raise TraceError(f"rank {r}: Chakra node {node.id} '{node.name}' lacks comm_src/comm_dst")
+        pair = ("p2p", src, dst, int(a.get("comm_tag", 0)), t == pb.COMM_SEND_NODE)  # type: ignore[arg-type]
+        k = seen[pair]
+        seen[pair] += 1
+        return ("p2p", src, dst, pair[3], k)
+    return ("node", node.id, t, node.name) if merge else ("node", node.id, t, node.name, r)
+
+
+def _foreign_order(members: dict[tuple, list], key_of: dict[tuple[int, int], tuple]) -> list[tuple]:
+    preds: dict[tuple, set[tuple]] = {k: set() for k in members}
+    for key, ms in members.items():
+        for r, node, _ in ms:
+            for d in (*node.data_deps, *node.ctrl_deps):
+                dep = key_of.get((r, d))
+                if dep is None:
+                    raise TraceError(f"rank {r}: Chakra node {node.id} '{node.name}' depends on unknown node {d}")
+                if dep != key:
+                    preds[key].add(dep)
+    keys = list(members)
+    idx = {k: i for i, k in enumerate(keys)}
+    order = _topological([sorted(idx[p] for p in preds[k]) for k in keys])
+    if len(order) != len(keys):
+        stuck = next(k for k in keys if idx[k] not in set(order))
+        r, node, _ = members[stuck][0]
+        raise TraceError(f"rank {r}: Chakra node {node.id} '{node.name}' is on a dependency cycle "
+                         "after matching nodes across ranks")
+    return [keys[i] for i in order]
+
+
+def _foreign_op(pb: Any, trace: Trace, op_id: int, key: tuple, ms: list, key_of: dict, index: dict,
+                world: int) -> Op:
+    ms = sorted(ms, key=lambda m: m[0])
+    r0, node0, a0 = ms[0]
+    deps = sorted({index[key_of[(r, d)]] for r, n, _ in ms for d in (*n.data_deps, *n.ctrl_deps)}
+                  - {op_id})
+    ranks = tuple(r for r, _, _ in ms)
+    where = f"rank {r0}: Chakra node {node0.id} '{node0.name}'"
+    if key[0] == "coll":
+        ctype = pb.CollectiveCommType.Name(int(a0.get("comm_type", 0)))  # type: ignore[arg-type]
+        if ctype not in _CHAKRA_TO_COLL:
+            raise TraceError(f"{where}: collective {ctype} has no harness equivalent "
+                             f"(supported: {sorted(_CHAKRA_TO_COLL)})")
+        pg = key[1]
+        comm = f"pg[{pg}]" if pg else "world"
+        if comm not in trace.communicators:
+            trace.add_communicator(comm, ranks if pg else range(world))
+        nbytes = [0.0 if ctype == "BARRIER" else float(a.get("comm_size", 0)) for _, _, a in ms]  # type: ignore[arg-type]
+        return Op(id=op_id, kind="collective", ranks=ranks, name=node0.name, stream=f"comm:{pg or 'world'}",
+                  deps=tuple(deps), coll=_CHAKRA_TO_COLL[ctype], comm=comm, nbytes=_vec(nbytes))
+    if key[0] == "p2p":
+        sends = [m for m in ms if m[1].type == pb.COMM_SEND_NODE]
+        if len(sends) != 1 or len(ms) != 2:
+            raise TraceError(f"{where}: SEND {key[1]}->{key[2]} tag {key[3]} has no matching RECV")
+        size = float(sends[0][2].get("comm_size", 0))  # type: ignore[arg-type]
+        return Op(id=op_id, kind="p2p", ranks=(key[1], key[2]), name=node0.name, stream="p2p",
+                  deps=tuple(deps), src=(key[1],), dst=(key[2],), nbytes=(size,))
+    fixed = max(n.duration_micros for _, n, _ in ms) * 1e-6
+    if node0.type in (pb.MEM_LOAD_NODE, pb.MEM_STORE_NODE):
+        return Op(id=op_id, kind="memcpy", ranks=ranks, name=node0.name, stream="compute", deps=tuple(deps),
+                  nbytes=_vec(float(a.get("tensor_size", 0)) for _, _, a in ms))  # type: ignore[arg-type]
+    return Op(id=op_id, kind="compute", ranks=ranks, name=node0.name, stream="compute", deps=tuple(deps),
+              flops=_vec(float(a.get("num_ops", 0)) for _, _, a in ms),  # type: ignore[arg-type]
+              hbm_bytes=_vec(float(a.get("tensor_size", 0)) for _, _, a in ms),  # type: ignore[arg-type]
+              core=str(a0.get("stratacl_core", "cube")), fixed_time_s=fixed)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stratacl.chakra", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    exp = sub.add_parser("export", help="harness trace (parquet) -> per-rank Chakra ET files")
+    exp.add_argument("trace", type=Path)
+    exp.add_argument("outdir", type=Path)
+    exp.add_argument("--prefix", default="trace", help="file names <prefix>.<rank>.et (default: trace)")
+    imp = sub.add_parser("import", help="per-rank Chakra ET files -> harness trace (parquet)")
+    imp.add_argument("source", type=Path, help="directory with one <prefix>.<rank>.et set, or <dir>/<prefix>")
+    imp.add_argument("trace", type=Path)
+    imp.add_argument("--no-merge", action="store_true", help="keep foreign compute nodes one op per rank")
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "export":
+            files = export_chakra(Trace.load(args.trace), args.outdir, args.prefix)
+            print(f"wrote {len(files)} ET files {args.outdir / args.prefix}.<rank>.et and "
+                  f"{args.outdir / args.prefix}.json")
+        else:
+            trace = import_chakra(args.source, merge=not args.no_merge)
+            trace.save(args.trace)
+            print(f"wrote {args.trace}: {len(trace.ops)} ops, {len(trace.communicators)} communicators, "
+                  f"{trace.world_size} ranks")
+    except (TraceError, ImportError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

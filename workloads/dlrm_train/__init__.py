@@ -1,0 +1,11 @@
+"""DLRM training, TorchRec-style (issue 7): model-parallel embeddings behind an HBM cache,
+data-parallel dense part, one trace per library because library memory shrinks the cache.
+
+Modules: `model` (torch DLRM + measured dense costs), `tables` (Criteo-like tables), `planner`
+(sharding), `cache` (Zipf hit rate), `memory` (per-die HBM budget), `traffic` (all-to-all
+volumes), `builder` (the trace), `analysis` (iteration split), `workload` (run).
+"""
+
+from .workload import run
+
+__all__ = ["run"]

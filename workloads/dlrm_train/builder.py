@@ -1,0 +1,165 @@
+"""One library's trace of `iterations` DLRM training iterations on W dies (TorchRec order).
+
+Streams: `main` (compute), `sparse` (KJT input dist and pooled-embedding all-to-alls), `ddp`
+(dense-gradient all-reduce buckets, overlapping backward) and `cache` (cache-miss fetches and
+dirty-row write-backs over UB). The next batch's input distribution follows the current one's
+gradient all-to-all on `sparse` and so overlaps the embedding update (TrainPipelineSparseDist).
+Every op spans all W ranks; uneven per-die work is a per-rank vector (the op ends with its
+slowest rank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from stratacl.schemas.dlrm_train import DlrmTrainConfig
+from stratacl.trace import Trace
+
+from .model import DenseCosts, StageCost, embedding_cost
+from .planner import Plan
+from .traffic import IterationTraffic
+
+FAMILY = "dp"
+BUFFERS = ("kjt_lengths", "kjt_indices", "pooled_emb", "pooled_emb_grad", "rw_partial", "rw_grad")
+
+
+@dataclass
+class BuiltTrace:
+    trace: Trace
+    iteration_of: list[int] = field(default_factory=list)  # op -> iteration
+    role_of: list[str] = field(default_factory=list)  # op -> compute | comm | cache
+    miss_bytes: list[np.ndarray] = field(default_factory=list)  # per iteration, per die
+    ddp_bucket_bytes: list[float] = field(default_factory=list)
+
+
+def partner(die: int, dies_per_npu: int) -> int:
+    """The die on the neighbouring NPU of the same node: a stand-in endpoint for the node's
+    CPU DRAM (the fabric has no host endpoints), one UB hop away at intra-node distance."""
+    npu, local = divmod(die, dies_per_npu)
+    return (npu ^ 1) * dies_per_npu + local
+
+
+def ddp_buckets(dense: DenseCosts, cfg: DlrmTrainConfig) -> list[tuple[float, bool]]:
+    """DDP gradient buckets in reverse parameter order: (bytes, needs bottom-MLP backward)."""
+    params = [(n, False) for n in reversed(dense.params_top)] + [(n, True) for n in reversed(dense.params_bottom)]
+    caps = [cfg.ddp_first_bucket_MB * 2**20, cfg.ddp_bucket_MB * 2**20]
+    buckets: list[tuple[float, bool]] = []
+    cur, bottom = 0.0, False
+    for n, is_bottom in params:
+        cur += n * cfg.param_dtype_bytes
+        bottom = bottom or is_bottom
+        if cur >= caps[min(len(buckets), 1)]:
+            buckets.append((cur, bottom))
+            cur, bottom = 0.0, False
+    if cur:
+        buckets.append((cur, bottom))
+    return buckets
+
+
+def _die_embedding(plan: Plan, cfg: DlrmTrainConfig, lookups: list[np.ndarray]) -> np.ndarray:
+    """Per die: [fwd flops, fwd bytes, bwd flops, bwd bytes] of its embedding bags."""
+    w, b = plan.world, cfg.batch_per_worker
+    out = np.zeros((w, 4))
+    for d in range(w):
+        widths = [s.width for s in plan.shards_of(d)] + [t.dim for t in plan.rw_tables]
+        for lk, width in zip(lookups[d], widths, strict=True):
+            c = embedding_cost(lk, width, w * b, cfg.table_dtype_bytes, cfg.optimizer_state_bytes_per_row,
+                               cfg.index_bytes, cfg.comm_dtype_bytes)
+            out[d] += (c.fwd_flops, c.fwd_bytes, c.bwd_flops, c.bwd_bytes)
+    return out
+
+
+class _Builder:
+    def __init__(self, world: int) -> None:
+        self.bt = BuiltTrace(Trace(world_size=world, meta={"workload": "dlrm_train"}))
+        self.tr = self.bt.trace
+        self.ranks = tuple(range(world))
+        self.it = 0
+
+    def _tag(self, op: int, role: str) -> int:
+        self.bt.iteration_of.append(self.it)
+        self.bt.role_of.append(role)
+        assert len(self.bt.iteration_of) == op + 1
+        return op
+
+    def stage(self, name: str, cost: StageCost, deps: list[int]) -> int:
+        """A dense stage: its matmuls on cube cores, then its elementwise work on vector cores."""
+        op = self._tag(self.tr.compute(self.ranks, flops=cost.cube_flops, hbm_bytes=cost.hbm_bytes,
+                                       core="cube", stream="main", name=name, deps=deps), "compute")
+        if cost.vector_flops > 0:
+            op = self._tag(self.tr.compute(self.ranks, flops=cost.vector_flops, core="vector",
+                                           stream="main", name=f"{name}_vec"), "compute")
+        return op
+
+    def vector(self, name: str, flops: object, hbm: object, deps: list[int]) -> int:
+        return self._tag(self.tr.compute(self.ranks, flops=flops, hbm_bytes=hbm, core="vector",
+                                         stream="main", name=name, deps=deps), "compute")
+
+    def alltoallv(self, name: str, m: np.ndarray, buffer: str, deps: list[int]) -> int:
+        return self._tag(self.tr.collective("alltoallv", FAMILY, m.sum(axis=1), peer_bytes=m.ravel(),
+                                            stream="sparse", name=name, buffer=buffer, deps=deps), "comm")
+
+    def coll(self, coll: str, name: str, nbytes: float, buffer: str, stream: str, deps: list[int]) -> int:
+        return self._tag(self.tr.collective(coll, FAMILY, nbytes, stream=stream, name=name, buffer=buffer,
+                                            deps=deps), "comm")
+
+    def fetch(self, name: str, src: list[int], dst: list[int], nbytes: np.ndarray, deps: list[int]) -> int:
+        return self._tag(self.tr.add("p2p", self.ranks, src=src, dst=dst, nbytes=nbytes, stream="cache",
+                                     name=name, deps=deps), "cache")
+
+
+def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: list[IterationTraffic],
+                hits: list[np.ndarray], row_bytes: list[np.ndarray], rng: np.random.Generator,
+                dies_per_npu: int) -> BuiltTrace:
+    """`hits[d]` / `row_bytes[d]`: per-segment hit rate and row bytes of die d for this library;
+    `rng` draws the per-iteration miss counts (Binomial(lookups, 1 − hit))."""
+    w = plan.world
+    b = _Builder(w)
+    b.tr.add_family(FAMILY, [range(w)])
+    for name in BUFFERS:
+        b.tr.add_buffer(name, alloc_op=-1)  # allocated in warm-up; the caching allocator reuses them
+    buckets = ddp_buckets(dense, cfg)
+    b.bt.ddp_bucket_bytes = [nb for nb, _ in buckets]
+    for k in range(len(buckets)):
+        b.tr.add_buffer(f"ddp_bucket{k}", alloc_op=-1)
+    home = [partner(d, dies_per_npu) for d in range(w)]
+    for it, tf in enumerate(traffic):
+        b.it = it
+        emb = _die_embedding(plan, cfg, tf.lookups)
+        misses = np.array([float((rng.binomial(tf.lookups[d].astype(np.int64), 1.0 - hits[d]) * row_bytes[d]).sum())
+                           for d in range(w)])
+        b.bt.miss_bytes.append(misses)
+        lengths = b.alltoallv("input_dist_lengths", tf.lengths, "kjt_lengths", [])
+        indices = b.alltoallv("input_dist_indices", tf.indices, "kjt_indices", [lengths])
+        ready = [indices]
+        if misses.any():  # UVM caching: missed rows come from host DRAM before the lookup
+            ready.append(b.fetch("cache_miss_fetch", home, list(range(w)), misses, [indices]))
+        bottom = b.stage("bottom_mlp_fwd", dense.bottom_fwd, [])
+        lookup = b.vector("embedding_fwd", emb[:, 0], emb[:, 1], ready)
+        pooled_ready = [bottom]
+        if tf.pooled.any():
+            pooled_ready.append(b.alltoallv("pooled_emb_fwd", tf.pooled, "pooled_emb", [lookup]))
+        if tf.rw_bytes:
+            pooled_ready.append(b.coll("reducescatter", "rw_pooled_fwd", tf.rw_bytes, "rw_partial",
+                                       "sparse", [lookup]))
+        top_f = b.stage("interaction_top_fwd", dense.top_fwd, pooled_ready)
+        top_b = b.stage("interaction_top_bwd", dense.top_bwd, [top_f])
+        bot_b = b.stage("bottom_mlp_bwd", dense.bottom_bwd, [top_b])
+        grads = []
+        if tf.pooled.any():
+            grads.append(b.alltoallv("pooled_emb_bwd", tf.pooled.T, "pooled_emb_grad", [top_b]))
+        if tf.rw_bytes:
+            grads.append(b.coll("allgather", "rw_grad_bwd", tf.rw_bytes, "rw_grad", "sparse", [top_b]))
+        reduced = [b.coll("allreduce", f"ddp_allreduce_{k}", nb, f"ddp_bucket{k}", "ddp",
+                          [bot_b if needs_bottom else top_b])
+                   for k, (nb, needs_bottom) in enumerate(buckets)]
+        update = b.vector("embedding_bwd_update", emb[:, 2], emb[:, 3], grads)
+        if misses.any():  # steady state: each fetched row evicts a dirty (updated) row
+            b.fetch("cache_writeback", list(range(w)), home, misses, [update])
+        params = sum(dense.params_bottom) + sum(dense.params_top)
+        states = cfg.dense_optimizer_states
+        b.vector("dense_optimizer_step", params * (4 + 4 * states),
+                 params * cfg.param_dtype_bytes * (3 + 2 * states), reduced)
+    return b.bt

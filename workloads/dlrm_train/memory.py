@@ -1,0 +1,54 @@
+"""Per-die HBM budget: what is left for embeddings after the runtime, the dense model, the
+iteration's buffers and the communication library; tables that do not fit get a cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stratacl.errors import ConfigError
+from stratacl.schemas.dlrm_train import DlrmTrainConfig
+
+from .model import DenseCosts
+
+
+@dataclass(frozen=True)
+class DieMemory:
+    hbm_bytes: float
+    reserve_bytes: float  # runtime / framework reserve (knob)
+    dense_bytes: float  # replicated dense params + grads + optimizer states
+    work_bytes: np.ndarray  # per die: activations + send/recv buffers of one iteration
+    library_bytes: float  # held by the communication library
+    table_bytes: np.ndarray  # per die: this die's shards (weights + optimizer state)
+    cache_bytes: np.ndarray  # per die: HBM holding table rows (= table_bytes when all fit)
+
+    @property
+    def budget_bytes(self) -> np.ndarray:
+        return self.hbm_bytes - self.reserve_bytes - self.dense_bytes - self.work_bytes - self.library_bytes
+
+    @property
+    def resident(self) -> np.ndarray:
+        return self.cache_bytes >= self.table_bytes
+
+
+def dense_state_bytes(cfg: DlrmTrainConfig, dense: DenseCosts) -> float:
+    params = sum(dense.params_bottom) + sum(dense.params_top)
+    return params * cfg.param_dtype_bytes * (2 + cfg.dense_optimizer_states)
+
+
+def die_memory(cfg: DlrmTrainConfig, hbm_bytes: float, dense: DenseCosts, work_bytes: np.ndarray,
+               table_bytes: np.ndarray, library_bytes: float, library: str) -> DieMemory:
+    reserve = cfg.runtime_reserve_GB * 1e9
+    if reserve < 0 or cfg.cache_GB_per_die < 0:
+        raise ConfigError("workload.runtime_reserve_GB", "runtime_reserve_GB and cache_GB_per_die must be ≥ 0")
+    mem = DieMemory(hbm_bytes, reserve, dense_state_bytes(cfg, dense), work_bytes, library_bytes,
+                    table_bytes, np.zeros_like(table_bytes))
+    budget = mem.budget_bytes
+    if budget.min() <= 0:
+        raise ConfigError("workload.runtime_reserve_GB", f"no HBM left for embeddings with library "
+                          f"'{library}' (it holds {library_bytes / 1e9:.2f} GB per die; budget "
+                          f"{budget.min() / 1e9:.2f} GB)", "lower the reserve, the batch or library memory")
+    cap = cfg.cache_GB_per_die * 1e9 if cfg.cache_GB_per_die > 0 else np.inf
+    cache = np.minimum(np.minimum(budget, cap), table_bytes)
+    return DieMemory(hbm_bytes, reserve, mem.dense_bytes, work_bytes, library_bytes, table_bytes, cache)

@@ -1,0 +1,150 @@
+"""`run(ctx)`: plan once, then per library size the cache, build the trace and replay it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from stratacl.comm.library import LibraryModel
+from stratacl.errors import ConfigError
+from stratacl.fabric import Fabric
+from stratacl.schemas.dlrm_train import DlrmTrainConfig
+from stratacl.workload_api import RunContext, WorkloadResult
+
+from .analysis import iteration_split
+from .builder import BuiltTrace, build_trace
+from .cache import Segment, hit_rates
+from .memory import DieMemory, die_memory
+from .model import DenseCosts, dense_costs
+from .planner import Plan, plan
+from .tables import Table, make_tables
+from .traffic import IterationTraffic, iteration_traffic, segments
+
+COMMUNICATORS = 1  # TorchRec's sharding env and DDP share the default process group ("dp")
+
+
+@dataclass
+class Setup:
+    """Everything that does not depend on the library."""
+
+    cfg: DlrmTrainConfig
+    tables: list[Table]
+    dense: DenseCosts
+    plan: Plan
+    traffic: list[IterationTraffic]
+    segments: list[list[Segment]]
+    work_bytes: np.ndarray
+
+
+@dataclass
+class LibraryRun:
+    memory: DieMemory
+    hit_rate: np.ndarray  # per die, lookup-weighted
+    built: BuiltTrace
+
+
+def _check(cfg: DlrmTrainConfig, fabric: Fabric) -> None:
+    fabric.check_ranks(cfg.ranks, "workload.ranks")
+    if cfg.ranks < 2 or cfg.ranks % (2 * fabric.dies_per_npu):
+        raise ConfigError("workload.ranks", f"{cfg.ranks} is not a multiple of two NPUs "
+                          f"({2 * fabric.dies_per_npu} dies)", "use e.g. 16, 32, 64 or 128")
+    for key in ("batch_per_worker", "iterations"):
+        if getattr(cfg, key) < 1:
+            raise ConfigError(f"workload.{key}", f"must be ≥ 1, got {getattr(cfg, key)}")
+    if not cfg.zipf_exponent > 0:
+        raise ConfigError("workload.zipf_exponent", f"must be positive, got {cfg.zipf_exponent}")
+
+
+def _work_bytes(dense: DenseCosts, tf: IterationTraffic, world: int) -> np.ndarray:
+    """Activations plus the send and receive buffers of one iteration's collectives, per die."""
+    bufs = np.zeros(world)
+    for m in (tf.lengths, tf.indices, tf.pooled, tf.pooled.T):
+        bufs += m.sum(axis=1) + m.sum(axis=0)
+    bufs += 2 * (tf.rw_bytes + tf.rw_bytes / world)
+    return dense.activation_bytes + bufs
+
+
+def prepare(cfg: DlrmTrainConfig, fabric: Fabric, seed: int) -> Setup:
+    _check(cfg, fabric)
+    tables = make_tables(cfg)
+    dense = dense_costs(cfg.dense_features, len(tables), cfg.embedding_dim, tuple(cfg.bottom_mlp),
+                        tuple(cfg.top_mlp), cfg.batch_per_worker, cfg.compute_dtype_bytes)
+    # a die's shards live in its HBM, or in host DRAM behind an HBM cache (UVM caching)
+    capacity = max(cfg.host_dram_GB_per_die * 1e9, fabric.hbm_bytes - cfg.runtime_reserve_GB * 1e9)
+    p = plan(tables, cfg.ranks, cfg.sharding, cfg.column_shards, capacity)
+    rng = np.random.default_rng([seed, 0])
+    traffic = [iteration_traffic(p, cfg, rng) for _ in range(cfg.iterations)]
+    return Setup(cfg, tables, dense, p, traffic, segments(p, cfg), _work_bytes(dense, traffic[0], cfg.ranks))
+
+
+def library_run(setup: Setup, library: LibraryModel, seed: int) -> LibraryRun:
+    """Cache size after the library's memory, hit rates, and this library's trace."""
+    cfg = setup.cfg
+    held = library.held_memory_bytes(communicators=COMMUNICATORS, context="training")
+    mem = die_memory(cfg, library.fabric.hbm_bytes, setup.dense, setup.work_bytes,
+                     setup.plan.bytes_per_die(), held, library.name)
+    hits, rows, rate = [], [], np.ones(cfg.ranks)
+    memo: dict[tuple, np.ndarray] = {}
+    for d, segs in enumerate(setup.segments):
+        key = (tuple(segs), float(mem.cache_bytes[d]))
+        if key not in memo:  # many dies serve identical shard sets
+            memo[key] = (np.ones(len(segs)) if mem.resident[d]
+                         else hit_rates(segs, float(mem.cache_bytes[d]), cfg.zipf_exponent))
+        h = memo[key]
+        lam = np.array([g.lookups for g in segs])
+        rate[d] = float((h * lam).sum() / lam.sum()) if lam.sum() else 1.0
+        hits.append(h)
+        rows.append(np.array([g.row_bytes for g in segs], dtype=float))
+    built = build_trace(cfg, setup.plan, setup.dense, setup.traffic, hits, rows,
+                        np.random.default_rng([seed, 1]), library.fabric.dies_per_npu)
+    return LibraryRun(mem, rate, built)
+
+
+def run(ctx: RunContext) -> WorkloadResult:
+    cfg: DlrmTrainConfig = ctx.cfg.workload
+    setup = prepare(cfg, ctx.fabric, ctx.seed)
+    samples = cfg.ranks * cfg.batch_per_worker
+    frames, metrics, timelines = [], {}, {}
+    for lib, model in ctx.libraries.items():
+        lr = library_run(setup, model, ctx.seed)
+        res = ctx.simulate(lr.built.trace, lib)
+        split = iteration_split(res.op_frame(lr.built.trace), lr.built.iteration_of, lr.built.role_of)
+        split.insert(0, "library", lib)
+        split["cache_hit_rate"] = float(lr.hit_rate.mean())
+        split["cache_miss_GB_max_die"] = [float(m.max()) / 1e9 for m in lr.built.miss_bytes]
+        split["samples_per_s"] = samples / split["iteration_time_s"]
+        frames.append(split)
+        steady = split.iloc[1:] if len(split) > 1 else split  # pipeline warm from the 2nd on
+        m = {k: float(steady[k].mean()) for k in ("iteration_time_s", "compute_s", "exposed_comm_s",
+                                                  "exposed_cache_miss_s", "cache_traffic_s")}
+        m["samples_per_s"] = samples / m["iteration_time_s"]
+        m["cache_hit_rate"] = float(lr.hit_rate.mean())
+        m["cache_hit_rate_min"] = float(lr.hit_rate.min())
+        m["cache_GB_per_die"] = float(lr.memory.cache_bytes.mean()) / 1e9
+        m["table_GB_per_die_max"] = float(lr.memory.table_bytes.max()) / 1e9
+        m["library_memory_GB_per_die"] = lr.memory.library_bytes / 1e9
+        m["cache_miss_GB_per_iter_max_die"] = float(np.mean([x.max() for x in lr.built.miss_bytes])) / 1e9
+        m["dense_allreduce_MB"] = sum(lr.built.ddp_bucket_bytes) / 1e6
+        m["sim_wall_s"] = float(res.wall_s)
+        metrics[lib] = m
+        timelines[lib] = (lr.built.trace, res)
+        ctx.progress(1)
+    rows = pd.concat(frames, ignore_index=True)
+    notes = [f"plan: {len(setup.plan.shards)} table/column-wise shards, row-wise tables "
+             f"{[t.index for t in setup.plan.rw_tables]}; tables {sum(t.bytes for t in setup.tables) / 1e12:.2f} TB"]
+    hib = {"samples_per_s": True, "cache_hit_rate": True, "cache_hit_rate_min": True, "cache_GB_per_die": True}
+    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=side_by_side(metrics, ctx.baseline),
+                          notes=notes, higher_is_better={k: hib.get(k, False) for k in metrics[ctx.baseline]})
+
+
+def side_by_side(metrics: dict[str, dict[str, float]], baseline: str) -> pd.DataFrame:
+    cols = [("iteration_time_s", 1e3, "iter_ms"), ("compute_s", 1e3, "compute_ms"),
+            ("exposed_comm_s", 1e3, "exposed_comm_ms"), ("exposed_cache_miss_s", 1e3, "exposed_cache_ms"),
+            ("cache_hit_rate", 1.0, "hit_rate"), ("cache_GB_per_die", 1.0, "cache_GB"),
+            ("samples_per_s", 1.0, "samples_per_s")]
+    base = metrics[baseline]["iteration_time_s"]
+    rows = [{"library": lib, **{label: m[k] * f for k, f, label in cols},
+             f"speedup_vs_{baseline}": base / m["iteration_time_s"]} for lib, m in metrics.items()]
+    return pd.DataFrame(rows)

@@ -1,0 +1,67 @@
+"""Bytes autograd saves for backward, per layer type, measured on the fake shard model.
+
+Runs the model-cost piece's own forward (its routed-expert stand-in included) under
+`saved_tensors_hooks` and attributes each saved tensor to the module running when it was saved.
+Parameters are not activations and are skipped; a storage saved twice counts once. With
+`flash_attention`, S×S attention scores (which eager attention saves) are skipped: a fused
+attention kernel keeps only its output and the log-sum-exp.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workloads.modelcost import ModelCosts
+from workloads.modelcost.fakemodel import base_model, decoder_layers
+from workloads.modelcost.measure import make_shape, measure_shape
+
+
+def saved_bytes_by_type(mc: ModelCosts, tokens: int, seq_len: int, tp: int, ep: int,
+                        flash_attention: bool = True) -> dict[str, float]:
+    """Saved activation bytes per layer type (attention*, dense_mlp, moe, embedding, lm_head)."""
+    # ModelCosts exposes no saved-tensor measurement; its shard model and layout are reused here.
+    shard = mc._shard(tp, ep)
+    layout = mc._layout
+    params = {p.untyped_storage()._cdata for p in shard.parameters()}
+    state: dict[str, str | None] = {"tag": None}
+    handles = []
+
+    def tag(mod: torch.nn.Module, name: str | None) -> None:
+        handles.append(mod.register_forward_pre_hook(lambda m, a: state.__setitem__("tag", name)))
+
+    base = base_model(shard)
+    tag(base, "embedding")
+    for layer in decoder_layers(shard):
+        i = layer._mc_idx
+        attn = layout.attention[i] if layout.reps.get(layout.attention[i]) == i else None
+        ffn = layout.ffn[i] if layout.reps.get(layout.ffn[i]) == i else None
+        tag(layer, attn)
+        tag(layer.mlp, ffn)
+    if hasattr(base, "norm"):
+        tag(base.norm, "lm_head")
+    tag(shard.lm_head, "lm_head")
+
+    saved: dict[str, float] = {}
+    seen: set[int] = set()
+
+    def pack(x: torch.Tensor) -> torch.Tensor:
+        name = state["tag"]
+        storage = x.untyped_storage()
+        key = storage._cdata
+        if name is None or key in params or key in seen:
+            return x
+        if flash_attention and x.dim() >= 2 and x.shape[-1] == x.shape[-2] == seq_len and seq_len > 1:
+            return x
+        seen.add(key)
+        saved[name] = saved.get(name, 0.0) + float(storage.nbytes())
+        return x
+
+    n_exp = mc.moe_info()["n_routed_experts"]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+            measure_shape(shard, layout, mc._mode, make_shape("train_fwd", tokens, 0, seq_len),
+                          mc.routing, n_exp, ep)
+    finally:
+        for h in handles:
+            h.remove()
+    return saved

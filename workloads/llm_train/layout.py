@@ -1,0 +1,68 @@
+"""The device mesh: which dies form the fsdp, tp, ep and efsdp communicators.
+
+rank = f·tp + t (TP innermost, so a TP group sits on neighbouring dies of one node).
+- ``tp[f]``    = {f·tp + t : t}                 tensor parallel (attention heads, MLP columns)
+- ``fsdp[t]``  = {f·tp + t : f}                 non-expert parameters sharded over 128 dies
+- ``ep[g]``    = ranks g·ep … g·ep + ep − 1     TorchTitan with expert-TP = 1: EP borrows
+                 ep/tp FSDP ranks × the whole TP group (tokens are sequence-sharded over TP)
+- ``efsdp[j]`` = {g·ep + j : g}                 expert weights sharded over the dies holding
+                 the same experts: dies / ep = fsdp / (ep / tp) ranks
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stratacl.errors import ConfigError
+from stratacl.trace import Trace
+
+
+@dataclass(frozen=True)
+class Layout:
+    dies: int
+    fsdp: int
+    tp: int
+    ep: int
+
+    @property
+    def efsdp(self) -> int:
+        return self.dies // self.ep
+
+    def check(self, n_experts: int) -> None:
+        if self.fsdp < 1 or self.tp < 1 or self.ep < 1:
+            raise ConfigError("workload.fsdp", f"degrees must be ≥ 1, got fsdp={self.fsdp} tp={self.tp} "
+                              f"ep={self.ep}")
+        if self.fsdp * self.tp != self.dies:
+            raise ConfigError("workload.fsdp", f"fsdp {self.fsdp} × tp {self.tp} = {self.fsdp * self.tp} "
+                              f"≠ dies {self.dies}", "choose fsdp = dies / tp")
+        if n_experts == 0 and self.ep != 1:
+            raise ConfigError("workload.ep", f"ep={self.ep} but the model has no routed experts",
+                              "use workload.ep=1 for a dense model")
+        if self.ep > 1:
+            if self.ep % self.tp or self.dies % self.ep:
+                raise ConfigError("workload.ep", f"ep={self.ep} must be a multiple of tp={self.tp} "
+                                  f"and divide dies={self.dies} (EP spans whole TP groups)",
+                                  f"e.g. ep={self.tp * max(1, self.fsdp // 2)}")
+            if n_experts % self.ep:
+                raise ConfigError("workload.ep", f"ep={self.ep} does not divide the model's "
+                                  f"{n_experts} routed experts", "use a divisor of the expert count")
+
+    def groups(self) -> dict[str, list[list[int]]]:
+        """Families with more than one rank per group (size-1 groups need no communication)."""
+        tp, ep, world = self.tp, self.ep, self.dies
+        fam = {
+            "tp": [[f * tp + t for t in range(tp)] for f in range(self.fsdp)],
+            "fsdp": [[f * tp + t for f in range(self.fsdp)] for t in range(tp)],
+            "ep": [list(range(g * ep, (g + 1) * ep)) for g in range(world // ep)],
+            "efsdp": [[g * ep + j for g in range(world // ep)] for j in range(ep)],
+        }
+        return {k: v for k, v in fam.items() if len(v[0]) > 1}
+
+    def add_to(self, trace: Trace) -> list[str]:
+        fams = self.groups()
+        for name, groups in fams.items():
+            trace.add_family(name, groups)
+        return list(fams)
+
+    def communicators_per_rank(self) -> int:
+        return len(self.groups())

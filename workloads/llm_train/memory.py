@@ -1,0 +1,48 @@
+"""Peak HBM per die: sharded fp32 state, unsharded FSDP buffers, activations, library buffers."""
+
+from __future__ import annotations
+
+from stratacl.errors import ConfigError
+
+from .blocks import ModelPlan
+from .layout import Layout
+from .schedule import Knobs
+
+
+def local_params(plan: ModelPlan, layout: Layout) -> int:
+    return sum(-(-u.params // layout.fsdp) + -(-u.expert_params // layout.efsdp) for u in plan.units)
+
+
+def memory_breakdown(plan: ModelPlan, layout: Layout, knobs: Knobs, library_bytes: float,
+                     overhead_bytes: float = 0.0) -> dict[str, float]:
+    """Bytes per die by kind, at the backward peak (where activations are largest)."""
+    local = local_params(plan, layout)
+    gathered = max(u.params + u.expert_params for u in plan.units)
+    decoder_saved = [u.saved_bytes for u in plan.units if u.decoder]
+    other_saved = sum(u.saved_bytes for u in plan.units if not u.decoder)
+    if knobs.recompute:  # block inputs kept; one block's activations live while it is recomputed
+        acts = plan.boundary_bytes + max(decoder_saved, default=0.0) + other_saved
+    else:
+        acts = sum(decoder_saved) + other_saved
+    return {
+        "params": local * knobs.master_bytes,
+        "grads": local * knobs.grad_bytes,
+        "optimizer": local * knobs.state_bytes,
+        # prefetch + 1 gathered units in flight and one unit's unsharded gradient
+        "fsdp_buffers": gathered * ((knobs.prefetch + 1) * knobs.act_bytes + knobs.grad_bytes),
+        "activations": acts,
+        "library": library_bytes,
+        "overhead": overhead_bytes,
+    }
+
+
+def check_fits(breakdown: dict[str, float], hbm_bytes: float, library: str, recompute: bool) -> None:
+    total = sum(breakdown.values())
+    if total <= hbm_bytes:
+        return
+    parts = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in breakdown.items())
+    fix = "raise workload.fsdp/ep (more shards), lower workload.global_batch or seq_len"
+    if not recompute:
+        fix = "set workload.recompute=true, or " + fix
+    raise ConfigError("workload", f"layout needs {total / 1e9:.1f} GB per die with library '{library}' "
+                      f"but a die has {hbm_bytes / 1e9:.1f} GB ({parts} GB)", fix)

@@ -1,0 +1,156 @@
+"""ModelPlan of a transformers model from the model-cost piece (costs measured, sizes read off).
+
+Costs per layer type and phase come from `ModelCosts` at this rank's shape (a 61-layer model has
+five distinct layer types, so a handful of measurements serve every layer; results are cached
+per process). Expert-TP is 1 (TorchTitan's default with EP): attention, dense MLPs and shared
+experts are TP-sharded over the TP group's `tokens`; routed experts see the 1/tp sequence shard
+each rank dispatches. Routed-expert work is linear in received rows: measuring the MoE layer at
+two routings (uniform and a Zipf probe) separates router + shared experts from the per-row cost.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from stratacl.errors import ConfigError
+from stratacl.schemas.llm_train import LlmTrainConfig
+from workloads.modelcost import (
+    CostInputError,
+    LayerCost,
+    ModelConfigError,
+    ModelCosts,
+    RoutingModel,
+    load_model_config,
+)
+from workloads.modelcost.config import CONF_MODEL_DIR
+from workloads.modelcost.fakemodel import base_model, rep_layer
+from workloads.modelcost.sizes import count_layer_by_role
+
+from .activations import saved_bytes_by_type
+from .blocks import Cost, ModelPlan, SubBlock, Unit
+from .layout import Layout
+
+_PROBE = RoutingModel("zipf", skew=1.0, seed=0)  # any skew works: it only has to change row counts
+
+
+def _cost(c: LayerCost) -> Cost:
+    return Cost(float(c.cube_flops), float(c.vector_flops), float(c.hbm_bytes_fused))
+
+
+def load_hf_config(cfg: LlmTrainConfig):  # noqa: ANN201 - transformers PretrainedConfig
+    path = Path(CONF_MODEL_DIR) / f"{cfg.model}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in Path(CONF_MODEL_DIR).glob("*.yaml"))
+        raise ConfigError("workload.model", f"no model '{cfg.model}'", f"use one of {names}")
+    node = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    overrides = dict(node.get("overrides") or {})
+    overrides.update(dict(cfg.model_overrides))
+    if cfg.num_layers:
+        overrides["num_hidden_layers"] = int(cfg.num_layers)
+    try:
+        return load_model_config(node.get("model_type"), overrides, node.get("config_json"))
+    except ModelConfigError as exc:
+        raise ConfigError("workload.model_overrides", str(exc)) from None
+
+
+def model_costs(cfg: LlmTrainConfig) -> tuple[ModelCosts, ModelCosts]:
+    """(uniform-routing costs, Zipf-probe costs) for the configured model, cached per process."""
+    key = json.dumps([cfg.model, cfg.num_layers, dict(cfg.model_overrides), cfg.dtype_bytes],
+                     sort_keys=True, default=str)
+    return _model_costs(key)
+
+
+@lru_cache(maxsize=8)
+def _model_costs(key: str) -> tuple[ModelCosts, ModelCosts]:
+    model, layers, overrides, dtype = json.loads(key)
+    cfg = LlmTrainConfig(model=model, num_layers=layers, model_overrides=overrides, dtype_bytes=dtype)
+    hf = load_hf_config(cfg)
+    return ModelCosts(hf, dtype_bytes=dtype), ModelCosts(hf, dtype_bytes=dtype, routing=_PROBE)
+
+
+def tokens_per_tp_group(cfg: LlmTrainConfig) -> int:
+    if cfg.global_batch % cfg.fsdp:
+        raise ConfigError("workload.global_batch", f"{cfg.global_batch} sequences do not split over "
+                          f"fsdp={cfg.fsdp} data-parallel ranks", "use a multiple of workload.fsdp")
+    tokens = cfg.global_batch // cfg.fsdp * cfg.seq_len
+    if tokens % cfg.tp:
+        raise ConfigError("workload.seq_len", f"{tokens} tokens per TP group do not split over tp={cfg.tp}")
+    return tokens
+
+
+def build_plan(cfg: LlmTrainConfig, layout: Layout) -> ModelPlan:
+    mc, probe = model_costs(cfg)
+    try:
+        return _build(cfg, layout, mc, probe)
+    except CostInputError as exc:
+        raise ConfigError("workload.tp", str(exc), "choose tp/ep dividing the model's heads and experts") from None
+
+
+def _build(cfg: LlmTrainConfig, layout: Layout, mc: ModelCosts, probe: ModelCosts) -> ModelPlan:
+    tp = layout.tp
+    ep = layout.ep
+    info = mc.moe_info()
+    n_exp, top_k = info["n_routed_experts"], info.get("top_k", 0)
+    layout.check(n_exp)
+    tokens = tokens_per_tp_group(cfg)
+    seq = cfg.seq_len
+    fwd = mc.costs_for_shape(tokens, phase="train_fwd", tp=tp, ep=ep, seq_len=seq)
+    bwd = mc.costs_for_shape(tokens, phase="train_bwd", tp=tp, ep=ep, seq_len=seq)
+    saved = saved_bytes_by_type(mc, tokens, seq, tp, ep, cfg.flash_attention)
+    routed = ep > 1 and n_exp > 0
+    moe_sub = None
+    if routed:
+        moe_sub, moe_saved = _moe_block(mc, probe, tokens // tp, ep, n_exp, top_k, cfg.flash_attention)
+        saved["moe"] = moe_saved
+
+    def sub(kind: str, style: str = "block") -> SubBlock:
+        if kind == "moe" and moe_sub is not None:
+            return moe_sub
+        return SubBlock(kind, _cost(fwd[kind]), _cost(bwd[kind]), style if tp > 1 else "none")
+
+    # this rank's TP/EP shard, read off the model-cost piece's shard model (per-layer roles)
+    shard = mc._shard(tp, ep)
+    layout_types = mc._layout
+    units: list[Unit] = []
+    emb = base_model(shard).embed_tokens.weight.numel()
+    units.append(Unit("embedding", (sub("embedding", "embedding"),), emb, 0, saved.get("embedding", 0.0),
+                      decoder=False))
+    for i, (attn, ffn) in enumerate(zip(layout_types.attention, layout_types.ffn, strict=True)):
+        ra, rf = layout_types.reps[attn], layout_types.reps[ffn]
+        by_a = count_layer_by_role(rep_layer(shard, ra), ra)
+        by_f = count_layer_by_role(rep_layer(shard, rf), rf)
+        experts = by_f.get("moe_experts", 0)
+        params = (by_a.get("attention", 0) + by_a.get("norms", 0)
+                  + sum(by_f.get(r, 0) for r in ("dense_mlp", "shared_experts", "router")))
+        if not routed:  # experts TP-sharded inside the block's own FSDP unit
+            params, experts = params + experts, 0
+        units.append(Unit(f"layer{i}", (sub(attn), sub(ffn)), params, experts,
+                          saved.get(attn, 0.0) + saved.get(ffn, 0.0)))
+    head = shard.lm_head.weight.numel() + sum(
+        p.numel() for n, p in base_model(shard).named_parameters()
+        if not n.startswith(("layers.", "embed_tokens.")))
+    units.append(Unit("lm_head", (sub("lm_head", "head"),), head, 0, saved.get("lm_head", 0.0),
+                      decoder=False))
+    sp_tokens = tokens // tp if cfg.sequence_parallel else tokens
+    return ModelPlan(tuple(units), int(mc.cfg.hidden_size), tokens, top_k if routed else 0,
+                     n_exp if routed else 0, float(mc.activation_bytes_per_token() * sp_tokens))
+
+
+def _moe_block(mc: ModelCosts, probe: ModelCosts, rank_tokens: int, ep: int, n_exp: int, top_k: int,
+               flash: bool) -> tuple[SubBlock, float]:
+    """MoE sub-block at the rank's dispatched tokens (tp=1 shard: experts are not TP-split)."""
+    rows_u = mc.routing.rows_on_rank(rank_tokens, top_k, n_exp, ep)
+    rows_z = probe.routing.rows_on_rank(rank_tokens, top_k, n_exp, ep)
+    out = []
+    for phase in ("train_fwd", "train_bwd"):
+        u = _cost(mc.costs_for_shape(rank_tokens, phase=phase, tp=1, ep=ep, seq_len=rank_tokens)["moe"])
+        z = _cost(probe.costs_for_shape(rank_tokens, phase=phase, tp=1, ep=ep, seq_len=rank_tokens)["moe"])
+        row = (z - u).scale(1.0 / (rows_z - rows_u)).clip()
+        out.append(((u - row.scale(rows_u)).clip(), row))
+    (fb, fr), (bb, br) = out
+    saved = saved_bytes_by_type(mc, rank_tokens, rank_tokens, 1, ep, flash).get("moe", 0.0)
+    return SubBlock("moe", fb, bb, "block", row_fwd=fr, row_bwd=br), saved

@@ -1,0 +1,194 @@
+"""One training iteration as a trace: FSDP2 gathers/reduce-scatters on their own streams, TP and
+EP collectives inline with compute, recompute under full activation checkpointing, optimizer.
+
+Streams: ``main`` (compute, TP and EP collectives: they block the next kernel), ``fsdp_ag``
+(parameter all-gathers, prefetched `prefetch` units ahead: the gather into an unsharded buffer
+slot waits until the unit that last used the slot has finished computing) and ``fsdp_rs``
+(gradient reduce-scatters, after each unit's backward). Every op spans all dies (SPMD).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stratacl.trace import Trace
+
+from .blocks import Cost, ModelPlan, SubBlock, Unit
+from .layout import Layout
+
+
+@dataclass(frozen=True)
+class Knobs:
+    act_bytes: int = 2  # activations and all-gathered parameters (bf16)
+    grad_bytes: int = 4  # reduce-scatter dtype
+    master_bytes: int = 4
+    state_bytes: int = 8
+    optimizer_flops_per_param: float = 12.0
+    sequence_parallel: bool = True
+    recompute: bool = True
+    prefetch: int = 1
+    vector_to_cube: float = 16.0  # cube peak / vector peak: vector work folded into cube ops
+
+
+class IterationBuilder:
+    def __init__(self, plan: ModelPlan, layout: Layout, knobs: Knobs,
+                 routing: dict[int, np.ndarray] | None = None, meta: dict | None = None) -> None:
+        self.plan, self.layout, self.k = plan, layout, knobs
+        self.routing = routing or {}
+        self.t = Trace(world_size=layout.dies, meta={"workload": "llm_train", **(meta or {})})
+        self.fams = set(layout.add_to(self.t))
+        self.ranks = tuple(range(layout.dies))
+        self.ep_pos = np.arange(layout.dies) % layout.ep  # rank -> position in its EP group
+        self.last_main = -1
+        for name in ("tp.in", "tp.out"):
+            self.t.add_buffer(name, -1)
+        for fam in ("fsdp", "efsdp"):
+            for slot in range(knobs.prefetch + 1):
+                self.t.add_buffer(f"{fam}.unsharded.{slot}", -1)  # reused every layer
+            for slot in range(2):
+                self.t.add_buffer(f"{fam}.grad.{slot}", -1)
+
+    # ------------------------------------------------------------------ op helpers
+    def _compute(self, name: str, cost: Cost, per_rank: np.ndarray | None = None) -> int | None:
+        """One SPMD kernel group; vector FLOPs ride on the cube op as cube-time equivalents."""
+        scale = per_rank if per_rank is not None else 1.0
+        if cost.cube > 0:
+            flops, core = (cost.cube + cost.vector / self.k.vector_to_cube) * scale, "cube"
+        else:
+            flops, core = cost.vector * scale, "vector"
+        hbm = cost.hbm * scale
+        if np.all(np.asarray(flops) == 0) and np.all(np.asarray(hbm) == 0):
+            return None
+        self.last_main = self.t.compute(self.ranks, flops=flops, hbm_bytes=hbm, core=core, name=name)
+        return self.last_main
+
+    def _main_coll(self, coll: str, fam: str, nbytes: object, name: str, buffer: str,
+                   **kw: object) -> int:
+        self.last_main = self.t.collective(coll, fam, nbytes, name=name, buffer=buffer, **kw)
+        return self.last_main
+
+    # ------------------------------------------------------------------ sub-blocks
+    def _sub(self, unit_idx: int, sub: SubBlock, phase: str, needs_input_grad: bool) -> None:
+        tag = f"{self.plan.units[unit_idx].name}.{sub.name}.{phase}"
+        bwd = phase == "bwd"
+        tp = "tp" in self.fams and sub.tp_style != "none"
+        sp = self.k.sequence_parallel
+        size = float(self.plan.tokens * self.plan.hidden * self.k.act_bytes)
+        before: str | None = None
+        after: str | None = None
+        if tp and sp:
+            style = sub.tp_style
+            if style == "block":
+                before, after = "allgather", "reducescatter"
+            elif style == "embedding":
+                before, after = ("allgather", None) if bwd else (None, "reducescatter")
+            elif style == "head":
+                before, after = (None, "reducescatter") if bwd else ("allgather", None)
+        elif tp:
+            if not bwd and sub.tp_style in ("block", "embedding"):
+                after = "allreduce"
+            elif bwd and sub.tp_style in ("block", "head"):
+                after = "allreduce"
+        if bwd and not needs_input_grad:
+            after = None
+        if before:
+            self._main_coll(before, "tp", size, f"{tag}.tp_{before}", "tp.in")
+        cost = sub.bwd if bwd else sub.fwd
+        if sub.routed and "ep" in self.fams:
+            self._moe(tag, unit_idx, sub, cost, bwd)
+        else:
+            self._compute(tag, cost)
+        if after:
+            self._main_coll(after, "tp", size, f"{tag}.tp_{after}", "tp.out")
+
+    def _moe(self, tag: str, unit_idx: int, sub: SubBlock, base: Cost, bwd: bool) -> None:
+        rows = self.routing[unit_idx]
+        row_bytes = float(self.plan.hidden * self.k.act_bytes)
+        recv = rows.sum(axis=0).astype(float)
+        if not bwd:
+            self._compute(f"{tag}.router", base)  # router + shared experts; allocates dispatch buffers
+        self._ep(tag, "dispatch", rows * row_bytes)
+        row = sub.row_bwd if bwd else sub.row_fwd
+        assert row is not None
+        self._compute(f"{tag}.experts", row, per_rank=recv[self.ep_pos])
+        self._ep(tag, "combine", rows.T * row_bytes)
+        if bwd:
+            self._compute(f"{tag}.router", base)
+
+    def _ep(self, tag: str, coll: str, matrix: np.ndarray) -> None:
+        """All-to-all with a per-peer matrix (row = sender); its buffer is allocated by the op
+        before it (router or experts): routed sizes change every step."""
+        buf = self.t.add_buffer(f"{tag}.{coll}", self.last_main)
+        sent = matrix.sum(axis=1)
+        self._main_coll(coll, "ep", sent[self.ep_pos], f"{tag}.{coll}", buf,
+                        peer_bytes=matrix.ravel())
+
+    # ------------------------------------------------------------------ FSDP
+    def _gathers(self, unit: Unit, pos: int, release: list[int]) -> list[int]:
+        k = self.k
+        deps = [release[pos - k.prefetch - 1]] if pos > k.prefetch else []
+        deps = [d for d in deps if d >= 0]
+        slot = pos % (k.prefetch + 1)
+        ops = []
+        for fam, params in (("fsdp", unit.params), ("efsdp", unit.expert_params)):
+            if params and fam in self.fams:
+                ops.append(self.t.collective("allgather", fam, float(params * k.act_bytes),
+                                             stream="fsdp_ag", deps=deps, buffer=f"{fam}.unsharded.{slot}",
+                                             name=f"{unit.name}.{fam}_allgather"))
+        return ops
+
+    def _reduce_scatters(self, unit: Unit, slot: int) -> list[int]:
+        ops = []
+        for fam, params in (("fsdp", unit.params), ("efsdp", unit.expert_params)):
+            if params and fam in self.fams:
+                ops.append(self.t.collective("reducescatter", fam, float(params * self.k.grad_bytes),
+                                             stream="fsdp_rs", deps=[self.last_main],
+                                             buffer=f"{fam}.grad.{slot % 2}",
+                                             name=f"{unit.name}.{fam}_reducescatter"))
+        return ops
+
+    def _first_main_dep(self, deps: list[int]) -> None:
+        """Make the unit's first kernel wait for its gathers (a zero-cost marker op)."""
+        if deps:
+            self.last_main = self.t.compute(self.ranks, fixed_time_s=0.0, deps=deps, name="wait_gather",
+                                            stream="main")
+
+    # ------------------------------------------------------------------ iteration
+    def build(self) -> Trace:
+        units = self.plan.units
+        order = [(i, "fwd") for i in range(len(units))] + [(i, "bwd") for i in reversed(range(len(units)))]
+        release = [-1] * len(order)
+        rs_ops: list[int] = []
+        first_decoder = next((i for i, u in enumerate(units) if u.decoder), 0)
+        for pos, (i, phase) in enumerate(order):
+            unit = units[i]
+            self._first_main_dep(self._gathers(unit, pos, release))
+            if phase == "fwd":
+                for sub in unit.subs:
+                    self._sub(i, sub, "fwd", True)
+            else:
+                if self.k.recompute and unit.decoder:
+                    for sub in unit.subs:
+                        self._sub(i, sub, "rfwd", True)
+                for j, sub in reversed(list(enumerate(unit.subs))):
+                    first = i == first_decoder and j == 0 and not self.plan.first_input_needs_grad
+                    self._sub(i, sub, "bwd", not first)
+                rs_ops += self._reduce_scatters(unit, len(rs_ops))
+            release[pos] = self.last_main
+        self._optimizer(rs_ops)
+        return self.t
+
+    def _optimizer(self, rs_ops: list[int]) -> None:
+        """Adam on this rank's fp32 shard: read/write master weights and both moments, read grads."""
+        k, lay = self.k, self.layout
+        local = sum(-(-u.params // lay.fsdp) + -(-u.expert_params // lay.efsdp) for u in self.plan.units)
+        hbm = local * (2 * k.master_bytes + k.grad_bytes + 2 * k.state_bytes)
+        self.last_main = self.t.compute(self.ranks, flops=local * k.optimizer_flops_per_param, hbm_bytes=hbm,
+                                        core="vector", deps=rs_ops[-1:], name="optimizer.step")
+
+
+def build_iteration(plan: ModelPlan, layout: Layout, knobs: Knobs,
+                    routing: dict[int, np.ndarray] | None = None, meta: dict | None = None) -> Trace:
+    return IterationBuilder(plan, layout, knobs, routing, meta).build()

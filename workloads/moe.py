@@ -1,0 +1,96 @@
+"""MoE dispatch/combine benchmark (REFERENCE §5): bus bandwidth in the DeepEP convention.
+
+Per mode (HT: high-throughput, LL: low-latency) and iteration: the router GEMM (which allocates
+the dispatch/combine buffers — their size follows the routing), in HT mode a layout exchange of
+per-peer token counts (DeepEP's notify step), the dispatch of token copies and the combine back.
+Routing is sampled once per iteration with the run's seed, identically for every library.
+busbw (DeepEP "logical bandwidth") = bytes of token copies a rank receives ÷ kernel time, averaged
+over ranks; HT counts one copy per destination rank of a token, LL one copy per selected expert.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from stratacl.errors import ConfigError
+from stratacl.schemas.moe import MoeConfig
+from stratacl.trace import Trace
+from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.routing import copies_matrix, expert_weights, route
+
+COUNT_BYTES = 4  # one int32 token count per peer in the layout exchange
+
+
+def build_trace(cfg: MoeConfig, mode: str, seed: int) -> tuple[Trace, list[dict]]:
+    tokens = cfg.tokens_ht if mode == "ht" else cfg.tokens_ll
+    if tokens <= 0:
+        raise ConfigError(f"workload.tokens_{mode}", "must be positive")
+    w = expert_weights(cfg.experts, cfg.skew, cfg.zipf_s, cfg.histogram, seed)
+    rng = np.random.default_rng(seed)
+    tr = Trace(world_size=cfg.ep, meta={"workload": "moe", "mode": mode})
+    tr.add_family("ep", [range(cfg.ep)])
+    ranks = range(cfg.ep)
+    points: list[dict] = []
+    prev: list[int] = []
+    for it in range(cfg.warmup + cfg.iters):
+        copies = copies_matrix(route(tokens, cfg.ep, cfg.experts, cfg.top_k, w, rng), cfg.ep,
+                               cfg.experts, per_expert=(mode == "ll"))
+        gate = tr.compute(ranks, flops=2.0 * tokens * cfg.hidden * cfg.experts,
+                          hbm_bytes=2.0 * cfg.hidden * (tokens + cfg.experts), name=f"gate{it}", deps=prev)
+        # the router's output sizes the dispatch/combine buffers: the allocator maps more memory
+        # for them at the gate when they grow
+        tr.add_buffer("dispatch", alloc_op=gate)
+        tr.add_buffer("combine", alloc_op=gate)
+        dep = [gate]
+        if mode == "ht":
+            dep = [tr.collective("alltoall", "ep", COUNT_BYTES * cfg.ep, name=f"layout{it}", deps=dep)]
+        for kind, mat, per_copy in (("dispatch", copies, cfg.dispatch_bytes_per_token),
+                                    ("combine", copies.T, cfg.combine_bytes_per_token)):
+            peer = mat * per_copy
+            op = tr.collective(kind, "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
+                               buffer=kind, name=f"{kind}{it}", deps=dep)
+            points.append({"op": op, "mode": mode, "kind": kind, "iteration": it,
+                           "measured": it >= cfg.warmup, "recv_bytes_mean": float(peer.sum(axis=0).mean()),
+                           "recv_bytes_max": float(peer.sum(axis=0).max())})
+            dep = [op]
+        prev = dep
+    return tr, points
+
+
+def run(ctx: RunContext) -> WorkloadResult:
+    cfg: MoeConfig = ctx.cfg.workload
+    ctx.fabric.check_ranks(cfg.ep, "workload.ep")
+    bad = [m for m in cfg.modes if m not in ("ht", "ll")]
+    if bad or not cfg.modes:
+        raise ConfigError("workload.modes", f"unknown modes {bad or 'empty'}", "use [ht], [ll] or [ht,ll]")
+    if cfg.iters < 1 or cfg.warmup < 0:
+        raise ConfigError("workload.iters", "need iters ≥ 1 and warmup ≥ 0")
+    traces = {m: build_trace(cfg, m, ctx.seed) for m in cfg.modes}
+    frames, metrics, timelines = [], {}, {}
+    for lib in ctx.libraries:
+        m: dict[str, float] = {}
+        for mode, (trace, points) in traces.items():
+            res = ctx.simulate(trace, lib)
+            ops = res.op_frame(trace).set_index("op")
+            pts = pd.DataFrame(points)
+            pts["time_s"] = [ops.at[p, "end_s"] - ops.at[p, "start_s"] for p in pts["op"]]
+            pts["register_s"] = [ops.at[p, "register_s"] for p in pts["op"]]
+            pts["busbw_GBps"] = pts["recv_bytes_mean"] / pts["time_s"] / 1e9
+            pts["library"] = lib
+            frames.append(pts)
+            for kind, sub in pts.groupby("kind", sort=False):
+                steady = sub[sub["measured"]]
+                m[f"{kind}_{mode}_busbw_GBps"] = float((steady["recv_bytes_mean"] / steady["time_s"]).mean() / 1e9)
+                m[f"{kind}_{mode}_time_us"] = float(steady["time_s"].mean() * 1e6)
+                m[f"{kind}_{mode}_first_time_us"] = float(sub["time_s"].iloc[0] * 1e6)
+            timelines.setdefault(lib, (trace, res))
+        metrics[lib] = m
+        ctx.progress(1)
+    rows = pd.concat(frames, ignore_index=True)
+    keys = [k for k in next(iter(metrics.values())) if k.endswith("busbw_GBps")]
+    table = pd.DataFrame({lib: [metrics[lib][k] for k in keys] for lib in ctx.libraries}, index=keys)
+    table.index.name = "busbw GB/s (DeepEP convention)"
+    hib = {k: k.endswith("GBps") for k in next(iter(metrics.values()))}
+    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table.reset_index(),
+                          higher_is_better=hib)
