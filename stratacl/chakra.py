@@ -334,7 +334,7 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
     comms = {k: tuple(v) for k, v in json.loads(str(meta["stratacl_communicators"])).items()}
     trace = Trace(world_size=int(meta["stratacl_world_size"]), communicators=comms,  # type: ignore[arg-type]
                   meta=json.loads(str(meta.get("stratacl_meta", "{}"))),
-                  buffers={k: int(v) for k, v in json.loads(str(meta.get("stratacl_buffers", "{}"))).items()})
+                  buffers={k: _allocs(v) for k, v in json.loads(str(meta.get("stratacl_buffers", "{}"))).items()})
     by_op: dict[int, list[tuple[int, Any, dict[str, object]]]] = defaultdict(list)
     for r, nodes in nodes_by_rank.items():
         for node in nodes:
@@ -372,6 +372,11 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
             op.nbytes = _vec([p[3] for p in pairs])
         trace.ops.append(op)
     return trace
+
+
+def _allocs(value: object) -> Any:
+    """Buffer allocation ops: a list of op ids (older traces: one id)."""
+    return tuple(int(v) for v in value) if isinstance(value, list) else (int(value),)  # type: ignore[arg-type]
 
 
 def comms_by_pg(comms: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:

@@ -129,6 +129,9 @@ class LibraryConfig:
     unit_KiB: dict[str, float] = field(default_factory=dict)  # per tier: die | node | supernode | scaleout
     fanout_cap: int = 4
     pipeline_chunks: int = 1  # staged: >1 overlaps the copies with the transfer in that many chunks
+    # fraction of the staging copies a zero-copy path still does per collective (NCCL registration
+    # does not remove staging for reducescatter and only partly for ring allreduce)
+    stage_anyway: dict[str, float] = field(default_factory=dict)
     moe_layout_exchange: bool = True  # MoE dispatch: exchange per-peer counts first (an extra step)
 
 
@@ -239,6 +242,9 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     for key in ("launch_us", "copy_GBps", "pool_GB", "register_base_us", "register_per_peer_us"):
         if getattr(lib, key) < 0:
             raise ConfigError(f"{where}.{key}", "must be ≥ 0")
+    for coll, frac in lib.stage_anyway.items():
+        if not 0 <= frac <= 1:
+            raise ConfigError(f"{where}.stage_anyway.{coll}", f"fraction {frac} outside 0..1")
     if lib.fanout_cap < 1:
         raise ConfigError(f"{where}.fanout_cap", f"must be ≥ 1, got {lib.fanout_cap}")
     if lib.pipeline_chunks < 1:

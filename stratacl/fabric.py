@@ -55,7 +55,7 @@ class Fabric:
                               "add fabric.tiers.die")
         if "node" not in self.tiers:
             raise ConfigError("fabric.tiers.node", "missing", "add fabric.tiers.node")
-        if topo.nodes > 1 and "supernode" not in self.tiers:
+        if topo.nodes // topo.supernodes > 1 and "supernode" not in self.tiers:
             raise ConfigError("fabric.tiers.supernode", "several nodes but no 'supernode' tier",
                               "add fabric.tiers.supernode")
         if topo.supernodes > 1 and "scaleout" not in self.tiers:

@@ -1,7 +1,9 @@
 """Operator micro-benchmark: bus bandwidth vs message size per library (nccl-tests conventions).
 
-One trace holds every (collective, size) point as one op, each after the previous on one stream,
-so an op's duration is its operator latency on an otherwise idle fabric. With `group_size` <
+One trace holds every (collective, size) point as warmup + iters ops on the same user buffer,
+each after the previous on one stream, so an op's duration is its operator latency on an
+otherwise idle fabric; like nccl-tests, first-use costs (registration) fall in the warm-up runs.
+`p2p` is a send/recv between rank i and rank i + n/2 of each group (across the group's halves). With `group_size` <
 `ranks`, every op runs on all groups of the family at once (they contend only where they share
 dies, which contiguous groups do not).
 """
@@ -37,17 +39,28 @@ def build_trace(cfg: CollectivesConfig, world: int) -> tuple[Trace, list[tuple[s
                           "use a divisor of workload.ranks (or 0 for one group)")
     if group < 2:
         raise ConfigError("workload.group_size", "collectives need at least 2 ranks per group")
-    unknown = [c for c in cfg.collectives if c not in COLLECTIVES or c in ("alltoallv", "dispatch", "combine")]
+    supported = [c for c in COLLECTIVES if c not in ("alltoallv", "dispatch", "combine")] + ["p2p"]
+    unknown = [c for c in cfg.collectives if c not in supported]
     if unknown or not cfg.collectives:
         raise ConfigError("workload.collectives", f"unsupported {unknown or 'empty list'}",
-                          "use allreduce, allgather, reducescatter, alltoall, broadcast")
+                          f"use some of {supported}")
+    if cfg.iters < 1 or cfg.warmup < 0:
+        raise ConfigError("workload.iters", "need iters ≥ 1 and warmup ≥ 0")
     trace = Trace(world_size=world, meta={"workload": "collectives"})
-    trace.add_family("world", [range(g, g + group) for g in range(0, cfg.ranks, group)])
+    groups = [range(g, g + group) for g in range(0, cfg.ranks, group)]
+    trace.add_family("world", groups)
+    src = [r for g in groups for r in g[: group // 2]]
+    dst = [r + group // 2 for r in src]
     points = []
     for coll in cfg.collectives:
         for size in message_sizes(cfg):
-            trace.collective(coll, "world", size, name=f"{coll}_{size}", buffer=f"{coll}_{size}")
-            points.append((coll, size))
+            for it in range(cfg.warmup + cfg.iters):
+                name, buf = f"{coll}_{size}_{it}", f"{coll}_{size}"
+                if coll == "p2p":
+                    trace.add("p2p", sorted(src + dst), src=src, dst=dst, nbytes=size, name=name, buffer=buf)
+                else:
+                    trace.collective(coll, "world", size, name=name, buffer=buf)
+                points.append((coll, size, it >= cfg.warmup))
     return trace, points
 
 
@@ -60,11 +73,18 @@ def run(ctx: RunContext) -> WorkloadResult:
     for lib in ctx.libraries:
         res = ctx.simulate(trace, lib)
         ops = res.op_frame(trace)
-        ops["collective"] = [c for c, _ in points]
-        ops["size_bytes"] = [s for _, s in points]
+        ops["collective"] = [c for c, _, _ in points]
+        ops["size_bytes"] = [s for _, s, _ in points]
         ops["time_s"] = ops["end_s"] - ops["start_s"]
+        first = ops.groupby(["collective", "size_bytes"], sort=False)["time_s"].transform("first")
+        ops = ops[[m for _, _, m in points]].copy()
+        ops["first_time_s"] = first[ops.index]
+        ops = ops.groupby(["collective", "size_bytes"], sort=False, as_index=False).agg(
+            {**{c: "mean" for c in ops.columns if c.endswith("_s") or c.endswith("_bytes") and c != "size_bytes"},
+             "n_ranks": "first", "library": "first"})
         ops["algbw_GBps"] = [algbw(s, t) / 1e9 for s, t in zip(ops["size_bytes"], ops["time_s"], strict=True)]
         ops["busbw_GBps"] = [a * busbw_factor(c, n) for a, c in zip(ops["algbw_GBps"], ops["collective"], strict=True)]
+        ops["iters"] = cfg.iters
         ops["group_size"] = n
         frames.append(ops)
         m: dict[str, float] = {}

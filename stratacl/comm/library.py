@@ -129,10 +129,14 @@ class LibraryModel:
         cfg = self.cfg
         phases: list[Phase] = delay("launch", cfg.launch_us * 1e-6)
         rounds, cin, cout = 1, 0.0, 0.0
+        chunks = cfg.pipeline_chunks
         if cfg.data_path == DataPath.staged and n > 1:
             cin, cout = staging_bytes(coll, size, n)
-            rounds = max(1, math.ceil(max(cin, cout) / (cfg.comm_buffer_MB * 1e6)))
-        chunks = cfg.pipeline_chunks
+            if chunks == 1:  # unpipelined rounds of the buffer size each re-run the algorithm's steps
+                rounds = max(1, math.ceil(max(cin, cout) / (cfg.comm_buffer_MB * 1e6)))
+        elif coll in cfg.stage_anyway and n > 1:
+            frac = cfg.stage_anyway[coll]
+            cin, cout = (frac * b for b in staging_bytes(coll, size, n))
         if cin > 0:  # with pipelining only the first chunk's copy is exposed
             phases.append(self._copy_phase(cin / chunks, n))
         phases += delay("sync", plan.latency_s * rounds)
@@ -199,20 +203,37 @@ class LibraryModel:
         return phases
 
     def p2p_phases(self, tier_index: int, nbytes: float, total_bytes: float) -> list[Phase]:
+        """Send/recv of `nbytes` per pair (the slowest pair); staged libraries copy on both ends."""
         tier = self.fabric.tier(tier_index, self.cfg.plane)
         plan = alg.WirePlan("p2p", 1, tier.alpha_s + tier.sync_s, {tier.plane: nbytes / tier.beta_Bps},
                             {tier.plane: nbytes / tier.beta_Bps}, nbytes, nbytes, total_bytes, 0.0, 1,
                             ((nbytes, tier.index),))
-        phases = delay("launch", self.cfg.launch_us * 1e-6) + delay("sync", plan.latency_s)
-        return phases + [_p2p_roles(p, total_bytes) for p in self._transfer_phases(plan, 1)]
+        staged = self.cfg.data_path == DataPath.staged or "p2p" in self.cfg.stage_anyway
+        frac = 1.0 if self.cfg.data_path == DataPath.staged else self.cfg.stage_anyway.get("p2p", 0.0)
+        chunks = self.cfg.pipeline_chunks
+        copy = frac * nbytes if staged else 0.0
+        phases = delay("launch", self.cfg.launch_us * 1e-6)
+        if copy > 0:
+            phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1), 0.0, "src"))
+        phases += delay("sync", plan.latency_s)
+        overlapped = 2 * copy * (chunks - 1) / chunks
+        phases += [_p2p_roles(p, total_bytes) for p in self._transfer_phases(plan, 1, overlapped)]
+        if copy > 0:
+            phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1), 0.0, "dst"))
+        return phases
 
     def runtime(self, trace: Trace) -> LibraryRuntime:
         return LibraryRuntime(self, trace)
 
 
-def _p2p_roles(p: Phase, total_bytes: float) -> Phase:
-    """Point-to-point: the sender's tx port, engines and cores; the receiver's rx port; HBM on both."""
+def _p2p_roles(p: Phase, total_bytes: float, only: str = "") -> Phase:
+    """Point-to-point: the sender's tx port, engines and cores; the receiver's rx port; HBM on both
+    (or everything on one end with `only`, e.g. a staging copy)."""
     loads: list[tuple[str, int, float]] = []
+    if only:
+        return Phase(p.category, p.delay_s, tuple((only, r, s) for _, r, s in p.loads),
+                     tuple((only, r, h) for _, r, h in p.holds), p.min_time_s, p.wire_bytes,
+                     p.hbm_bytes, p.copy_bytes)
     for _, r, s in p.loads:
         name = _RES_NAME[r]
         if name == "hbm":

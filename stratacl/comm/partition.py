@@ -63,18 +63,19 @@ def uniform(peers: list[PeerWork], cores: int) -> CoreSchedule:
 
 def balanced(peers: list[PeerWork], cores: int, unit_bytes: list[float], fanout_cap: int) -> CoreSchedule:
     """LPT over units (largest first, each to the least-loaded core allowed for its peer)."""
-    units: list[tuple[float, float, int]] = []  # (transfer time, start-up α, peer)
+    units: list[tuple[float, float, int, int]] = []  # (transfer time, start-up α, index, peer)
     for j, (w, u) in enumerate(zip(peers, unit_bytes, strict=True)):
         if w.nbytes <= 0:
             continue
         n = max(1, math.ceil(w.nbytes / u))
         size = w.nbytes / n
-        units += [(size / w.rate_Bps, w.alpha_s, j)] * n
-    units.sort(key=lambda x: -(x[0] + x[1]))
+        units += [(size / w.rate_Bps, w.alpha_s, i, j) for i in range(n)]
+    # largest first; equal units interleaved across peers so each peer spreads before it is capped
+    units.sort(key=lambda x: (-(x[0] + x[1]), x[2], x[3]))
     heap = [(0.0, c) for c in range(cores)]
     loads = [0.0] * cores
     used: dict[int, set[int]] = {}
-    for move, alpha, j in units:
+    for move, alpha, _, j in units:
         allowed = used.setdefault(j, set())
         if len(allowed) < fanout_cap:
             load, c = heapq.heappop(heap)

@@ -22,6 +22,8 @@ class CollectivesConfig(WorkloadConfig):
     min_bytes: int = 64 * 1024
     max_bytes: int = 1024**3
     step_factor: int = 2  # sizes min, min·f, min·f², … up to max
+    warmup: int = 1  # runs per point before measuring (first-use registration lands here)
+    iters: int = 1  # measured runs per point (mean reported)
 
 
 ConfigStore.instance().store(group="workload", name="collectives_schema", node=CollectivesConfig)

@@ -1,0 +1,192 @@
+"""One test (at least) per library mechanism of DESIGN.md §3 / REFERENCE §3-4."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import make_library
+
+from stratacl.comm import partition
+from stratacl.comm.library import staging_bytes
+from stratacl.config import Algorithm, DataPath, Mover, Partitioning
+from stratacl.engine.replay import simulate
+from stratacl.trace import Trace
+
+
+def _one(lib, coll: str, n: int, size: float, buffer: str = "buf"):  # noqa: ANN001, ANN202
+    tr = Trace(world_size=n)
+    tr.add_family("g", [range(n)])
+    tr.collective(coll, "g", size, buffer=buffer)
+    return simulate(tr, lib)
+
+
+# ------------------------------------------------------------------ data paths
+def test_staging_traffic_allgather_is_one_plus_n_times_m() -> None:
+    n, m = 32, 1000.0
+    cin, cout = staging_bytes("allgather", n * m, n)
+    assert cin + cout == pytest.approx((1 + n) * m)
+
+
+def test_staged_payload_larger_than_buffer_runs_in_rounds(cm384) -> None:  # noqa: ANN001
+    lib = make_library(cm384, "hccl", comm_buffer_MB=16.0)
+    plan = lib.wire_plan("allreduce", 64e6, tuple(range(32)))
+    phases = lib.collective_phases("allreduce", 64e6, tuple(range(32)))
+    sync = sum(p.delay_s for p in phases if p.category == "sync")
+    assert sync == pytest.approx(4 * plan.latency_s)  # 64 MB / 16 MB buffer = 4 rounds, a sync each
+    one = lib.collective_phases("allreduce", 16e6, tuple(range(32)))
+    assert sum(p.delay_s for p in one if p.category == "sync") == pytest.approx(plan.latency_s)
+
+
+def test_staging_copies_cost_time_and_pool_does_not(cm384) -> None:  # noqa: ANN001
+    staged = _one(make_library(cm384, "hccl"), "allgather", 32, 2**28)
+    pool = _one(make_library(cm384, "hccl_zerocopy"), "allgather", 32, 2**28)
+    assert staged.copy_bytes[0] > 0 and pool.copy_bytes[0] == 0
+    assert staged.split["copy"][0] > 0 and pool.split["copy"][0] == 0
+    assert staged.end[0] > pool.end[0]
+
+
+def test_pipelined_staging_hides_most_of_the_copy(cm384) -> None:  # noqa: ANN001
+    plain = _one(make_library(cm384, "hccl"), "allgather", 32, 2**28)
+    piped = _one(make_library(cm384, "hccl", pipeline_chunks=8), "allgather", 32, 2**28)
+    assert piped.split["copy"][0] == pytest.approx(plain.split["copy"][0] / 8, rel=0.05)
+    assert piped.end[0] < plain.end[0]
+
+
+@pytest.mark.parametrize("n", [4, 8, 16, 32])
+def test_jit_registration_linear_in_peers_and_cached(cm384, n) -> None:  # noqa: ANN001
+    lib = make_library(cm384, "hccl_jit")
+    tr = Trace(world_size=n)
+    tr.add_family("g", [range(n)])
+    for _ in range(3):
+        tr.collective("allgather", "g", 2**20, buffer="x")
+    res = simulate(tr, lib)
+    expected = (lib.cfg.register_base_us + lib.cfg.register_per_peer_us * (n - 1)) * 1e-6
+    assert res.split["register"][0] == pytest.approx(expected)
+    assert res.split["register"][1] == 0 and res.split["register"][2] == 0  # cached
+
+
+def test_jit_misses_when_the_buffer_size_changes(cm384) -> None:  # noqa: ANN001
+    lib = make_library(cm384, "hccl_jit")
+    tr = Trace(world_size=8)
+    tr.add_family("g", [range(8)])
+    for size in (2**20, 2**21, 2**20):
+        tr.collective("alltoall", "g", size, buffer="dispatch")
+    res = simulate(tr, lib)
+    assert res.split["register"][0] > 0 and res.split["register"][1] > 0
+    assert res.split["register"][2] == 0
+
+
+def _alloc_then_use(lib, gap_flops: float):  # noqa: ANN001, ANN202
+    tr = Trace(world_size=32)
+    tr.add_family("g", [range(32)])
+    alloc = tr.compute(range(32), flops=gap_flops)  # the op that maps the buffer; its length = gap
+    tr.add_buffer("kv", alloc_op=alloc)
+    tr.collective("allgather", "g", 2**20, buffer="kv")
+    return simulate(tr, lib)
+
+
+def test_on_alloc_is_free_when_allocation_is_long_before_use(cm384) -> None:  # noqa: ANN001
+    lib = make_library(cm384, "stratacl")
+    res = _alloc_then_use(lib, gap_flops=cm384.cube_flops * 1e-2)  # 10 ms gap ≫ registration
+    assert res.split["register"][1] == 0
+
+
+def test_on_alloc_waits_only_for_the_remainder_when_use_is_soon(cm384) -> None:  # noqa: ANN001
+    lib = make_library(cm384, "stratacl")
+    gap = 100e-6
+    res = _alloc_then_use(lib, gap_flops=cm384.cube_flops * gap)
+    full = (lib.cfg.register_base_us + lib.cfg.register_per_peer_us * 31) * 1e-6
+    assert res.split["register"][1] == pytest.approx(full - gap, rel=1e-9)
+    jit = _alloc_then_use(make_library(cm384, "hccl_jit"), gap_flops=cm384.cube_flops * gap)
+    assert jit.split["register"][1] == pytest.approx(full)  # JIT pays it all
+
+
+def test_buffers_allocated_before_the_trace_cost_nothing_on_alloc(cm384) -> None:  # noqa: ANN001
+    res = _one(make_library(cm384, "stratacl"), "allgather", 32, 2**20, buffer="weights")
+    assert res.split["register"][0] == 0
+
+
+def test_library_hbm_accounting(cm384) -> None:  # noqa: ANN001
+    hccl = make_library(cm384, "hccl")
+    assert hccl.held_memory_bytes(communicators=3) == pytest.approx(3 * 2 * 200e6)
+    zc = make_library(cm384, "hccl_zerocopy")
+    assert zc.held_memory_bytes(1, "inference") == pytest.approx((1.72 + 1.61) * 1e9)
+    assert zc.held_memory_bytes(1, "training") == pytest.approx((1.72 + 3.76) * 1e9)
+    assert make_library(cm384, "stratacl").held_memory_bytes(5, "training") == 0.0
+
+
+# ------------------------------------------------------------------ algorithms
+def test_ring_steps_dominate_small_sizes_fullmesh_pays_one(cm384) -> None:  # noqa: ANN001
+    ring = make_library(cm384, "hccl_zerocopy")
+    mesh = make_library(cm384, "hccl_zerocopy", algorithm=Algorithm.fullmesh)
+    g = tuple(range(32))
+    assert ring.wire_plan("allgather", 65536, g).steps == 31
+    assert mesh.wire_plan("allgather", 65536, g).steps == 1
+    assert _one(mesh, "allgather", 32, 65536).end[0] < _one(ring, "allgather", 32, 65536).end[0] / 3
+
+
+def test_auto_switches_algorithm_across_sizes(cm384) -> None:  # noqa: ANN001
+    lib = make_library(cm384, "stratacl_no_partition")  # uniform core groups: full-mesh is core-bound
+    g = tuple(range(32))
+
+    def chosen(size: float) -> str:
+        phases = lib.collective_phases("allreduce", size, g)
+        times = {a: sum(p.standalone_s() for p in lib._phases("allreduce", size, 32, lib.wire_plan(
+            "allreduce", size, g, algorithm=a))) for a in lib.candidates("allreduce")}
+        assert sum(p.standalone_s() for p in phases) == pytest.approx(min(times.values()))
+        return min(times, key=times.get)
+
+    small, large = chosen(65536), chosen(2**30)
+    assert small == "fullmesh" and large != "fullmesh"
+
+
+# ------------------------------------------------------------------ cores and movers
+def test_lpt_balances_uneven_payloads_and_never_loses_to_uniform() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        peers = [partition.PeerWork(float(b), 1e-6, 7.76e9) for b in rng.lognormal(15, 1.5, size=31)]
+        uni = partition.uniform(peers, 24)
+        bal = partition.balanced(peers, 24, [256 * 1024] * 31, fanout_cap=24)
+        assert bal.makespan_s <= uni.makespan_s + 1e-12
+        assert bal.spread < uni.spread
+    # 31 equal peers on 24 cores: uniform leaves 7 cores with two peers, LPT evens it out
+    eq = [partition.PeerWork(8e6, 2e-6, 7.76e9)] * 31
+    assert partition.uniform(eq, 24).spread == pytest.approx(0.5, abs=0.01)
+    assert partition.balanced(eq, 24, [256 * 1024] * 31, fanout_cap=4).spread <= 0.05
+
+
+def test_sdma_frees_the_vector_cores(cm384) -> None:  # noqa: ANN001
+    def with_kernel(lib):  # noqa: ANN001, ANN202
+        tr = Trace(world_size=32)
+        tr.add_family("g", [range(32)])
+        tr.collective("allgather", "g", 2**30, stream="comm")
+        tr.compute(range(32), flops=cm384.vector_flops * 1e-3, core="vector", stream="compute")
+        return simulate(tr, lib)
+
+    vec = with_kernel(make_library(cm384, "stratacl", mover=Mover.vector_cores))
+    sdma = with_kernel(make_library(cm384, "stratacl"))
+    assert vec.end[1] - vec.start[1] > 1.9e-3  # kernel on half the cores
+    assert sdma.end[1] - sdma.start[1] < 1.01e-3  # cores held only for descriptor writes
+
+
+def test_uniform_partitioning_makes_fullmesh_core_bound_balanced_fixes_it(cm384) -> None:  # noqa: ANN001
+    uni = make_library(cm384, "stratacl_no_partition", algorithm=Algorithm.fullmesh)
+    bal = make_library(cm384, "stratacl_no_sdma", algorithm=Algorithm.fullmesh)
+    assert uni.cfg.partitioning == Partitioning.uniform and bal.cfg.partitioning == Partitioning.balanced
+    t_uni = _one(uni, "allgather", 32, 2**30).end[0]
+    t_bal = _one(bal, "allgather", 32, 2**30).end[0]
+    assert t_bal < 0.9 * t_uni
+
+
+def test_rdma_plane_carries_inter_node_traffic(cm384) -> None:  # noqa: ANN001
+    ub = make_library(cm384, "cann_ep_zerocopy")
+    rdma = make_library(cm384, "cann_ep_zerocopy", plane="rdma")
+    intra = tuple(range(16))  # one node: scale-up links either way
+    assert rdma.wire_plan("alltoall", 2**26, intra).wire_s == pytest.approx(ub.wire_plan("alltoall", 2**26, intra).wire_s)
+    two_nodes = tuple(range(32))
+    assert "rdma" in rdma.wire_plan("alltoall", 2**26, two_nodes).tx_s
+    assert rdma.wire_plan("alltoall", 2**26, two_nodes).wire_s > 3 * ub.wire_plan("alltoall", 2**26, two_nodes).wire_s
+
+
+def test_staged_data_path_knob(cm384) -> None:  # noqa: ANN001
+    assert make_library(cm384, "hccl").cfg.data_path == DataPath.staged
