@@ -85,6 +85,16 @@ def run(ctx: RunContext) -> WorkloadResult:
         ops["algbw_GBps"] = [algbw(s, t) / 1e9 for s, t in zip(ops["size_bytes"], ops["time_s"], strict=True)]
         ops["busbw_GBps"] = [a * busbw_factor(c, n) for a, c in zip(ops["algbw_GBps"], ops["collective"], strict=True)]
         ops["iters"] = cfg.iters
+        model = ctx.libraries[lib]
+        group = tuple(range(n))
+        spreads = []
+        for c, size in zip(ops["collective"], ops["size_bytes"], strict=True):
+            if c == "p2p":
+                spreads.append(0.0)
+                continue
+            algo = model.chosen_algorithm(c, size, group)
+            spreads.append(model.core_schedule(model.wire_plan(c, size, group, algorithm=algo)).spread)
+        ops["core_spread"] = spreads  # fastest-to-slowest core completion spread (vector-core movers)
         ops["group_size"] = n
         frames.append(ops)
         m: dict[str, float] = {}

@@ -115,14 +115,22 @@ class LibraryModel:
                           peer_bytes: tuple[float, ...] = ()) -> list[Phase]:
         """Static phases of one collective on one communicator (registration is added at run
         time by the runtime). With algorithm=auto, the fastest candidate on an idle fabric."""
-        best: list[Phase] = []
+        return self._best(coll, size, group, peer_bytes)[1]
+
+    def chosen_algorithm(self, coll: str, size: float, group: tuple[int, ...],
+                         peer_bytes: tuple[float, ...] = ()) -> str:
+        return self._best(coll, size, group, peer_bytes)[0]
+
+    def _best(self, coll: str, size: float, group: tuple[int, ...],
+              peer_bytes: tuple[float, ...]) -> tuple[str, list[Phase]]:
+        best: tuple[str, list[Phase]] = ("", [])
         best_t = math.inf
         for algo in self.candidates(coll):
             plan = self.wire_plan(coll, size, group, peer_bytes, algo)
             phases = self._phases(coll, size, len(group), plan)
             t = sum(p.standalone_s() for p in phases)
             if t < best_t:
-                best, best_t = phases, t
+                best, best_t = (algo, phases), t
         return best
 
     def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan) -> list[Phase]:

@@ -20,7 +20,7 @@ import simpy
 from stratacl.comm.library import LibraryModel
 from stratacl.engine.fluid import FluidSystem
 from stratacl.errors import TraceError
-from stratacl.fabric import RESOURCES
+from stratacl.fabric import RESOURCES, R
 from stratacl.phases import CATEGORIES, Phase
 from stratacl.trace import Trace, stream_predecessors
 
@@ -35,6 +35,7 @@ class SimResult:
     wire_bytes: np.ndarray
     hbm_bytes: np.ndarray
     copy_bytes: np.ndarray
+    core_s: np.ndarray  # vector-core-seconds held by the op (communication kernels)
     wall_s: float = 0.0
     events: int = 0
     solves: int = 0
@@ -56,6 +57,7 @@ class SimResult:
             "wire_bytes": self.wire_bytes,
             "hbm_bytes": self.hbm_bytes,
             "copy_bytes": self.copy_bytes,
+            "vector_core_s": self.core_s,
         })
         for cat in CATEGORIES:
             df[f"{cat}_s"] = self.split[cat]
@@ -92,6 +94,8 @@ class Replay:
         self._wire = np.zeros(n)
         self._hbm = np.zeros(n)
         self._copy = np.zeros(n)
+        self._core_s = np.zeros(n)
+        self._vec = R["vec"]
         self._work_err = 0.0
         self._events = 0
         self._role_cache: list[dict[str, int] | None] = [None] * n
@@ -106,7 +110,7 @@ class Replay:
         return SimResult(
             library=self.library.name, makespan_s=float(self._end.max(initial=0.0)),
             start=self._start, end=self._end, split=self._split, wire_bytes=self._wire,
-            hbm_bytes=self._hbm, copy_bytes=self._copy, wall_s=time.perf_counter() - t0,
+            hbm_bytes=self._hbm, copy_bytes=self._copy, core_s=self._core_s, wall_s=time.perf_counter() - t0,
             events=self._events, solves=self.fluid.solves, work_error=self._work_err,
             max_violation=self.fluid.max_violation)
 
@@ -142,7 +146,12 @@ class Replay:
         box.append(act)
 
     def _phase_done(self, i: int, phases: list[Phase], k: int, t0: float, act) -> None:  # noqa: ANN001
-        self._split[phases[k].category][i] += self.env.now - t0
+        ph = phases[k]
+        dt = self.env.now - t0
+        self._split[ph.category][i] += dt
+        for _, r, h in ph.holds:
+            if r == self._vec:
+                self._core_s[i] += h * dt * self.fabric.vector_cores
         if act is not None:  # conservation, net of the float clock's resolution at this time
             clock = 8 * math.ulp(self.env.now) / act.T
             self._work_err = max(self._work_err, abs(act.work - 1.0) - clock)
