@@ -160,6 +160,7 @@ class RunConfig:
     library: dict[str, LibraryConfig] = field(default_factory=dict)
     baseline: str = "hccl"
     seed: int = 0
+    resume: bool = False  # skip the job when its output dir already holds summary.json
     output: OutputConfig = field(default_factory=OutputConfig)
 
 

@@ -28,6 +28,7 @@ from stratacl.config import RunConfig, to_object, validate_run
 from stratacl.errors import ConfigError, HarnessError
 from stratacl.fabric import Fabric
 from stratacl.metrics import ratios
+from stratacl.sweep_resume import skip_finished
 from stratacl.timeline import write_timeline
 from stratacl.workload_api import RunContext, Workload, WorkloadResult
 
@@ -134,6 +135,8 @@ def main(dcfg: DictConfig) -> None:
     hc = HydraConfig.get()
     out_dir = Path(hc.runtime.output_dir)
     multirun = hc.mode == RunMode.MULTIRUN
+    if skip_finished(out_dir, bool(dcfg.get("resume", False))):
+        return
     try:
         cfg = to_object(dcfg)
         execute(cfg, out_dir)

@@ -18,6 +18,25 @@ from stratacl.trace import Trace
 from .blocks import Cost, ModelPlan, SubBlock, Unit
 from .layout import Layout
 
+# (tp_style, sequence parallel, backward) -> TP collective before / after the sub-block's kernels.
+# SP: activations are sequence-sharded between sub-blocks (all-gather in, reduce-scatter out; the
+# backward of each is the other). No SP: row-parallel outputs are all-reduced in forward and
+# column-parallel input grads in backward. Embedding: vocab-parallel; head: loss parallel.
+_TP: dict[tuple[str, bool, bool], tuple[str | None, str | None]] = {
+    ("block", True, False): ("allgather", "reducescatter"),
+    ("block", True, True): ("allgather", "reducescatter"),
+    ("embedding", True, False): (None, "reducescatter"),
+    ("embedding", True, True): ("allgather", None),
+    ("head", True, False): ("allgather", None),
+    ("head", True, True): (None, "reducescatter"),
+    ("block", False, False): (None, "allreduce"),
+    ("block", False, True): (None, "allreduce"),
+    ("embedding", False, False): (None, "allreduce"),
+    ("embedding", False, True): (None, None),
+    ("head", False, False): (None, None),
+    ("head", False, True): (None, "allreduce"),
+}
+
 
 @dataclass(frozen=True)
 class Knobs:
@@ -76,21 +95,7 @@ class IterationBuilder:
         tp = "tp" in self.fams and sub.tp_style != "none"
         sp = self.k.sequence_parallel
         size = float(self.plan.tokens * self.plan.hidden * self.k.act_bytes)
-        before: str | None = None
-        after: str | None = None
-        if tp and sp:
-            style = sub.tp_style
-            if style == "block":
-                before, after = "allgather", "reducescatter"
-            elif style == "embedding":
-                before, after = ("allgather", None) if bwd else (None, "reducescatter")
-            elif style == "head":
-                before, after = (None, "reducescatter") if bwd else ("allgather", None)
-        elif tp:
-            if not bwd and sub.tp_style in ("block", "embedding"):
-                after = "allreduce"
-            elif bwd and sub.tp_style in ("block", "head"):
-                after = "allreduce"
+        before, after = _TP[(sub.tp_style, sp, bwd)] if tp else (None, None)
         if bwd and not needs_input_grad:
             after = None
         if before:

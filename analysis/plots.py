@@ -1,0 +1,137 @@
+"""Plot helpers for notebooks: draw from `stratacl.results.load_runs` frames with matplotlib.
+
+Each function takes a tidy frame, draws on a new figure (or the given axes) and returns the
+Figure, so notebooks can `fig.savefig(...)`. Headless by default (Agg) unless a Jupyter kernel
+or MPLBACKEND chose a backend.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import matplotlib
+
+if "ipykernel" not in sys.modules and "MPLBACKEND" not in os.environ:
+    matplotlib.use("Agg")  # scripts and CI have no display
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter  # noqa: E402
+
+TIME_PARTS = ("wire_s", "copy_s", "sync_s", "launch_s", "register_s", "compute_s")  # SimResult.op_frame
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:g} {unit}"
+        n /= 1024
+    return f"{n:g} TiB"
+
+
+def _colors(libraries: Sequence[str]) -> dict[str, object]:
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {lib: cycle[i % len(cycle)] for i, lib in enumerate(libraries)}
+
+
+def busbw_vs_size(results: pd.DataFrame, collectives: Sequence[str] | None = None,
+                  libraries: Sequence[str] | None = None, targets: pd.DataFrame | None = None,
+                  metric: str = "busbw_GBps", ncols: int = 2) -> Figure:
+    """Operator bus bandwidth vs message size, one panel per collective, one line per library.
+
+    `results`: rows with `library`, `collective`, `size_bytes` and `metric` (the collectives
+    workload's results.parquet; several runs are averaged per point). `targets`: optional paper
+    points with the same columns, drawn as hollow markers in the library's colour.
+    """
+    collectives = list(collectives or dict.fromkeys(results["collective"]))
+    libraries = list(libraries or dict.fromkeys(results["library"]))
+    colors = _colors(libraries)
+    nrows = -(-len(collectives) // ncols)
+    fig, axes = plt.subplots(nrows, min(ncols, len(collectives)), squeeze=False,
+                             figsize=(5.2 * min(ncols, len(collectives)), 3.6 * nrows))
+    points = results.groupby(["collective", "library", "size_bytes"], sort=True)[metric].mean()
+    for ax, coll in zip(axes.flat, collectives, strict=False):
+        for lib in libraries:
+            if (coll, lib) not in points.index.droplevel(2):
+                continue
+            p = points.loc[(coll, lib)]
+            ax.plot(p.index, p.to_numpy(), marker="o", ms=3, label=lib, color=colors[lib])
+        if targets is not None:
+            for lib, t in targets[targets["collective"] == coll].groupby("library"):
+                ax.scatter(t["size_bytes"], t[metric], marker="D", facecolors="none", s=40,
+                           edgecolors=colors.get(lib, "k"), label=f"{lib} (paper)", zorder=3)
+        sizes = sorted(results.loc[results["collective"] == coll, "size_bytes"].unique())
+        _log2_size_axis(ax, sizes)
+        ax.set_title(coll)
+        ax.set_ylabel(metric.replace("_", " "))
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    for ax in list(axes.flat)[len(collectives):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def _log2_size_axis(ax: Axes, sizes: Sequence[float]) -> None:
+    ax.set_xscale("log", base=2)
+    if sizes:
+        ticks = sizes[:: max(1, -(-len(sizes) // 6))]  # at most ~6 labels
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_bytes(v)))
+    ax.set_xlabel("message size per rank")
+
+
+def metric_vs_param(summary: pd.DataFrame, metric: str, param: str, hue: str = "library",
+                    ax: Axes | None = None, logx: bool = False, ratio: bool = False) -> Figure:
+    """A summary metric (or its `_ratio` vs the baseline with `ratio=True`) against a swept config
+    column (e.g. `workload.ranks`), one line per `hue` value; repeated points are averaged."""
+    col = f"{metric}_ratio" if ratio else metric
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6, 4))
+    else:
+        fig = ax.figure
+    data = summary.groupby([hue, param], sort=True)[col].mean()
+    for key in dict.fromkeys(summary[hue]):
+        line = data.loc[key]
+        ax.plot(line.index, line.to_numpy(), marker="o", label=str(key))
+    if logx:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator(sorted(summary[param].unique())))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel(param)
+    ax.set_ylabel(col.replace("_", " ") + (" (vs baseline)" if ratio else ""))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def stacked_bars(frame: pd.DataFrame, step: str, parts: Sequence[str], order: Sequence[str] | None = None,
+                 ax: Axes | None = None, ylabel: str = "", scale: float = 1.0) -> Figure:
+    """Stacked bars, one per `step` value in `order` (e.g. the ablation ladder hccl → … → stratacl),
+    segments = the `parts` columns summed per step, times `scale`; each bar is labelled with its total."""
+    order = list(order or dict.fromkeys(frame[step]))
+    totals = frame.groupby(step)[list(parts)].sum().reindex(order) * scale
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(1.3 * len(order) + 2.5, 4))
+    else:
+        fig = ax.figure
+    bottom = np.zeros(len(order))
+    x = np.arange(len(order))
+    for part in parts:
+        vals = totals[part].fillna(0).to_numpy()
+        ax.bar(x, vals, bottom=bottom, label=part.removesuffix("_s"), width=0.6)
+        bottom += vals
+    for xi, total in zip(x, bottom, strict=True):
+        ax.annotate(f"{total:.3g}", (xi, total), ha="center", va="bottom", fontsize="small")
+    ax.set_xticks(x, order, rotation=20, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize="small")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,180 @@
+"""Iteration times of one prefill or decode instance, simulated on the fabric per library.
+
+An iteration is the whole layer stack of one instance (DP attention on every die, EP MoE across
+them): per layer and micro-batch the attention kernel, the MoE dispatch (HT mode in prefill with
+its count-exchange step, LL mode in decode), the experts and the combine. With two-batch overlap
+the two micro-batches run on separate streams, so one's dispatch/combine overlaps the other's
+compute and both share the dies' cores and HBM in the engine. With MTP a decode step verifies
+two tokens per sequence and runs the MTP layer. Traces are built once per shape bucket (same
+routing for every library) and results memoised per (library, bucket).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from stratacl.trace import Trace
+from stratacl.workload_api import RunContext
+from workloads.llm_infer.costs import Cost, ServingCosts
+from workloads.routing import copies_matrix, expert_weights, route
+
+BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
+CONTEXT_BUCKETS = (1024, 2048, 4096, 8192, 16384, 32768)
+PREFILL_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+ROUTING_SAMPLES = 4  # distinct routing draws cycled over layers (keeps trace building cheap)
+COUNT_BYTES = 4
+
+
+def bucket(values: tuple[int, ...], x: float) -> int:
+    """Smallest bucket ≥ x (the largest bucket beyond the range)."""
+    i = bisect.bisect_left(values, x)
+    return values[min(i, len(values) - 1)]
+
+
+@dataclass(frozen=True)
+class IterStats:
+    time_s: float
+    compute_s: float  # time some compute kernel runs (union over streams)
+    exposed_comm_s: float  # time nothing computes: communication on the critical path
+    copy_s: float  # staging copies on the path (summed over comm ops)
+    register_s: float  # registration waits (summed)
+    vector_core_s: float  # vector-core-seconds held by communication
+
+
+class IterationModel:
+    def __init__(self, ctx: RunContext, costs: ServingCosts, tbo: bool, mtp: bool,
+                 prefill_ranks: int, decode_ranks: int, skew: str, zipf_s: float, scale_ratio: float,
+                 seed: int) -> None:
+        self.ctx = ctx
+        self.costs = costs
+        self.tbo = tbo
+        self.mtp = mtp
+        self.ranks = {"prefill": prefill_ranks, "decode": decode_ranks}
+        self.seed = seed
+        self.weights = expert_weights(costs.experts, skew, zipf_s, seed=seed) if costs.experts else None
+        self.dispatch_bytes = costs.hidden * (1 + scale_ratio)  # INT8 + scales
+        self.combine_bytes = costs.hidden * 2  # BF16
+        self._traces: dict[tuple, Trace] = {}
+        self._stats: dict[tuple, IterStats] = {}
+        self._routing: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.simulated = 0
+
+    # ------------------------------------------------------------------ public
+    def decode(self, library: str, batch: float, context: float) -> IterStats:
+        key = ("decode", bucket(BATCH_BUCKETS, batch), bucket(CONTEXT_BUCKETS, context))
+        return self._get(library, key)
+
+    def prefill(self, library: str, tokens: float) -> IterStats:
+        return self._get(library, ("prefill", bucket(PREFILL_BUCKETS, tokens), 0))
+
+    def _get(self, library: str, key: tuple) -> IterStats:
+        hit = self._stats.get((library, key))
+        if hit is None:
+            trace = self._traces.get(key)
+            if trace is None:
+                trace = self._traces[key] = self.build(*key)
+            hit = self._stats[(library, key)] = self._measure(trace, library)
+        return hit
+
+    # ------------------------------------------------------------------ trace
+    def build(self, phase: str, size: int, context: int) -> Trace:
+        n = self.ranks[phase]
+        c = self.costs
+        tr = Trace(world_size=n, meta={"phase": phase, "size": size, "context": context})
+        tr.add_family("ep", [range(n)])
+        tr.add_buffer("dispatch", -1)  # mapped during warm-up at their working size
+        tr.add_buffer("combine", -1)
+        ranks = range(n)
+        mbs = 2 if self.tbo and size >= 2 else 1
+        tokens_mb = size / mbs
+        verify = 2 if (self.mtp and phase == "decode") else 1  # main model checks the draft token
+        if phase == "decode":
+            layer_cost = c.decode(tokens_mb * verify, context)
+            mtp_cost = c.decode(tokens_mb, context)
+        else:
+            layer_cost = c.prefill(tokens_mb)
+            mtp_cost = layer_cost
+        mode = "ll" if phase == "decode" else "ht"
+        last = {m: [] for m in range(mbs)}
+        emb = layer_cost["embedding"]
+        for m in range(mbs):
+            last[m] = [self._compute(tr, ranks, emb, f"mb{m}", [], "embedding")]
+        layers = list(c.layers)
+        if self.mtp and phase == "decode":
+            layers.append(c.layers[-1])  # the MTP module: one more decoder layer
+        for li, (attn, ffn) in enumerate(layers):
+            cost = mtp_cost if li >= len(c.layers) else layer_cost
+            rows = tokens_mb * (verify if li < len(c.layers) else 1)
+            for m in range(mbs):
+                dep = last[m]
+                dep = [self._compute(tr, ranks, cost[attn], f"mb{m}", dep, f"L{li}.attn")]
+                if ffn == "moe" and c.experts:
+                    disp, per_expert = self._routing_sample(n, max(1, math.ceil(rows)), mode, li * mbs + m)
+                    if mode == "ht":
+                        dep = [tr.collective("alltoall", "ep", COUNT_BYTES * n, stream=f"mb{m}", deps=dep,
+                                             name=f"L{li}.layout")]
+                    peer = disp * self.dispatch_bytes
+                    dep = [tr.collective("dispatch", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
+                                         stream=f"mb{m}", deps=dep, buffer="dispatch", name=f"L{li}.dispatch")]
+                    load = per_expert.sum(axis=0)
+                    scale = load / load.mean() if load.mean() > 0 else np.ones(n)  # skew: hot dies
+                    dep = [self._compute(tr, ranks, cost["moe"], f"mb{m}", dep, f"L{li}.moe", scale)]
+                    peer = disp.T * self.combine_bytes
+                    dep = [tr.collective("combine", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
+                                         stream=f"mb{m}", deps=dep, buffer="combine", name=f"L{li}.combine")]
+                else:
+                    dep = [self._compute(tr, ranks, cost[ffn], f"mb{m}", dep, f"L{li}.{ffn}")]
+                last[m] = dep
+        head = layer_cost["lm_head"]
+        for m in range(mbs):
+            self._compute(tr, ranks, head, f"mb{m}", last[m], "lm_head")
+        tr.validate()
+        return tr
+
+    def _compute(self, tr: Trace, ranks: range, cost: Cost, stream: str, deps: list[int], name: str,
+                 scale: np.ndarray | None = None) -> int:
+        flops = cost.cube_flops * scale if scale is not None else cost.cube_flops
+        hbm = cost.hbm_bytes * scale if scale is not None else cost.hbm_bytes
+        op = tr.compute(ranks, flops=flops, hbm_bytes=hbm, core="cube", stream=stream, deps=deps, name=name)
+        if cost.vector_flops > 0:
+            vf = cost.vector_flops * scale if scale is not None else cost.vector_flops
+            op = tr.compute(ranks, flops=vf, core="vector", stream=stream, deps=[op], name=name + ".vec")
+        return op
+
+    def _routing_sample(self, n: int, tokens: int, mode: str, index: int) -> tuple[np.ndarray, np.ndarray]:
+        key = (n, tokens, mode)
+        samples = self._routing.get(key)
+        if samples is None:
+            rng = np.random.default_rng([self.seed, n, tokens, 0 if mode == "ht" else 1])
+            samples = []
+            for _ in range(ROUTING_SAMPLES):
+                choice = route(tokens, n, self.costs.experts, self.costs.top_k, self.weights, rng)
+                per_expert = copies_matrix(choice, n, self.costs.experts, per_expert=True)
+                disp = per_expert if mode == "ll" else copies_matrix(choice, n, self.costs.experts, False)
+                samples.append((disp, per_expert))
+            self._routing[key] = samples
+        return samples[index % ROUTING_SAMPLES]
+
+    # ------------------------------------------------------------------ measure
+    def _measure(self, trace: Trace, library: str) -> IterStats:
+        res = self.ctx.simulate(trace, library)
+        self.simulated += 1
+        kinds = np.array([op.kind for op in trace.ops])
+        comp = kinds == "compute"
+        starts, ends = res.start[comp], res.end[comp]
+        order = np.argsort(starts)
+        busy, cur_s, cur_e = 0.0, -1.0, -1.0
+        for s, e in zip(starts[order], ends[order], strict=True):
+            if s > cur_e:
+                busy += max(0.0, cur_e - cur_s)
+                cur_s, cur_e = s, e
+            else:
+                cur_e = max(cur_e, e)
+        busy += max(0.0, cur_e - cur_s)
+        t = res.makespan_s
+        return IterStats(t, busy, max(0.0, t - busy), float(res.split["copy"].sum()),
+                         float(res.split["register"].sum()), float(res.core_s.sum()))

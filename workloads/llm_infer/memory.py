@@ -1,0 +1,49 @@
+"""HBM per die: weights of the shard, activation workspace, what the library holds, and the rest
+for the KV cache. A library holding more memory loses exactly that much KV cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stratacl.comm.library import LibraryModel
+from stratacl.errors import ConfigError
+from workloads.modelcost import ModelCosts
+
+COMMUNICATORS_PER_RANK = 2  # the EP communicator and the instance-wide (DP) one
+
+
+@dataclass(frozen=True)
+class DieMemory:
+    hbm_bytes: float
+    weight_bytes: float
+    activation_bytes: float
+    library_bytes: float
+
+    @property
+    def kv_bytes(self) -> float:
+        return self.hbm_bytes - self.weight_bytes - self.activation_bytes - self.library_bytes
+
+
+def weight_bytes_per_die(mc: ModelCosts, ep: int) -> float:
+    counts = mc.param_counts(tp=1, ep=ep)
+    return float(sum(v["per_tp_ep_shard"] for v in counts.values()) * mc.dtype_bytes)
+
+
+def activation_workspace(mc: ModelCosts, tokens: int) -> float:
+    """Working buffers of one layer for `tokens` tokens: residual in/out plus the dispatch and
+    combine buffers that hold top-k copies of each token (an estimate; scale with the reserve knob)."""
+    top_k = int(mc.moe_info().get("top_k", 0) or 0)
+    return float(tokens * mc.cfg.hidden_size * mc.dtype_bytes * (2 + 2 * top_k))
+
+
+def die_memory(mc: ModelCosts, ep: int, reserve_tokens: int, library: LibraryModel, hbm_bytes: float,
+               role: str) -> DieMemory:
+    mem = DieMemory(hbm_bytes, weight_bytes_per_die(mc, ep), activation_workspace(mc, reserve_tokens),
+                    library.held_memory_bytes(COMMUNICATORS_PER_RANK, "inference"))
+    if mem.kv_bytes <= 0:
+        raise ConfigError(f"workload.layout.{role}_ep",
+                          f"the model does not fit: {mem.weight_bytes / 1e9:.1f} GB weights + "
+                          f"{mem.activation_bytes / 1e9:.1f} GB activations + {mem.library_bytes / 1e9:.1f} GB "
+                          f"held by '{library.name}' exceed {hbm_bytes / 1e9:.0f} GB HBM per die",
+                          "raise the EP size, lower scheduler.activation_reserve_tokens or use a larger fabric")
+    return mem

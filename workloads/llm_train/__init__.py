@@ -1,0 +1,134 @@
+"""LLM training workload (issue 6): TorchTitan-style FSDP × TP × EP training of a MoE model.
+
+One trace per sampled iteration (the routing skew changes over training); each is replayed once
+per library. See layout.py for the mesh, schedule.py for the iteration, model.py for costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from stratacl.errors import ConfigError
+from stratacl.fabric import Fabric
+from stratacl.schemas.llm_train import LlmTrainConfig
+from stratacl.trace import Trace
+from stratacl.workload_api import RunContext, WorkloadResult
+
+from .blocks import ModelPlan
+from .layout import Layout
+from .memory import check_fits, memory_breakdown
+from .model import build_plan
+from .report import iteration_figures
+from .routing import dispatch_rows, imbalance, zipf_exponent
+from .schedule import Knobs, build_iteration
+
+__all__ = ["Prepared", "iteration_trace", "prepare", "run"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    cfg: LlmTrainConfig
+    layout: Layout
+    plan: ModelPlan
+    knobs: Knobs
+
+
+def prepare(cfg: LlmTrainConfig, fabric: Fabric) -> Prepared:
+    fabric.check_ranks(cfg.dies, "workload.dies")
+    if cfg.seq_len < 1 or cfg.global_batch < 1:
+        raise ConfigError("workload.global_batch", "global_batch and seq_len must be ≥ 1")
+    if cfg.prefetch < 0:
+        raise ConfigError("workload.prefetch", f"must be ≥ 0, got {cfg.prefetch}")
+    if not cfg.iterations or min(cfg.iterations) < 0:
+        raise ConfigError("workload.iterations", "need a non-empty list of iteration numbers ≥ 0")
+    if cfg.skew.decay_iters <= 0 or cfg.skew.start < 0 or cfg.skew.end < 0:
+        raise ConfigError("workload.skew", "need start, end ≥ 0 and decay_iters > 0")
+    layout = Layout(cfg.dies, cfg.fsdp, cfg.tp, cfg.ep)
+    if cfg.fsdp * cfg.tp != cfg.dies:  # fail before measuring the model
+        layout.check(0 if cfg.ep == 1 else cfg.ep)
+    knobs = Knobs(act_bytes=cfg.dtype_bytes, grad_bytes=cfg.grad_dtype_bytes,
+                  master_bytes=cfg.master_dtype_bytes, state_bytes=cfg.optimizer_state_bytes,
+                  optimizer_flops_per_param=cfg.optimizer_flops_per_param,
+                  sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute, prefetch=cfg.prefetch,
+                  vector_to_cube=fabric.cube_flops / fabric.vector_flops)
+    return Prepared(cfg, layout, build_plan(cfg, layout), knobs)
+
+
+def routing_for(prep: Prepared, iteration: int, seed: int) -> tuple[dict[int, np.ndarray], float, float]:
+    """Per-unit dispatch rows for one iteration, the Zipf exponent and the mean EP imbalance."""
+    plan, lay = prep.plan, prep.layout
+    s = zipf_exponent(prep.cfg.skew, iteration)
+    rows = {}
+    for i, unit in enumerate(plan.units):
+        if any(sub.routed for sub in unit.subs) and lay.ep > 1:
+            rows[i] = dispatch_rows(lay.ep, plan.n_experts, plan.top_k, plan.tokens // lay.tp, s, seed, i,
+                                    iteration)
+    imb = float(np.mean([imbalance(r) for r in rows.values()])) if rows else 1.0
+    return rows, s, imb
+
+
+def iteration_trace(prep: Prepared, iteration: int, seed: int) -> tuple[Trace, float, float]:
+    rows, s, imb = routing_for(prep, iteration, seed)
+    trace = build_iteration(prep.plan, prep.layout, prep.knobs, rows,
+                            meta={"iteration": iteration, "zipf_exponent": s})
+    return trace, s, imb
+
+
+def run(ctx: RunContext) -> WorkloadResult:
+    cfg: LlmTrainConfig = ctx.cfg.workload
+    prep = prepare(cfg, ctx.fabric)
+    comms = prep.layout.communicators_per_rank()
+    memory = {}
+    for lib, model in ctx.libraries.items():
+        mem = memory_breakdown(prep.plan, prep.layout, prep.knobs,
+                               model.held_memory_bytes(communicators=comms, context="training"),
+                               cfg.alloc_overhead_GB * 1e9)
+        check_fits(mem, ctx.fabric.hbm_bytes, lib, cfg.recompute)
+        memory[lib] = mem
+    tokens = cfg.global_batch * cfg.seq_len
+    records, timelines = [], {}
+    for it in cfg.iterations:
+        trace, s, imb = iteration_trace(prep, it, ctx.seed)
+        for lib in ctx.libraries:
+            res = ctx.simulate(trace, lib)
+            fig = iteration_figures(res.op_frame(trace))
+            records.append({"library": lib, "iteration": it, "zipf_exponent": s, "ep_imbalance": imb, **fig,
+                            "tokens_per_s": tokens / fig["iteration_time_s"],
+                            "peak_mem_GB_per_die": sum(memory[lib].values()) / 1e9,
+                            **{f"mem_{k}_GB": v / 1e9 for k, v in memory[lib].items()},
+                            "n_ops": len(trace.ops), "sim_wall_s": res.wall_s})
+            timelines[lib] = (trace, res)  # the last sampled iteration
+            ctx.progress(1)
+    rows = pd.DataFrame(records)
+    metrics = {lib: _metrics(rows[rows["library"] == lib]) for lib in ctx.libraries}
+    hib = {k: k.startswith("tokens_per_s") for m in metrics.values() for k in m}
+    notes = [f"mesh: fsdp {cfg.fsdp} × tp {cfg.tp} = {cfg.dies} dies; ep {cfg.ep} over {cfg.ep // cfg.tp} "
+             f"FSDP ranks × tp; efsdp {prep.layout.efsdp}; {len(prep.plan.units)} FSDP units"]
+    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, notes=notes,
+                          table=_table(rows, list(ctx.libraries), ctx.baseline), higher_is_better=hib)
+
+
+def _metrics(sub: pd.DataFrame) -> dict[str, float]:
+    m = {k: float(sub[k].mean()) for k in ("iteration_time_s", "compute_s", "exposed_comm_s", "tokens_per_s",
+                                            "comm_wire_s", "comm_copy_s", "comm_sync_s", "comm_register_s",
+                                            "comm_launch_s")}
+    m["iteration_time_s_first"] = float(sub["iteration_time_s"].iloc[0])
+    m["iteration_time_s_last"] = float(sub["iteration_time_s"].iloc[-1])
+    m["peak_mem_GB_per_die"] = float(sub["peak_mem_GB_per_die"].max())
+    return m
+
+
+def _table(rows: pd.DataFrame, libs: list[str], baseline: str) -> pd.DataFrame:
+    wide = rows.pivot_table(index=["iteration", "zipf_exponent", "ep_imbalance"], columns="library",
+                            values=["iteration_time_s", "exposed_comm_s"], sort=False)
+    out = wide.index.to_frame(index=False)
+    for lib in libs:
+        out[f"{lib} iter_s"] = wide[("iteration_time_s", lib)].to_numpy()
+        out[f"{lib} exposed_s"] = wide[("exposed_comm_s", lib)].to_numpy()
+    for lib in libs:
+        if lib != baseline:
+            out[f"{lib}/{baseline}"] = out[f"{lib} iter_s"] / out[f"{baseline} iter_s"]
+    return out
