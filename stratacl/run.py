@@ -90,6 +90,8 @@ def _write(out_dir: Path, cfg: RunConfig, result: WorkloadResult, summary: dict)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         result.rows.to_parquet(out_dir / "results.parquet", index=False)
+        for name, frame in result.extra_rows.items():
+            frame.to_parquet(out_dir / f"{name}.parquet", index=False)
         if cfg.output.timeline and result.timelines:
             write_timeline(out_dir / "timeline.json", result.timelines, cfg.output.timeline_max_ranks)
         tmp = out_dir / "summary.json.tmp"
@@ -103,6 +105,8 @@ def _write(out_dir: Path, cfg: RunConfig, result: WorkloadResult, summary: dict)
 def _remove_outputs(out_dir: Path) -> None:
     for name in (*OUTPUTS, "summary.json.tmp"):
         (out_dir / name).unlink(missing_ok=True)
+    for extra in out_dir.glob("*.parquet"):  # workload-specific tables (e.g. iterations.parquet)
+        extra.unlink()
 
 
 def _print_tables(result: WorkloadResult, summary: dict) -> None:

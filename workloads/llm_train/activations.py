@@ -43,9 +43,11 @@ def saved_bytes_by_type(mc: ModelCosts, tokens: int, seq_len: int, tp: int, ep: 
 
     saved: dict[str, float] = {}
     seen: set[int] = set()
+    keep: list[torch.Tensor] = []  # hold every saved tensor: a freed storage's address could recur
 
     def pack(x: torch.Tensor) -> torch.Tensor:
         name = state["tag"]
+        keep.append(x)
         storage = x.untyped_storage()
         key = storage._cdata
         if name is None or key in params or key in seen:
