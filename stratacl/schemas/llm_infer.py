@@ -56,6 +56,7 @@ class SchedulerConfig:
     decode_max_batch: int = 256  # sequences per die, before the KV-memory cap
     activation_reserve_tokens: int = 16384  # tokens per die whose activations stay reserved
     tbo: bool = True  # two-batch overlap in prefill and decode
+    tbo_min_tokens: int = 64  # per die: below this one micro-batch (splitting would re-read weights)
     mtp: bool = True  # multi-token prediction (one draft token per step)
     mtp_acceptance: float = 0.85  # DeepSeek-V3 report §5.4.3: 85-90 % second-token acceptance
 

@@ -48,10 +48,11 @@ class IterStats:
 class IterationModel:
     def __init__(self, ctx: RunContext, costs: ServingCosts, tbo: bool, mtp: bool,
                  prefill_ranks: int, decode_ranks: int, skew: str, zipf_s: float, scale_ratio: float,
-                 seed: int) -> None:
+                 seed: int, tbo_min_tokens: int = 0) -> None:
         self.ctx = ctx
         self.costs = costs
         self.tbo = tbo
+        self.tbo_min_tokens = tbo_min_tokens
         self.mtp = mtp
         self.ranks = {"prefill": prefill_ranks, "decode": decode_ranks}
         self.seed = seed
@@ -89,7 +90,7 @@ class IterationModel:
         tr.add_buffer("dispatch", -1)  # mapped during warm-up at their working size
         tr.add_buffer("combine", -1)
         ranks = range(n)
-        mbs = 2 if self.tbo and size >= 2 else 1
+        mbs = 2 if self.tbo and size >= max(2, self.tbo_min_tokens) else 1
         tokens_mb = size / mbs
         verify = 2 if (self.mtp and phase == "decode") else 1  # main model checks the draft token
         if phase == "decode":

@@ -116,7 +116,8 @@ def run(ctx: RunContext) -> WorkloadResult:
     kv_tok = float(mc.kv_bytes_per_token())
     reqs = generate(cfg.requests, ctx.seed)
     iters = IterationModel(ctx, costs, cfg.scheduler.tbo, cfg.scheduler.mtp, cfg.layout.prefill_dp,
-                           cfg.layout.decode_dp, cfg.skew, cfg.zipf_s, cfg.dispatch_scale_ratio, ctx.seed)
+                           cfg.layout.decode_dp, cfg.skew, cfg.zipf_s, cfg.dispatch_scale_ratio, ctx.seed,
+                           cfg.scheduler.tbo_min_tokens)
     sat_reqs = generate(cfg.requests, ctx.seed, rate=cfg.saturation_rate) if cfg.saturation_rate > 0 else None
     req_frames, iter_frames, metrics, timelines = [], [], {}, {}
     for library in ctx.libraries:
