@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from stratacl.errors import ConfigError
 from stratacl.schemas.llm_infer import ModelRef
-from workloads.modelcost import LayerCost, ModelCosts, load_model_config, load_model_yaml
+from workloads.modelcost import LayerCost, ModelCosts, load_model_config
+from workloads.modelcost.config import CONF_MODEL_DIR, config_from_node
 from workloads.modelcost.errors import CostInputError, ModelConfigError
 
 DECODE_BATCH = (1, 8, 32, 128, 512)  # sequences per die
@@ -33,15 +36,23 @@ class Cost:
 def load_costs(ref: ModelRef, cache_dir: str) -> ModelCosts:
     try:
         if ref.preset:
-            hf = load_model_yaml(ref.preset)
-            if ref.overrides:
-                hf = load_model_config(hf.model_type, {**hf.to_diff_dict(), **ref.overrides})
+            node = OmegaConf.to_container(OmegaConf.load(_preset_path(ref.preset)), resolve=True)
+            node["overrides"] = {**(node.get("overrides") or {}), **dict(ref.overrides)}
+            hf = config_from_node(node, where=f"conf/model/{ref.preset}.yaml")
         else:
             hf = load_model_config(ref.model_type or None, dict(ref.overrides) or None, ref.config_json or None)
         return ModelCosts(hf, dtype_bytes=ref.dtype_bytes, cache_dir=cache_dir or None)
-    except (ModelConfigError, CostInputError, FileNotFoundError) as exc:
+    except (ModelConfigError, CostInputError, FileNotFoundError, ValueError) as exc:
         raise ConfigError("workload.model", str(exc), "use a conf/model preset, a transformers "
                           "model_type or a config.json path") from None
+
+
+def _preset_path(name: str) -> Path:
+    path = Path(CONF_MODEL_DIR) / f"{name}.yaml"
+    if not path.is_file():
+        names = sorted(p.stem for p in Path(CONF_MODEL_DIR).glob("*.yaml"))
+        raise ConfigError("workload.model.preset", f"no model preset '{name}'", f"use one of {names}")
+    return path
 
 
 class ServingCosts:

@@ -1,0 +1,178 @@
+"""Serving workload: queueing laws, memory-capped batching, identical arrivals, clear failures.
+
+A tiny DeepSeek-V3-shaped model (3 layers, 16 experts) on 4-die prefill and decode instances keeps
+the cost measurements fast; the mechanisms are the same as for the default model.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import compose_run
+
+from stratacl.comm.library import LibraryModel
+from stratacl.errors import ConfigError
+from stratacl.fabric import Fabric
+from stratacl.workload_api import RunContext
+from workloads.llm_infer.costs import ServingCosts, load_costs
+from workloads.llm_infer.iteration import PREFILL_BUCKETS, IterationModel, bucket
+from workloads.llm_infer.memory import die_memory
+from workloads.llm_infer.requests import Requests, generate
+from workloads.llm_infer.workload import serve, summarise, validate_layout
+
+TINY = ("{num_hidden_layers:3,first_k_dense_replace:1,hidden_size:256,intermediate_size:512,"
+        "moe_intermediate_size:128,n_routed_experts:16,num_experts_per_tok:4,n_group:1,topk_group:1,"
+        "num_attention_heads:4,num_key_value_heads:4,kv_lora_rank:64,q_lora_rank:64,qk_rope_head_dim:16,"
+        "qk_nope_head_dim:32,v_head_dim:32,vocab_size:1024}")
+OVERRIDES = [
+    "workload=llm_infer", "workload.model.preset=deepseek_v3", f"+workload.model.overrides={TINY}",
+    "workload.layout.prefill_instances=1", "workload.layout.prefill_dp=4", "workload.layout.prefill_ep=4",
+    "workload.layout.decode_instances=1", "workload.layout.decode_dp=4", "workload.layout.decode_ep=4",
+    "workload.requests.rate=4", "workload.requests.duration_s=20", "workload.warmup_s=2",
+    "workload.requests.input_dist=fixed", "workload.requests.input_mean=1024",
+    "workload.requests.output_dist=fixed", "workload.requests.output_mean=64", "workload.cache_dir=",
+    "library=[hccl,stratacl]",
+]
+
+
+class Env:
+    def __init__(self, hbm_GB: float | None = None) -> None:
+        cfg = compose_run(OVERRIDES)
+        if hbm_GB is not None:
+            cfg.fabric.die.hbm_GB = hbm_GB
+        self.cfg = cfg
+        self.w = cfg.workload
+        fab = Fabric(cfg.fabric)
+        libs = {n: LibraryModel(n, c, fab) for n, c in cfg.library.items()}
+        self.ctx = RunContext(cfg=cfg, fabric=fab, libraries=libs, baseline="hccl", seed=0)
+        self.mc = _shared_costs()
+        self.costs = ServingCosts(self.mc, 4, 4, self.w.requests.input_mean)
+        self.kv_tok = float(self.mc.kv_bytes_per_token())
+        self.iters = IterationModel(self.ctx, self.costs, True, True, 4, 4, "zipf", 0.6, 0.0714, 0, 64)
+
+    def serve(self, library: str, reqs: Requests, w=None):  # noqa: ANN001, ANN201
+        return serve(self.ctx, w or self.w, self.costs, self.iters, library, reqs, self.kv_tok)
+
+
+_COSTS = {}
+
+
+def _shared_costs():  # noqa: ANN202
+    if "mc" not in _COSTS:
+        _COSTS["mc"] = load_costs(compose_run(OVERRIDES).workload.model, "")
+    return _COSTS["mc"]
+
+
+@pytest.fixture(scope="module")
+def env() -> Env:
+    return Env()
+
+
+def test_littles_law_on_the_simulated_system(env: Env) -> None:
+    reqs = generate(env.w.requests, seed=1)
+    sim, _ = env.serve("hccl", reqs)
+    df = sim.request_frame()
+    horizon = float(df["completion_s"].max())
+    sim.occupancy.change(horizon, 0)  # close the integral at the last completion
+    mean_in_system = sim.occupancy.area / horizon
+    lam = len(df) / horizon
+    w = float((df["completion_s"] - df["arrival_s"]).mean())
+    assert sim.occupancy.n == 0
+    assert mean_in_system == pytest.approx(lam * w, rel=1e-9)
+
+
+def test_ttft_at_least_the_prefill_of_the_request(env: Env) -> None:
+    reqs = generate(env.w.requests, seed=2)
+    sim, _ = env.serve("hccl", reqs)
+    df = sim.request_frame()
+    for _, r in df.iterrows():
+        alone = env.iters.prefill("hccl", r["input_tokens"])
+        assert r["ttft_s"] >= alone.compute_s
+        assert r["ttft_s"] >= alone.time_s - 1e-12  # its die processed ≥ its own tokens
+    assert bucket(PREFILL_BUCKETS, 1024) == 1024
+
+
+def test_ttft_non_decreasing_in_load(env: Env) -> None:
+    means, p99s = [], []
+    for rate in (1.0, 4.0, 16.0, 64.0):
+        reqs = generate(env.w.requests, seed=3, rate=rate)
+        sim, _ = env.serve("hccl", reqs)
+        t = sim.request_frame()["ttft_s"]
+        means.append(float(t.mean()))
+        p99s.append(float(np.percentile(t, 99)))
+    assert all(b >= a - 1e-12 for a, b in zip(means, means[1:], strict=False))
+    assert all(b >= a - 1e-12 for a, b in zip(p99s, p99s[1:], strict=False))
+    assert means[-1] > means[0]
+
+
+def test_requests_identical_for_every_library(env: Env) -> None:
+    reqs = generate(env.w.requests, seed=4)
+    frames = [env.serve(lib, reqs)[0].request_frame() for lib in ("hccl", "stratacl")]
+    cols = ["arrival_s", "input_tokens", "output_tokens"]
+    pd.testing.assert_frame_equal(frames[0][cols], frames[1][cols])
+
+
+def test_decode_batch_capped_by_kv_memory_and_library_memory_costs_exactly_its_bytes() -> None:
+    small = Env(hbm_GB=1.2)  # tight HBM: the KV cache, not the load, limits the batch
+    n, inp, out = 1400, 8192, 512
+    reqs = Requests(np.zeros(n), np.full(n, inp), np.full(n, out))  # a burst at t = 0
+    per_seq = small.kv_tok * (inp + out)
+    caps, kv = {}, {}
+    for lib in ("hccl", "stratacl"):
+        mem = die_memory(small.mc, 4, small.w.scheduler.activation_reserve_tokens, small.ctx.libraries[lib],
+                         small.ctx.fabric.hbm_bytes, "decode")
+        kv[lib] = mem.kv_bytes
+        caps[lib] = math.floor(mem.kv_bytes / per_seq)
+        sim, _ = small.serve(lib, reqs)
+        it = sim.iteration_frame()
+        dec = it[it["phase"] == "decode"]
+        assert dec["batch_per_die"].max() == caps[lib]  # the burst fills the cache exactly
+    held = small.ctx.libraries["hccl"].held_memory_bytes(2, "inference")
+    assert kv["stratacl"] - kv["hccl"] == pytest.approx(held)
+    assert caps["stratacl"] - caps["hccl"] == math.floor(kv["stratacl"] / per_seq) - math.floor(kv["hccl"] / per_seq)
+    assert caps["stratacl"] - caps["hccl"] >= math.floor(held / per_seq)
+
+
+def test_deterministic_for_a_seed(env: Env) -> None:
+    a = summarise(env.serve("stratacl", generate(env.w.requests, seed=5))[0], 2.0, 20.0)
+    b = summarise(Env().serve("stratacl", generate(env.w.requests, seed=5))[0], 2.0, 20.0)
+    assert a == b
+
+
+def test_model_that_does_not_fit_fails_before_simulating(env: Env) -> None:
+    tiny_hbm = Env(hbm_GB=0.5)  # hccl's two 2 x 200 MB comm buffers alone leave no room
+    with pytest.raises(ConfigError, match="workload.layout.decode_ep.*does not fit"):
+        tiny_hbm.serve("hccl", generate(env.w.requests, seed=0))
+
+
+def test_ep_must_divide_experts(env: Env) -> None:
+    with pytest.raises(ConfigError, match="workload.layout.prefill_ep.*divide"):
+        ServingCosts(env.mc, 3, 4, 1024)
+
+
+def test_layout_larger_than_fabric(env: Env) -> None:
+    w = copy.deepcopy(env.w)
+    w.layout.decode_instances = 200  # 200 x 4 + 4 > 768 dies
+    with pytest.raises(ConfigError, match="workload.layout"):
+        validate_layout(w, env.ctx.fabric.world)
+
+
+@pytest.mark.parametrize("override, field", [
+    ("workload.layout.decode_instances=100", "workload.layout"),
+    ("workload.layout.prefill_ep=3", "workload.layout.prefill_ep"),
+    ("workload.model.preset=nosuch", "workload.model.preset"),
+    ("workload.requests.arrival=weibull", "workload.requests.arrival"),
+])
+def test_cli_failures_name_the_field(tmp_path, override, field) -> None:  # noqa: ANN001
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "stratacl.run", "workload=llm_infer", override,
+                           f"hydra.run.dir={out}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert field in proc.stderr and "Traceback" not in proc.stderr
+    assert not (out / "summary.json").exists()
