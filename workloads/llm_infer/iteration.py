@@ -100,10 +100,12 @@ class IterationModel:
             layer_cost = c.prefill(tokens_mb)
             mtp_cost = layer_cost
         mode = "ll" if phase == "decode" else "ht"
-        last = {m: [] for m in range(mbs)}
+        # SGLang-style TBO: one compute stream and one communication stream; the micro-batches'
+        # kernels interleave on each, so one micro-batch's dispatch/combine runs while the other
+        # computes. Without TBO (one micro-batch) the same streams simply alternate.
+        cs, xs = "compute", "comm"
         emb = layer_cost["embedding"]
-        for m in range(mbs):
-            last[m] = [self._compute(tr, ranks, emb, f"mb{m}", [], "embedding")]
+        last = [[self._compute(tr, ranks, emb, cs, [], f"embedding.mb{m}")] for m in range(mbs)]
         layers = list(c.layers)
         if self.mtp and phase == "decode":
             layers.append(c.layers[-1])  # the MTP module: one more decoder layer
@@ -111,28 +113,31 @@ class IterationModel:
             cost = mtp_cost if li >= len(c.layers) else layer_cost
             rows = tokens_mb * (verify if li < len(c.layers) else 1)
             for m in range(mbs):
+                last[m] = [self._compute(tr, ranks, cost[attn], cs, last[m], f"L{li}.attn.mb{m}")]
+            if not (ffn == "moe" and c.experts):
+                for m in range(mbs):
+                    last[m] = [self._compute(tr, ranks, cost[ffn], cs, last[m], f"L{li}.{ffn}.mb{m}")]
+                continue
+            routed = [self._routing_sample(n, max(1, math.ceil(rows)), mode, li * mbs + m) for m in range(mbs)]
+            for m, (disp, _) in enumerate(routed):
                 dep = last[m]
-                dep = [self._compute(tr, ranks, cost[attn], f"mb{m}", dep, f"L{li}.attn")]
-                if ffn == "moe" and c.experts:
-                    disp, per_expert = self._routing_sample(n, max(1, math.ceil(rows)), mode, li * mbs + m)
-                    if mode == "ht":
-                        dep = [tr.collective("alltoall", "ep", COUNT_BYTES * n, stream=f"mb{m}", deps=dep,
-                                             name=f"L{li}.layout")]
-                    peer = disp * self.dispatch_bytes
-                    dep = [tr.collective("dispatch", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
-                                         stream=f"mb{m}", deps=dep, buffer="dispatch", name=f"L{li}.dispatch")]
-                    load = per_expert.sum(axis=0)
-                    scale = load / load.mean() if load.mean() > 0 else np.ones(n)  # skew: hot dies
-                    dep = [self._compute(tr, ranks, cost["moe"], f"mb{m}", dep, f"L{li}.moe", scale)]
-                    peer = disp.T * self.combine_bytes
-                    dep = [tr.collective("combine", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
-                                         stream=f"mb{m}", deps=dep, buffer="combine", name=f"L{li}.combine")]
-                else:
-                    dep = [self._compute(tr, ranks, cost[ffn], f"mb{m}", dep, f"L{li}.{ffn}")]
-                last[m] = dep
+                if mode == "ht":
+                    dep = [tr.collective("alltoall", "ep", COUNT_BYTES * n, stream=xs, deps=dep,
+                                         name=f"L{li}.layout.mb{m}")]
+                peer = disp * self.dispatch_bytes
+                last[m] = [tr.collective("dispatch", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
+                                         stream=xs, deps=dep, buffer="dispatch", name=f"L{li}.dispatch.mb{m}")]
+            for m, (_, per_expert) in enumerate(routed):
+                load = per_expert.sum(axis=0)
+                scale = load / load.mean() if load.mean() > 0 else np.ones(n)  # skew: hot dies
+                last[m] = [self._compute(tr, ranks, cost["moe"], cs, last[m], f"L{li}.moe.mb{m}", scale)]
+            for m, (disp, _) in enumerate(routed):
+                peer = disp.T * self.combine_bytes
+                last[m] = [tr.collective("combine", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
+                                         stream=xs, deps=last[m], buffer="combine", name=f"L{li}.combine.mb{m}")]
         head = layer_cost["lm_head"]
         for m in range(mbs):
-            self._compute(tr, ranks, head, f"mb{m}", last[m], "lm_head")
+            self._compute(tr, ranks, head, cs, last[m], f"lm_head.mb{m}")
         tr.validate()
         return tr
 
