@@ -84,6 +84,7 @@ class Algorithm(StrEnum):
     mesh = "mesh"
     fullmesh = "fullmesh"
     pairwise = "pairwise"
+    rhd = "rhd"
     auto = "auto"
 
 
@@ -110,6 +111,7 @@ class LibraryConfig:
     description: str = ""
     data_path: DataPath = DataPath.staged
     algorithm: Algorithm = Algorithm.ring
+    auto_candidates: list[str] = field(default_factory=list)  # algorithm=auto chooses among these
     partitioning: Partitioning = Partitioning.uniform
     mover: Mover = Mover.vector_cores
     trigger: Trigger = Trigger.aicpu
@@ -246,6 +248,9 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     for coll, frac in lib.stage_anyway.items():
         if not 0 <= frac <= 1:
             raise ConfigError(f"{where}.stage_anyway.{coll}", f"fraction {frac} outside 0..1")
+    bad = [a for a in lib.auto_candidates if a not in ("ring", "mesh", "fullmesh", "rhd")]
+    if bad:
+        raise ConfigError(f"{where}.auto_candidates", f"unknown algorithms {bad}", "use ring, mesh, fullmesh, rhd")
     if lib.fanout_cap < 1:
         raise ConfigError(f"{where}.fanout_cap", f"must be ≥ 1, got {lib.fanout_cap}")
     if lib.pipeline_chunks < 1:

@@ -110,10 +110,11 @@ class UtilisationRecorder:
         """Before the first change at a new time: record the state that held since the last one."""
         if now == self._t:
             return
-        if self.samples or self.use.any():
-            per_die = np.clip(self.use[:, self.dies], 0.0, 1.0) if len(self.dies) else self.use[:, :0]
-            self.times.append(self._t)
-            self.samples.append(per_die.mean(axis=1) if per_die.shape[1] else np.zeros(len(RESOURCES)))
+        self.times.append(self._t)
+        if len(self.dies):
+            self.samples.append(np.clip(self.use[:, self.dies], 0.0, 1.0).mean(axis=1))
+        else:
+            self.samples.append(np.zeros(len(RESOURCES)))
         self._t = now
 
 

@@ -28,7 +28,7 @@ def test_staging_traffic_allgather_is_one_plus_n_times_m() -> None:
 
 
 def test_staged_payload_larger_than_buffer_runs_in_rounds(cm384) -> None:  # noqa: ANN001
-    lib = make_library(cm384, "hccl", comm_buffer_MB=16.0)
+    lib = make_library(cm384, "hccl", comm_buffer_MB=16.0, algorithm=Algorithm.ring)
     plan = lib.wire_plan("allreduce", 64e6, tuple(range(32)))
     phases = lib.collective_phases("allreduce", 64e6, tuple(range(32)))
     sync = sum(p.delay_s for p in phases if p.category == "sync")
@@ -117,12 +117,33 @@ def test_library_hbm_accounting(cm384) -> None:  # noqa: ANN001
 
 # ------------------------------------------------------------------ algorithms
 def test_ring_steps_dominate_small_sizes_fullmesh_pays_one(cm384) -> None:  # noqa: ANN001
-    ring = make_library(cm384, "hccl_zerocopy")
+    ring = make_library(cm384, "hccl_zerocopy", algorithm=Algorithm.ring)
     mesh = make_library(cm384, "hccl_zerocopy", algorithm=Algorithm.fullmesh)
     g = tuple(range(32))
     assert ring.wire_plan("allgather", 65536, g).steps == 31
     assert mesh.wire_plan("allgather", 65536, g).steps == 1
     assert _one(mesh, "allgather", 32, 65536).end[0] < _one(ring, "allgather", 32, 65536).end[0] / 3
+
+
+def test_recursive_halving_doubling_closed_form(cm384) -> None:  # noqa: ANN001
+    lib = make_library(cm384, "hccl_zerocopy", algorithm=Algorithm.rhd)
+    size = 2**26
+    # partners at distance 16 (other node), 8, 4, 2 (same node), 1 (same package); halving data
+    step = {16: (2.1e-6 + 2.1e-6, 150e9), 8: (0.7e-6 + 1.3e-6, 170e9), 4: (0.7e-6 + 1.3e-6, 170e9),
+            2: (0.7e-6 + 1.3e-6, 170e9), 1: (0.2e-6 + 0.5e-6, 210e9)}
+    half = sum(a + size / 2 ** (i + 1) / b for i, (a, b) in enumerate(step.values()))
+    plan = lib.wire_plan("allreduce", size, tuple(range(32)))
+    assert plan.steps == 10
+    assert plan.latency_s + plan.wire_s == pytest.approx(2 * half, rel=1e-12)
+    assert plan.send_bytes == pytest.approx(2 * 31 / 32 * size)  # bandwidth-optimal, like a ring
+    res = _one(lib, "allreduce", 32, size)
+    assert res.end[0] == pytest.approx(5e-6 + 2 * half, rel=1e-9)
+
+
+def test_hccl_picks_rhd_small_ring_or_rhd_by_idle_time(cm384) -> None:  # noqa: ANN001
+    lib = make_library(cm384, "hccl")
+    g = tuple(range(32))
+    assert lib.chosen_algorithm("allreduce", 65536, g) == "rhd"  # 10 steps instead of 62
 
 
 def test_auto_switches_algorithm_across_sizes(cm384) -> None:  # noqa: ANN001

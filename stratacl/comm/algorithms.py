@@ -145,3 +145,27 @@ def _busiest_peer_work(m: np.ndarray, tidx: np.ndarray, tiers: list[Tier],
     i = int(np.argmax(m.sum(axis=1)))
     return tuple((float(m[i, j]) * exchanges, tiers[int(tidx[i, j])].index)
                  for j in range(m.shape[0]) if j != i and m[i, j] > 0)
+
+
+def rhd(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str) -> WirePlan:
+    """Recursive halving-doubling (HCCL/MPI RHD; n a power of two): log2(n) exchange steps per
+    reduce-scatter / all-gather half, partner = rank XOR 2^k, payload halving from S/2."""
+    tiers = _tiers(tidx, fabric, plane)
+    logn = n.bit_length() - 1
+    idx = np.arange(n)
+    halves = {"allreduce": 2, "allgather": 1, "reducescatter": 1}[coll]
+    latency, secs, nbytes = 0.0, 0.0, 0.0
+    for k in reversed(range(logn)):  # halving: farthest partner first, with half the data
+        chunk = size / 2 ** (logn - k)
+        step_tiers = [tiers[int(t)] for t in tidx[idx, idx ^ (1 << k)]]
+        slow = min(step_tiers, key=lambda t: t.beta_Bps)
+        latency += max(t.alpha_s + t.sync_s for t in step_tiers)
+        secs += chunk / slow.beta_Bps
+        nbytes += chunk
+    # the steps run one after another: their port time adds up; it is charged to the plane of the
+    # farthest (first) step, as a ring's is to its slowest hop
+    far = int(tidx[0, 1 << (logn - 1)]) if logn else 0
+    tx = {tiers[far].plane: secs * halves}
+    red = nbytes if coll in REDUCING else 0.0
+    return WirePlan("rhd", logn * halves, latency * halves, tx, dict(tx), nbytes * halves, nbytes * halves,
+                    nbytes * halves * n, red, logn, ((nbytes * halves, tiers[far].index),))

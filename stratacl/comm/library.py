@@ -81,7 +81,10 @@ class LibraryModel:
     def candidates(self, coll: str) -> list[str]:
         a = self.cfg.algorithm
         if a == Algorithm.auto:
-            return ["pairwise", "fullmesh"] if coll in _EXCHANGES else ["ring", "mesh", "fullmesh"]
+            if coll in _EXCHANGES:
+                return ["fullmesh", "pairwise"] if "fullmesh" in (self.cfg.auto_candidates or ["fullmesh"]) \
+                    else ["pairwise"]
+            return list(self.cfg.auto_candidates) or ["ring", "mesh", "fullmesh"]
         if coll in _EXCHANGES:
             return ["fullmesh"] if a == Algorithm.fullmesh else ["pairwise"]
         if a == Algorithm.pairwise:
@@ -101,7 +104,9 @@ class LibraryModel:
         plane = self.cfg.plane
         if n == 1:
             return alg.WirePlan(algorithm, 0, 0.0)
-        if algorithm == "ring" and coll in ("allreduce", "allgather", "reducescatter", "broadcast"):
+        if algorithm == "rhd" and coll in ("allreduce", "allgather", "reducescatter") and n & (n - 1) == 0:
+            return alg.rhd(coll, n, size, tidx, self.fabric, plane)
+        if algorithm in ("ring", "rhd") and coll in ("allreduce", "allgather", "reducescatter", "broadcast"):
             return alg.ring(coll, n, size, tidx, self.fabric, plane)
         if algorithm in ("ring", "pairwise"):
             return alg.pairwise(coll, n, size, tidx, self.fabric, plane, peer_bytes)

@@ -75,6 +75,7 @@ class FluidSystem:
         self._uid = count()
         self.solves = 0
         self.max_violation = 0.0  # worst capacity excess seen in check mode
+        self.recorder = None  # opt-in stratacl.utilisation.UtilisationRecorder (None: no cost)
 
     # ------------------------------------------------------------------ ranksets
     def rankset(self, ranks: tuple[int, ...]) -> int:
@@ -130,6 +131,8 @@ class FluidSystem:
             act.f = act.solo_f
             self._schedule(act)
             return act
+        if self.recorder is not None:
+            self.recorder.started(act, self.env.now)
         self._resolve(self._component(act.rs_ids))
         return act
 
@@ -139,6 +142,8 @@ class FluidSystem:
         dt = self.env.now - act.t_last
         act.work += act.f * dt / act.T
         act.remaining = 0.0
+        if self.recorder is not None and act.rs_ids:
+            self.recorder.finished(act, self.env.now)
         for k in act.rs_ids:
             s = self.active_by_rs[k]
             s.discard(act)
@@ -189,6 +194,8 @@ class FluidSystem:
         old = [(a, a.f) for a in comp]
         self._solve(comp)
         self.solves += 1
+        if self.recorder is not None:
+            self.recorder.rates(old, now)
         for a, f in old:
             if a.f != f or a.gen == 0:
                 self._schedule(a)

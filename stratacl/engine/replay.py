@@ -23,6 +23,7 @@ from stratacl.errors import TraceError
 from stratacl.fabric import RESOURCES, R
 from stratacl.phases import CATEGORIES, Phase
 from stratacl.trace import Trace, stream_predecessors
+from stratacl.utilisation import UtilisationRecorder
 
 
 @dataclass
@@ -42,6 +43,9 @@ class SimResult:
     work_error: float = 0.0  # max |∫rate − 1| over fluid activities (conservation)
     max_violation: float = 0.0  # worst capacity excess (check mode only)
     extra: dict[str, object] = field(default_factory=dict)
+    # opt-in (utilisation=True): tidy (time_s, resource, utilisation) and phase intervals per op
+    utilisation: pd.DataFrame | None = None
+    phases: pd.DataFrame | None = None
 
     def op_frame(self, trace: Trace) -> pd.DataFrame:
         """Per-op timeline: start, end, ranks, bytes and the time split by category."""
@@ -66,11 +70,13 @@ class SimResult:
 
 
 class Replay:
-    def __init__(self, trace: Trace, library: LibraryModel, check: bool = False) -> None:
+    def __init__(self, trace: Trace, library: LibraryModel, check: bool = False,
+                 record_utilisation: bool = False) -> None:
         self.trace = trace
         self.library = library
         self.fabric = library.fabric
         self.check = check
+        self.record_utilisation = record_utilisation
         if trace.world_size > self.fabric.world:
             raise TraceError(f"trace needs {trace.world_size} ranks but fabric '{self.fabric.name}' "
                              f"has {self.fabric.world} dies")
@@ -88,6 +94,7 @@ class Replay:
         self.env = simpy.Environment()
         self.fluid = FluidSystem(self.env, len(RESOURCES), check=self.check)
         self.runtime = self.library.runtime(trace)
+        self._rec = self.fluid.recorder = self._recorder() if self.record_utilisation else None
         self._start = np.full(n, np.nan)
         self._end = np.full(n, np.nan)
         self._split = {c: np.zeros(n) for c in CATEGORIES}
@@ -107,12 +114,20 @@ class Replay:
         if np.isnan(self._end).any():
             stuck = int(np.flatnonzero(np.isnan(self._end))[0])
             raise TraceError(f"{trace.ops[stuck].label()} never finished (deadlock)")
-        return SimResult(
+        result = SimResult(
             library=self.library.name, makespan_s=float(self._end.max(initial=0.0)),
             start=self._start, end=self._end, split=self._split, wire_bytes=self._wire,
             hbm_bytes=self._hbm, copy_bytes=self._copy, core_s=self._core_s, wall_s=time.perf_counter() - t0,
             events=self._events, solves=self.fluid.solves, work_error=self._work_err,
             max_violation=self.fluid.max_violation)
+        if self._rec is not None:
+            self._rec.finish(result.makespan_s)
+            result.utilisation, result.phases = self._rec.frame(), self._rec.phase_frame()
+        return result
+
+    def _recorder(self) -> UtilisationRecorder:
+        dies = sorted({r for op in self.trace.ops for r in op.ranks})
+        return UtilisationRecorder(self.fluid, self.trace.world_size, np.asarray(dies, dtype=np.int64))
 
     # ------------------------------------------------------------------ op lifecycle
     def _start_op(self, i: int) -> None:
@@ -152,6 +167,8 @@ class Replay:
         for _, r, h in ph.holds:
             if r == self._vec:
                 self._core_s[i] += h * dt * self.fabric.vector_cores
+        if self._rec is not None:
+            self._rec.phase(i, k, ph, t0, self.env.now)
         if act is not None:  # conservation, net of the float clock's resolution at this time
             clock = 8 * math.ulp(self.env.now) / act.T
             self._work_err = max(self._work_err, abs(act.work - 1.0) - clock)
@@ -183,5 +200,5 @@ class Replay:
                 self._start_op(j)
 
 
-def simulate(trace: Trace, library: LibraryModel, check: bool = False) -> SimResult:
-    return Replay(trace, library, check=check).run()
+def simulate(trace: Trace, library: LibraryModel, check: bool = False, utilisation: bool = False) -> SimResult:
+    return Replay(trace, library, check=check, record_utilisation=utilisation).run()
