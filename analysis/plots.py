@@ -130,8 +130,84 @@ def stacked_bars(frame: pd.DataFrame, step: str, parts: Sequence[str], order: Se
     for xi, total in zip(x, bottom, strict=True):
         ax.annotate(f"{total:.3g}", (xi, total), ha="center", va="bottom", fontsize="small")
     ax.set_xticks(x, order, rotation=20, ha="right")
+    ax.margins(y=0.08)  # room for the total labels
     ax.set_ylabel(ylabel)
     ax.legend(fontsize="small")
     ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def grouped_bars(values: pd.DataFrame, reference: pd.DataFrame | None = None, ax: Axes | None = None,
+                 ylabel: str = "", reference_label: str = "paper") -> Figure:
+    """Grouped bars: one group per row of `values` (e.g. dispatch HT), one bar per column (library).
+    With `reference` (same index/columns, e.g. paper numbers) each bar gets a hatched twin to its
+    right, so harness and reference read side by side; missing reference cells are left out."""
+    series = list(values.columns)
+    colors = _colors(series)
+    per = len(series) * (2 if reference is not None else 1)
+    width = 0.8 / per
+    x = np.arange(len(values.index))
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(max(6.0, 1.9 * len(x) + 2), 4.2))
+    else:
+        fig = ax.figure
+    for j, s in enumerate(series):
+        k = j * (2 if reference is not None else 1)
+        pos = x - 0.4 + width * (k + 0.5)
+        ax.bar(pos, values[s].to_numpy(dtype=float), width, color=colors[s], label=s)
+        if reference is not None and s in reference.columns:
+            ref = reference.reindex(values.index)[s].to_numpy(dtype=float)
+            ax.bar(pos + width, ref, width, facecolor="white", edgecolor=colors[s], hatch="///",
+                   label=f"{s} ({reference_label})")
+    ax.set_xticks(x, [str(i) for i in values.index])
+    ax.set_ylabel(ylabel)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def cdf(frame: pd.DataFrame, column: str, hue: str = "library", ax: Axes | None = None,
+        scale: float = 1.0, xlabel: str = "", logx: bool = False) -> Figure:
+    """Empirical CDF of `column` (× `scale`) per `hue` value; NaNs (unfinished requests) dropped."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+    else:
+        fig = ax.figure
+    for key, sub in frame.groupby(hue, sort=False):
+        v = np.sort(sub[column].dropna().to_numpy(dtype=float)) * scale
+        if len(v):
+            ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=str(key))
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel or column)
+    ax.set_ylabel("fraction of requests")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def utilisation_timeline(frame: pd.DataFrame, resources: Sequence[str] | None = None,
+                         ax: Axes | None = None, scale: float = 1e3) -> Figure:
+    """Step plot of the engine's utilisation series (`SimResult.utilisation`, or a run's
+    utilisation.parquet for one library): one line per resource, time × `scale` (ms by default).
+    Resources default to those that are ever busy."""
+    busy = frame.groupby("resource", observed=True)["utilisation"].max()
+    resources = list(resources or [str(r) for r in busy.index if busy[r] > 0])
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8, 3.6))
+    else:
+        fig = ax.figure
+    for res in resources:
+        sub = frame[frame["resource"] == res].sort_values("time_s")
+        ax.step(sub["time_s"].to_numpy() * scale, sub["utilisation"].to_numpy(), where="post", label=res)
+    ax.set_xlabel("time (ms)" if scale == 1e3 else "time")
+    ax.set_ylabel("utilisation (mean over dies)")
+    ax.set_ylim(0, 1.05)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", ncols=2)
     fig.tight_layout()
     return fig

@@ -62,8 +62,8 @@ def test_timeline_is_valid_json_with_ops_on_every_rank(tmp_path, replays) -> Non
     assert len(ops) == 2 * sum(len(op.ranks) for op in trace.ops)
     lanes = {e["args"]["name"]: e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
              and e["pid"] == 0}
-    assert {"stream compute", "stream comm", "stream comm2", "SDMA engines"} - set(lanes) == {"SDMA engines"}
-    assert "comm cores (vector)" in lanes  # hccl moves data with vector cores
+    assert {"stream compute", "stream comm", "stream comm2"} <= set(lanes)
+    assert "comm cores (vector)" in lanes and "SDMA engines" not in lanes  # hccl moves data with vector cores
     stratacl_lanes = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
                       and e["pid"] == RANK_PID}
     assert "SDMA engines" in stratacl_lanes  # stratacl offloads to SDMA

@@ -26,7 +26,7 @@ EPS = 1e-12
 
 class Activity:
     __slots__ = (
-        "uid", "entries", "holds", "T", "solo_f", "remaining", "f", "cap", "t_last", "gen", "on_done", "rs_ids",
+        "uid", "entries", "holds", "T", "solo_f", "desc", "remaining", "f", "cap", "t_last", "gen", "on_done", "rs_ids",
         "work",
     )
 
@@ -39,6 +39,8 @@ class Activity:
         self.entries = [(k, t, s / T) for k, t, s in entries if s > 0]
         self.holds = [(k, t, h) for k, t, h in holds if h > 0]
         self.rs_ids = frozenset(k for k, _, _ in self.entries) | frozenset(k for k, _, _ in self.holds)
+        # what the solver sees of it: equal descriptors get equal rates (used to memoise solves)
+        self.desc = (tuple(sorted(self.entries)), tuple(sorted(self.holds)))
         self.remaining = 1.0
         held: dict[int, float] = {}
         for _, t, h in self.holds:
@@ -71,6 +73,7 @@ class FluidSystem:
         self.rs_ranks: list[tuple[int, ...]] = []
         self._nbrs: list[set[int]] = []  # rankset id -> ids of ranksets sharing a die with it
         self._atoms: dict[frozenset[int], list[frozenset[int]]] = {}
+        self._solved: dict[tuple, dict[tuple, float]] = {}  # component descriptors -> rate per descriptor
         self.active_by_rs: dict[int, set[Activity]] = {}
         self._uid = count()
         self.solves = 0
@@ -207,6 +210,18 @@ class FluidSystem:
             (a,) = comp
             a.f = a.solo_f
             return
+        # the max-min allocation depends only on the activities' descriptors: memoise it
+        key = tuple(sorted(a.desc for a in comp))
+        hit = self._solved.get(key)
+        if hit is not None:
+            for a in comp:
+                a.f = hit[a.desc]
+            return
+        self._fill(comp)
+        if len(self._solved) < 200_000:
+            self._solved[key] = {a.desc: a.f for a in comp}
+
+    def _fill(self, comp: set[Activity]) -> None:
         ks = frozenset().union(*(a.rs_ids for a in comp))
         atoms = [ks] if len(ks) == 1 else self._maximal_atoms(ks)
         # constraints per (atom, resource kind): [residual, unfrozen coefficient sum]; each

@@ -71,6 +71,7 @@ class LlmInferConfig(WorkloadConfig):
     skew: str = "zipf"  # expert popularity: uniform | zipf
     zipf_s: float = 0.6  # mild routing skew of a trained router (ASSUMPTION, knob)
     dispatch_scale_ratio: float = 0.0714  # dispatch: INT8 + scales = hidden·(1 + 512/7168) (REFERENCE §5)
+    remap_fraction: float = 0.04  # iterations whose MoE buffers outgrow their mapping (StrataCL §4.1: < 4 %)
     saturation_rate: float = 0.0  # > 0: also run at this rate and report saturation throughput
     warmup_s: float = 10.0  # requests arriving before this are excluded from the statistics
     cache_dir: str = "runs/.cache/modelcost"  # disk cache of measured model costs ("" = off)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stratacl.config import DataPath
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext
 from workloads.llm_infer.costs import Cost, ServingCosts
@@ -65,14 +66,16 @@ class IterationModel:
         self.simulated = 0
 
     # ------------------------------------------------------------------ public
-    def decode(self, library: str, batch: float, context: float) -> IterStats:
-        key = ("decode", bucket(BATCH_BUCKETS, batch), bucket(CONTEXT_BUCKETS, context))
+    def decode(self, library: str, batch: float, context: float, remap: bool = False) -> IterStats:
+        key = ("decode", bucket(BATCH_BUCKETS, batch), bucket(CONTEXT_BUCKETS, context), remap)
         return self._get(library, key)
 
-    def prefill(self, library: str, tokens: float) -> IterStats:
-        return self._get(library, ("prefill", bucket(PREFILL_BUCKETS, tokens), 0))
+    def prefill(self, library: str, tokens: float, remap: bool = False) -> IterStats:
+        return self._get(library, ("prefill", bucket(PREFILL_BUCKETS, tokens), 0, remap))
 
     def _get(self, library: str, key: tuple) -> IterStats:
+        if key[-1] and self.ctx.libraries[library].cfg.data_path != DataPath.on_alloc:
+            key = (*key[:-1], False)  # only registration-on-allocation reacts to a remap
         hit = self._stats.get((library, key))
         if hit is None:
             trace = self._traces.get(key)
@@ -82,13 +85,18 @@ class IterationModel:
         return hit
 
     # ------------------------------------------------------------------ trace
-    def build(self, phase: str, size: int, context: int) -> Trace:
+    def build(self, phase: str, size: int, context: int, remap: bool = False) -> Trace:
+        """One iteration's trace. The dispatch/combine buffers were mapped during warm-up at their
+        working size; with `remap` the allocator maps new memory for them in this iteration (the
+        routing outgrew the mapping) at each layer's attention, which is when the router's output
+        sizes them: registration-on-allocation then races the attention kernel."""
         n = self.ranks[phase]
         c = self.costs
-        tr = Trace(world_size=n, meta={"phase": phase, "size": size, "context": context})
+        tr = Trace(world_size=n, meta={"phase": phase, "size": size, "context": context, "remap": remap})
         tr.add_family("ep", [range(n)])
-        tr.add_buffer("dispatch", -1)  # mapped during warm-up at their working size
-        tr.add_buffer("combine", -1)
+        if not remap:
+            tr.add_buffer("dispatch", -1)
+            tr.add_buffer("combine", -1)
         ranks = range(n)
         mbs = 2 if self.tbo and size >= max(2, self.tbo_min_tokens) else 1
         tokens_mb = size / mbs
@@ -114,6 +122,9 @@ class IterationModel:
             rows = tokens_mb * (verify if li < len(c.layers) else 1)
             for m in range(mbs):
                 last[m] = [self._compute(tr, ranks, cost[attn], cs, last[m], f"L{li}.attn.mb{m}")]
+                if remap:
+                    tr.add_buffer("dispatch", last[m][0])
+                    tr.add_buffer("combine", last[m][0])
             if not (ffn == "moe" and c.experts):
                 for m in range(mbs):
                     last[m] = [self._compute(tr, ranks, cost[ffn], cs, last[m], f"L{li}.{ffn}.mb{m}")]

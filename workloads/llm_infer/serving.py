@@ -50,7 +50,8 @@ class DecodeDie:
 class ServingSim:
     def __init__(self, reqs: Requests, iters: IterationModel, library: str, layout: LayoutConfig,
                  sched: SchedulerConfig, kv_per_die: float, kv_bytes_per_token: float,
-                 kv_transfer_s: Callable[[float], float], progress: Callable[[float], None] | None = None) -> None:
+                 kv_transfer_s: Callable[[float], float], progress: Callable[[float], None] | None = None,
+                 remap_fraction: float = 0.0, seed: int = 0) -> None:
         self.reqs = reqs
         self.iters = iters
         self.lib = library
@@ -60,6 +61,8 @@ class ServingSim:
         self.kv_tok = kv_bytes_per_token
         self.kv_transfer_s = kv_transfer_s
         self.progress = progress
+        self.remap_fraction = remap_fraction
+        self._remap_rng = np.random.default_rng([seed, 7])  # same draws for every library
         n = len(reqs)
         self.t_prefill_start = np.full(n, np.nan)
         self.t_first_token = np.full(n, np.nan)
@@ -134,7 +137,7 @@ class ServingSim:
                     break  # the rest of a chunked prompt waits for the next iteration
                 finished.append(rid)
                 q.popleft()
-            st = self.iters.prefill(self.lib, max(per_die))
+            st = self.iters.prefill(self.lib, max(per_die), self._remap())
             yield env.timeout(st.time_s)
             self._record("prefill", i, max(per_die), sum(per_die), 0.0, st)
             for rid in finished:
@@ -180,7 +183,7 @@ class ServingSim:
             self.max_batch_seen = max(self.max_batch_seen, batch)
             running = [r for d in dies for r in d.running]
             ctx = float(np.mean(self.reqs.input_tokens[running] + self.generated[running]))
-            st = self.iters.decode(self.lib, batch, ctx)
+            st = self.iters.decode(self.lib, batch, ctx, self._remap())
             yield env.timeout(st.time_s)
             kv_used = sum(self.kv_per_die - d.free_kv for d in dies) / (self.kv_per_die * len(dies))
             self._record("decode", i, batch, len(running) * step_tokens, kv_used, st)
@@ -195,6 +198,10 @@ class ServingSim:
                     else:
                         keep.append(rid)
                 d.running = keep
+
+    def _remap(self) -> bool:
+        """Does the allocator map new memory for the MoE buffers in this iteration?"""
+        return bool(self.remap_fraction) and self._remap_rng.random() < self.remap_fraction
 
     def _complete(self, rid: int) -> None:
         self.t_done[rid] = self.env.now

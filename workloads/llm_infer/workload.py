@@ -34,6 +34,8 @@ def validate_layout(cfg: LlmInferConfig, world: int) -> None:
     if dies > world:
         raise ConfigError("workload.layout", f"{dies} dies needed but the fabric has {world}",
                           "fewer or smaller instances, or a larger fabric")
+    if not 0 <= cfg.remap_fraction <= 1:
+        raise ConfigError("workload.remap_fraction", f"{cfg.remap_fraction} is not a fraction", "use 0..1")
     s = cfg.scheduler
     if s.prefill_token_budget <= 0 or s.decode_max_batch < 0 or not 0 <= s.mtp_acceptance <= 1:
         raise ConfigError("workload.scheduler", "need prefill_token_budget > 0, decode_max_batch ≥ 0, "
@@ -69,7 +71,8 @@ def serve(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: Iter
                           f"the {mem_d.kv_bytes / 1e9:.1f} GB KV cache of a decode die with '{library}'",
                           "shorter requests or more HBM per die")
     sim = ServingSim(reqs, iters, library, lay, sched, mem_d.kv_bytes, kv_tok, kv_transfer_fn(ctx, library),
-                     progress=lambda dt: ctx.progress(dt / max(cfg.requests.duration_s, 1e-9)))
+                     progress=lambda dt: ctx.progress(dt / max(cfg.requests.duration_s, 1e-9)),
+                     remap_fraction=cfg.remap_fraction, seed=ctx.seed)
     sim.run()
     return sim, {"weights_GB_per_die": mem_d.weight_bytes / 1e9, "library_GB_per_die": mem_d.library_bytes / 1e9,
                  "kv_cache_GB_per_die": mem_d.kv_bytes / 1e9}
@@ -158,6 +161,6 @@ def _typical_decode_timeline(iters: IterationModel, sim: ServingSim, library: st
         b = Counter(bucket(BATCH_BUCKETS, x) for x in dec["batch_per_die"]).most_common(1)[0][0]
     else:
         b = 1
-    key = ("decode", b, CONTEXT_BUCKETS[0])
+    key = ("decode", b, CONTEXT_BUCKETS[0], False)
     trace = iters._traces.get(key) or iters.build(*key)
     return trace, iters.ctx.simulate(trace, library)
