@@ -78,11 +78,16 @@ class IterationModel:
             key = (*key[:-1], False)  # only registration-on-allocation reacts to a remap
         hit = self._stats.get((library, key))
         if hit is None:
-            trace = self._traces.get(key)
-            if trace is None:
-                trace = self._traces[key] = self.build(*key)
-            hit = self._stats[(library, key)] = self._measure(trace, library)
+            hit = self._stats[(library, key)] = self._measure(self.trace(*key), library)
         return hit
+
+    def trace(self, phase: str, size: int, context: int, remap: bool = False) -> Trace:
+        """The (memoised) trace of one iteration shape; the same for every library."""
+        key = (phase, size, context, remap)
+        trace = self._traces.get(key)
+        if trace is None:
+            trace = self._traces[key] = self.build(*key)
+        return trace
 
     # ------------------------------------------------------------------ trace
     def build(self, phase: str, size: int, context: int, remap: bool = False) -> Trace:

@@ -161,6 +161,5 @@ def _typical_decode_timeline(iters: IterationModel, sim: ServingSim, library: st
         b = Counter(bucket(BATCH_BUCKETS, x) for x in dec["batch_per_die"]).most_common(1)[0][0]
     else:
         b = 1
-    key = ("decode", b, CONTEXT_BUCKETS[0], False)
-    trace = iters._traces.get(key) or iters.build(*key)
+    trace = iters.trace("decode", b, CONTEXT_BUCKETS[0])
     return trace, iters.ctx.simulate(trace, library)
