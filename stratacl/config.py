@@ -152,6 +152,7 @@ class WorkloadConfig:
 class OutputConfig:
     timeline: bool = True  # write timeline.json (turn off for big sweeps)
     timeline_max_ranks: int = 32  # per-rank tracks drawn for at most this many ranks
+    utilisation: bool = False  # write utilisation.parquet (resource utilisation of the timeline replays)
     progress: bool = True
 
 

@@ -25,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from stratacl.comm.library import LibraryModel
 from stratacl.config import RunConfig, to_object, validate_run
+from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError, HarnessError
 from stratacl.fabric import Fabric
 from stratacl.metrics import ratios
@@ -32,7 +33,7 @@ from stratacl.sweep_resume import skip_finished
 from stratacl.timeline import write_timeline
 from stratacl.workload_api import RunContext, Workload, WorkloadResult
 
-OUTPUTS = ("summary.json", "results.parquet", "timeline.json")
+OUTPUTS = ("summary.json", "results.parquet", "timeline.json", "utilisation.parquet")
 
 
 def load_workload(name: str) -> Workload:
@@ -79,11 +80,20 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
         "libraries": result.metrics,
         "ratios": ratios(result.metrics, cfg.baseline),
     }
+    if cfg.output.timeline or cfg.output.utilisation:
+        result.timelines = _recorded(result.timelines, libraries)
     _write(out_dir, cfg, result, summary)
     if echo:
         _print_tables(result, summary)
         print(f"\nrun directory: {out_dir}  ({time.perf_counter() - t0:.1f} s)")
     return summary
+
+
+def _recorded(timelines: dict, libraries: dict[str, LibraryModel]) -> dict:
+    """Replay each library's timeline trace once more with the utilisation recorder (a replay is
+    deterministic, so only phase intervals and the utilisation series are added)."""
+    return {lib: (trace, res if res.phases is not None else simulate(trace, libraries[lib], utilisation=True))
+            for lib, (trace, res) in timelines.items()}
 
 
 def _write(out_dir: Path, cfg: RunConfig, result: WorkloadResult, summary: dict) -> None:
@@ -94,6 +104,10 @@ def _write(out_dir: Path, cfg: RunConfig, result: WorkloadResult, summary: dict)
             frame.to_parquet(out_dir / f"{name}.parquet", index=False)
         if cfg.output.timeline and result.timelines:
             write_timeline(out_dir / "timeline.json", result.timelines, cfg.output.timeline_max_ranks)
+        util = [res.utilisation.assign(library=lib) for lib, (_, res) in result.timelines.items()
+                if cfg.output.utilisation and res.utilisation is not None]
+        if util:
+            pd.concat(util, ignore_index=True).to_parquet(out_dir / "utilisation.parquet", index=False)
         tmp = out_dir / "summary.json.tmp"
         tmp.write_text(json.dumps(summary, indent=2, allow_nan=True) + "\n")
         os.replace(tmp, out_dir / "summary.json")  # last, atomically: its presence means success

@@ -75,3 +75,14 @@ def test_multirun_with_joblib(tmp_path) -> None:  # noqa: ANN001
     assert "Joblib" in proc.stdout + proc.stderr
     names = {p.parent.name for p in summaries}
     assert any("workload.ranks=16" in n for n in names)
+
+
+def test_utilisation_series_written_on_request(tmp_path) -> None:  # noqa: ANN001
+    out = tmp_path / "run"
+    proc = run_cli([f"hydra.run.dir={out}", "output.utilisation=true", "workload.collectives=[allgather]",
+                    *SMALL], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    util = pd.read_parquet(out / "utilisation.parquet")
+    assert {"time_s", "resource", "utilisation", "library"} <= set(util.columns)
+    assert set(util["library"]) == {"hccl", "stratacl"}
+    assert util["utilisation"].max() <= 1 + 1e-9 and util["utilisation"].max() > 0.5  # ports get busy
