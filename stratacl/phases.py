@@ -23,6 +23,7 @@ class Phase:
     wire_bytes: float = 0.0  # bytes this phase puts on the network, summed over all ranks
     hbm_bytes: float = 0.0  # HBM bytes read+written, summed over all ranks
     copy_bytes: float = 0.0  # bytes copied into/out of staging buffers, summed over all ranks
+    parts: tuple[tuple[str, float], ...] = ()  # a merged delay: (category, seconds) in order
 
     @property
     def is_delay(self) -> bool:
@@ -38,3 +39,17 @@ class Phase:
 def delay(category: str, seconds: float) -> list[Phase]:
     """A latency phase, or nothing when it is zero (zero-length phases cost events)."""
     return [Phase(category, delay_s=seconds)] if seconds > 0 else []
+
+
+def merge_delays(phases: list[Phase]) -> list[Phase]:
+    """Fuse consecutive pure delays into one (one simpy event instead of several); the merged
+    phase keeps each part's category and length for the time split and the timeline."""
+    out: list[Phase] = []
+    for p in phases:
+        if out and p.is_delay and out[-1].is_delay:
+            prev = out[-1]
+            parts = (prev.parts or ((prev.category, prev.delay_s),)) + (p.parts or ((p.category, p.delay_s),))
+            out[-1] = Phase(prev.category, prev.delay_s + p.delay_s, parts=parts)
+        else:
+            out.append(p)
+    return out

@@ -72,6 +72,11 @@ class UtilisationRecorder:
             engine = "sdma"
         elif ph.category != "compute" and any(r == R["vec"] for _, r, _ in ph.holds):
             engine = "cores"  # a communication kernel occupying vector cores
+        if ph.parts:  # a merged delay: one interval per part
+            for cat, sec in ph.parts:
+                self.phase_rows.append((op, index, cat, t0, min(t1, t0 + sec), engine))
+                t0 += sec
+            return
         self.phase_rows.append((op, index, ph.category, t0, t1, engine))
 
     # ------------------------------------------------------------------ results

@@ -31,7 +31,7 @@ from stratacl.comm.registration import RegistrationState
 from stratacl.compute import lower_compute, lower_memcpy
 from stratacl.config import Algorithm, DataPath, LibraryConfig, Mover, Partitioning, Trigger
 from stratacl.fabric import Fabric, R
-from stratacl.phases import Phase, delay
+from stratacl.phases import Phase, delay, merge_delays
 from stratacl.trace import Op, Trace
 
 # per-rank bytes into / out of the user buffers, from the nccl-tests size S and group size n
@@ -158,7 +158,7 @@ class LibraryModel:
             phases += self._transfer_phases(plan, n, overlapped_copy=overlapped)
         if cout > 0:
             phases.append(self._copy_phase(cout / chunks, n))
-        return phases
+        return merge_delays(phases)
 
     def _copy_phase(self, nbytes: float, n: int) -> Phase:
         """Device-to-device copy between a user buffer and a comm buffer (read + write HBM)."""
@@ -233,7 +233,7 @@ class LibraryModel:
         phases += [_p2p_roles(p, total_bytes) for p in self._transfer_phases(plan, 1, overlapped)]
         if copy > 0:
             phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1), 0.0, "dst"))
-        return phases
+        return merge_delays(phases)
 
     def runtime(self, trace: Trace) -> LibraryRuntime:
         return LibraryRuntime(self, trace)
@@ -282,7 +282,7 @@ class LibraryRuntime:
         if op.buffer and peers:
             wait = self.registration.exposed_cost_s(op.buffer, max(op.nbytes), peers, now)
             if wait > 0:
-                return [Phase("register", delay_s=wait), *phases]
+                return merge_delays([Phase("register", delay_s=wait), *phases])
         return phases
 
     def _lower_static(self, op: Op) -> tuple[list[Phase], int]:

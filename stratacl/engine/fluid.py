@@ -33,20 +33,24 @@ class Activity:
     def __init__(self, entries: list[tuple[int, int, float]], holds: list[tuple[int, int, float]],
                  min_time: float, on_done: Callable[[], None], uid: int) -> None:
         self.uid = uid
-        T = max([min_time] + [s for _, _, s in entries])
+        T = min_time
+        for _, _, s in entries:
+            if s > T:
+                T = s
         self.T = T
         # consumption per unit rate: seconds/T ≤ 1
         self.entries = [(k, t, s / T) for k, t, s in entries if s > 0]
         self.holds = [(k, t, h) for k, t, h in holds if h > 0]
-        self.rs_ids = frozenset(k for k, _, _ in self.entries) | frozenset(k for k, _, _ in self.holds)
-        # what the solver sees of it: equal descriptors get equal rates (used to memoise solves)
-        self.desc = (tuple(sorted(self.entries)), tuple(sorted(self.holds)))
+        self.rs_ids = frozenset([k for k, _, _ in self.entries] + [k for k, _, _ in self.holds])
+        self.desc = None  # solver descriptor, built on first shared solve
         self.remaining = 1.0
-        held: dict[int, float] = {}
-        for _, t, h in self.holds:
-            held[t] = held.get(t, 0.0) + h
-        # rate when alone: holding more than a die has (overlapping roles) time-shares it
-        self.solo_f = 1.0 / max([1.0, *held.values()])
+        self.solo_f = 1.0
+        if self.holds:
+            held: dict[int, float] = {}
+            for _, t, h in self.holds:
+                held[t] = held.get(t, 0.0) + h
+            # rate when alone: holding more than a die has (overlapping roles) time-shares it
+            self.solo_f = 1.0 / max(1.0, *held.values())
         self.f = 0.0
         self.cap = 1.0
         self.t_last = 0.0
@@ -56,6 +60,12 @@ class Activity:
 
     def __hash__(self) -> int:
         return self.uid
+
+    def descriptor(self) -> tuple:
+        """What the solver sees of the activity: equal descriptors get equal rates."""
+        if self.desc is None:
+            self.desc = (tuple(sorted(self.entries)), tuple(sorted(self.holds)))
+        return self.desc
 
     def __eq__(self, other: object) -> bool:
         return self is other
@@ -174,7 +184,7 @@ class FluidSystem:
                     for a in acts:
                         if a not in comp:
                             comp.add(a)
-                            stack.extend(a.rs_ids - seen)
+                            stack.extend(a.rs_ids)
         return comp
 
     def _schedule(self, act: Activity) -> None:
@@ -211,7 +221,7 @@ class FluidSystem:
             a.f = a.solo_f
             return
         # the max-min allocation depends only on the activities' descriptors: memoise it
-        key = tuple(sorted(a.desc for a in comp))
+        key = tuple(sorted(a.descriptor() for a in comp))
         hit = self._solved.get(key)
         if hit is not None:
             for a in comp:

@@ -163,7 +163,11 @@ class Replay:
     def _phase_done(self, i: int, phases: list[Phase], k: int, t0: float, act) -> None:  # noqa: ANN001
         ph = phases[k]
         dt = self.env.now - t0
-        self._split[ph.category][i] += dt
+        if ph.parts:  # a merged delay: exact parts, each in its category
+            for cat, sec in ph.parts:
+                self._split[cat][i] += sec
+        else:
+            self._split[ph.category][i] += dt
         for _, r, h in ph.holds:
             if r == self._vec:
                 self._core_s[i] += h * dt * self.fabric.vector_cores
