@@ -164,27 +164,30 @@ class FluidSystem:
                 del self.active_by_rs[k]
         if act.rs_ids:
             comp = self._component(act.rs_ids)
-            if comp:
+            # an ending activity can only speed up the ones that were held back: if every
+            # neighbour already runs at its own maximum, no rate changes
+            if comp and any(a.f < a.solo_f * (1 - 1e-12) for a in comp):
                 self._resolve(comp)
         act.on_done()
 
     def _component(self, seed: frozenset[int]) -> set[Activity]:
+        """Active activities connected to the seed ranksets through shared dies."""
         comp: set[Activity] = set()
-        seen: set[int] = set()
+        seen = set(seed)
         stack = list(seed)
         active = self.active_by_rs
+        nbrs = self._nbrs
         while stack:
-            i = stack.pop()
-            if i in seen:
-                continue
-            seen.add(i)
-            for j in self._nbrs[i]:
+            for j in nbrs[stack.pop()]:
                 acts = active.get(j)
                 if acts:
                     for a in acts:
                         if a not in comp:
                             comp.add(a)
-                            stack.extend(a.rs_ids)
+                            for k in a.rs_ids:
+                                if k not in seen:
+                                    seen.add(k)
+                                    stack.append(k)
         return comp
 
     def _schedule(self, act: Activity) -> None:

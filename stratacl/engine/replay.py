@@ -106,7 +106,7 @@ class Replay:
         self._work_err = 0.0
         self._events = 0
         self._role_cache: list[dict[str, int] | None] = [None] * n
-        self._by_tuple: dict[int, tuple[tuple[int, ...], int]] = {}
+        self._by_tuple: dict[tuple[int, ...], int] = {}
         # collect first: an op with no phases ends at once and may release later roots
         for i in [i for i in range(n) if self._waiting[i] == 0]:
             self._start_op(i)
@@ -190,11 +190,10 @@ class Replay:
         return roles
 
     def _intern(self, ranks: tuple[int, ...]) -> int:
-        key = id(ranks)
-        hit = self._by_tuple.get(key)
-        if hit is None or hit[0] is not ranks:
-            hit = self._by_tuple[key] = (ranks, self.fluid.rankset(tuple(sorted(set(ranks)))))
-        return hit[1]
+        hit = self._by_tuple.get(ranks)  # equal tuples (ops of one group) share the lookup
+        if hit is None:
+            hit = self._by_tuple[ranks] = self.fluid.rankset(tuple(sorted(set(ranks))))
+        return hit
 
     def _finish_op(self, i: int) -> None:
         self._end[i] = self.env.now
