@@ -211,3 +211,16 @@ def test_rdma_plane_carries_inter_node_traffic(cm384) -> None:  # noqa: ANN001
 
 def test_staged_data_path_knob(cm384) -> None:  # noqa: ANN001
     assert make_library(cm384, "hccl").cfg.data_path == DataPath.staged
+
+
+def test_time_split_keeps_sync_and_launch_apart_on_families(cm384) -> None:  # noqa: ANN001
+    """Merged delays keep their parts, also when a family of several groups scales the accounting."""
+    lib = make_library(cm384, "stratacl")
+    tr = Trace(world_size=64)
+    tr.add_family("fsdp", [range(i, 64, 4) for i in range(4)])
+    tr.collective("allgather", "fsdp", 2**24)
+    res = simulate(tr, lib)
+    assert res.split["launch"][0] >= lib.cfg.launch_us * 1e-6
+    assert res.split["sync"][0] > 0
+    total = sum(v[0] for v in res.split.values())
+    assert total == pytest.approx(res.end[0] - res.start[0], rel=1e-12)

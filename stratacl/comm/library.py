@@ -21,6 +21,7 @@ of phases:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -244,9 +245,8 @@ def _p2p_roles(p: Phase, total_bytes: float, only: str = "") -> Phase:
     (or everything on one end with `only`, e.g. a staging copy)."""
     loads: list[tuple[str, int, float]] = []
     if only:
-        return Phase(p.category, p.delay_s, tuple((only, r, s) for _, r, s in p.loads),
-                     tuple((only, r, h) for _, r, h in p.holds), p.min_time_s, p.wire_bytes,
-                     p.hbm_bytes, p.copy_bytes)
+        return replace(p, loads=tuple((only, r, s) for _, r, s in p.loads),
+                       holds=tuple((only, r, h) for _, r, h in p.holds))
     for _, r, s in p.loads:
         name = _RES_NAME[r]
         if name == "hbm":
@@ -254,8 +254,7 @@ def _p2p_roles(p: Phase, total_bytes: float, only: str = "") -> Phase:
         else:
             loads.append(("dst" if name.endswith("_rx") else "src", r, s))
     holds = tuple(("src", r, h) for _, r, h in p.holds)
-    return Phase(p.category, p.delay_s, tuple(loads), holds, p.min_time_s, p.wire_bytes,
-                 2 * total_bytes if p.hbm_bytes else 0.0, p.copy_bytes)
+    return replace(p, loads=tuple(loads), holds=holds, hbm_bytes=2 * total_bytes if p.hbm_bytes else 0.0)
 
 
 _RES_NAME = {v: k for k, v in R.items()}
@@ -328,5 +327,5 @@ class LibraryRuntime:
 def _scale_accounting(p: Phase, groups: int) -> Phase:
     if groups == 1:
         return p
-    return Phase(p.category, p.delay_s, p.loads, p.holds, p.min_time_s, p.wire_bytes * groups,
-                 p.hbm_bytes * groups, p.copy_bytes * groups)
+    return replace(p, wire_bytes=p.wire_bytes * groups, hbm_bytes=p.hbm_bytes * groups,
+                   copy_bytes=p.copy_bytes * groups)
