@@ -26,7 +26,7 @@ EPS = 1e-12
 
 class Activity:
     __slots__ = (
-        "uid", "entries", "holds", "T", "solo_f", "desc", "remaining", "f", "cap", "t_last", "gen", "on_done", "rs_ids",
+        "uid", "entries", "holds", "T", "solo_f", "desc", "by_rs", "remaining", "f", "cap", "t_last", "gen", "on_done", "rs_ids",
         "work",
     )
 
@@ -43,6 +43,7 @@ class Activity:
         self.holds = [(k, t, h) for k, t, h in holds if h > 0]
         self.rs_ids = frozenset([k for k, _, _ in self.entries] + [k for k, _, _ in self.holds])
         self.desc = None  # solver descriptor, built on first shared solve
+        self.by_rs = None  # rankset -> ([(kind, coefficient)], [(kind, held)]), built on demand
         self.remaining = 1.0
         self.solo_f = 1.0
         if self.holds:
@@ -60,6 +61,17 @@ class Activity:
 
     def __hash__(self) -> int:
         return self.uid
+
+    def grouped(self) -> dict[int, tuple[list[tuple[int, float]], list[tuple[int, float]]]]:
+        """Loads and holds grouped by rankset (what one overlap atom sees of this activity)."""
+        if self.by_rs is None:
+            g: dict[int, tuple[list, list]] = {}
+            for k, t, c in self.entries:
+                g.setdefault(k, ([], []))[0].append((t, c))
+            for k, t, h in self.holds:
+                g.setdefault(k, ([], []))[1].append((t, h))
+            self.by_rs = g
+        return self.by_rs
 
     def descriptor(self) -> tuple:
         """What the solver sees of the activity: equal descriptors get equal rates."""
@@ -252,15 +264,15 @@ class FluidSystem:
             loads: dict[int, dict[Activity, float]] = {}
             holds: dict[int, float] = {}
             holders: dict[int, list[Activity]] = {}
-            touching = by_rs[next(iter(atom))] if len(atom) == 1 else \
-                {a for k in atom for a in by_rs[k]}
-            for a in touching:
-                for k, t, c in a.entries:
-                    if k in atom:
-                        d = loads.setdefault(t, {})
+            for k in atom:
+                for a in by_rs[k]:
+                    ent, hld = a.grouped()[k]
+                    for t, c in ent:
+                        d = loads.get(t)
+                        if d is None:
+                            d = loads[t] = {}
                         d[a] = d.get(a, 0.0) + c
-                for k, t, h in a.holds:
-                    if k in atom:
+                    for t, h in hld:
                         holds[t] = holds.get(t, 0.0) + h
                         holders.setdefault(t, []).append(a)
             for t, held in holds.items():
@@ -278,6 +290,10 @@ class FluidSystem:
                 members.append(list(mem))
                 for a, c in mem.items():
                     member_of[a].append((ci, c))
+        if not residual:  # nothing binds: everyone runs at its cap
+            for a in comp:
+                a.f = caps[a]
+            return
         # progressive filling: raise all unfrozen rates together until a constraint or cap binds
         unfrozen = set(comp)
         live = [ci for ci, s in enumerate(total) if s > EPS]
