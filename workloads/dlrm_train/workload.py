@@ -127,7 +127,6 @@ def run(ctx: RunContext) -> WorkloadResult:
         m["library_memory_GB_per_die"] = lr.memory.library_bytes / 1e9
         m["cache_miss_GB_per_iter_max_die"] = float(np.mean([x.max() for x in lr.built.miss_bytes])) / 1e9
         m["dense_allreduce_MB"] = sum(lr.built.ddp_bucket_bytes) / 1e6
-        m["sim_wall_s"] = float(res.wall_s)
         metrics[lib] = m
         timelines[lib] = (lr.built.trace, res)
         ctx.progress(1)
