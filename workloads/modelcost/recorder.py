@@ -31,6 +31,11 @@ model is recorded by `workloads.modelcost.recorder_ep.record_moe_collectives`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
 import contextlib
 import json
 import subprocess
@@ -197,13 +202,19 @@ def _trace(rank: int, world: int, tp: int, fsdp: int, layers: int, hidden: int, 
         x = torch.empty(tokens, hidden, requires_grad=False)
         # Warm-up iteration: DTensor's sharding propagation runs ops on global shapes once.
         model(x).sum().backward()
-        with _collective_recorder(world, records, state):
-            state["phase"] = "forward"
-            y = model(x)
-            state["phase"] = "backward"
-            y.sum().backward()
+        record_iteration(model, x, world, records, state)
     dist.destroy_process_group()
     return records
+
+
+def record_iteration(model: torch.nn.Module, x: torch.Tensor, world: int, records: list,
+                     state: dict) -> None:
+    """One forward + backward with the collectives recorded and tagged by phase."""
+    with _collective_recorder(world, records, state):
+        state["phase"] = "forward"
+        y = model(x)
+        state["phase"] = "backward"
+        y.sum().backward()
 
 
 def _run_traced(module: str, kwargs: dict, timeout_s: float) -> list[CollectiveRecord]:

@@ -6,7 +6,7 @@ this rank's local experts (Linear, ReLU, Linear) -> combine all-to-all -> gate-w
 from the functional collectives, or the c10d `torch.distributed.nn.functional
 .all_to_all_single`) on the "ep" dimension of a ("dp", "ep") DeviceMesh, so forward
 dispatch + combine and the two mirrored all-to-alls autograd issues in backward are all
-recorded (with `recorder._collective_recorder`).
+recorded (with `recorder.record_iteration`).
 
 Fake tensors carry no values, so the router's choice cannot decide the split sizes (and
 `.tolist()` on a fake tensor fails). The split sizes are plain ints from a routing model:
@@ -100,7 +100,7 @@ def _trace_moe(rank: int, world: int, ep: int, layers: int, hidden: int, tokens:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
 
-    from .recorder import _collective_recorder
+    from .recorder import record_iteration
 
     if world % ep:
         raise ValueError(f"world_size: {world} is not a multiple of ep {ep}")
@@ -152,11 +152,7 @@ def _trace_moe(rank: int, world: int, ep: int, layers: int, hidden: int, tokens:
     with FakeTensorMode(allow_non_fake_inputs=True):
         model = nn.Sequential(*[MoEBlock(i) for i in range(layers)])
         x = torch.empty(tokens, hidden)
-        with _collective_recorder(world, records, state):
-            state["phase"] = "forward"
-            y = model(x)
-            state["phase"] = "backward"
-            y.sum().backward()
+        record_iteration(model, x, world, records, state)
     dist.destroy_process_group()
     return records
 
