@@ -65,7 +65,8 @@ class FabricConfig:
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     # distance tiers, nearest first; keys: die (same package), node, supernode, scaleout
     tiers: dict[str, TierConfig] = field(default_factory=dict)
-    port_GBps: dict[str, float] = field(default_factory=dict)  # per-die port rate per direction, by plane
+    # per-die port rate per direction, by plane: the ceiling of every tier's achievable β on it
+    port_GBps: dict[str, float] = field(default_factory=dict)
     die: DieConfig = field(default_factory=DieConfig)
 
 
@@ -212,6 +213,11 @@ def validate_fabric(fab: FabricConfig) -> None:
                 f"plane '{tier.plane}' has no port rate",
                 f"add fabric.port_GBps.{tier.plane} or use one of {sorted(fab.port_GBps)}",
             )
+        if tier.beta_GBps > fab.port_GBps[tier.plane]:
+            raise ConfigError(f"fabric.tiers.{name}.beta_GBps",
+                              f"{tier.beta_GBps} GB/s exceeds the {tier.plane} port rate "
+                              f"{fab.port_GBps[tier.plane]} GB/s a die can drive",
+                              f"lower it or raise fabric.port_GBps.{tier.plane}")
     for plane, rate in fab.port_GBps.items():
         _positive(rate, f"fabric.port_GBps.{plane}")
     die = fab.die

@@ -71,10 +71,8 @@ class Fabric:
         self.cube_cores = die.cube_cores
         self.core_move_Bps = die.vector_core_move_GBps * 1e9
         self.cores_shared = die.cores_shared
-        self.sdma_engines = die.sdma.engines
         self.sdma_Bps = die.sdma.engines * die.sdma.engine_GBps * 1e9
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
-        self.port_Bps = {plane: rate * 1e9 for plane, rate in cfg.port_GBps.items()}
 
     # ------------------------------------------------------------------ placement
     def check_ranks(self, n: int, field: str) -> None:

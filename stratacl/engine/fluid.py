@@ -26,7 +26,7 @@ EPS = 1e-12
 
 class Activity:
     __slots__ = (
-        "uid", "entries", "holds", "T", "solo_f", "desc", "by_rs", "remaining", "f", "cap", "t_last", "gen", "on_done", "rs_ids",
+        "uid", "entries", "holds", "T", "solo_f", "desc", "by_rs", "remaining", "f", "t_last", "gen", "on_done", "rs_ids",
         "work",
     )
 
@@ -53,7 +53,6 @@ class Activity:
             # rate when alone: holding more than a die has (overlapping roles) time-shares it
             self.solo_f = 1.0 / max(1.0, *held.values())
         self.f = 0.0
-        self.cap = 1.0
         self.t_last = 0.0
         self.gen = 0
         self.work = 0.0  # ∫ f/T dt, must reach 1 at completion (conservation check)
@@ -86,9 +85,8 @@ class Activity:
 class FluidSystem:
     """Active activities, rankset interning and the max-min solver, driven by a simpy env."""
 
-    def __init__(self, env: simpy.Environment, n_resources: int, check: bool = False) -> None:
+    def __init__(self, env: simpy.Environment, check: bool = False) -> None:
         self.env = env
-        self.n_resources = n_resources
         self.check = check
         self._rs_index: dict[tuple[int, ...], int] = {}
         self.rs_masks: list[int] = []

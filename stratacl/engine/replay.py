@@ -20,7 +20,7 @@ import simpy
 from stratacl.comm.library import LibraryModel
 from stratacl.engine.fluid import FluidSystem
 from stratacl.errors import TraceError
-from stratacl.fabric import RESOURCES, R
+from stratacl.fabric import R
 from stratacl.phases import CATEGORIES, Phase
 from stratacl.trace import Trace, stream_predecessors
 from stratacl.utilisation import UtilisationRecorder
@@ -92,7 +92,7 @@ class Replay:
             for j in p:
                 self._succ[j].append(i)
         self.env = simpy.Environment()
-        self.fluid = FluidSystem(self.env, len(RESOURCES), check=self.check)
+        self.fluid = FluidSystem(self.env, check=self.check)
         self.runtime = self.library.runtime(trace)
         self._rec = self.fluid.recorder = self._recorder() if self.record_utilisation else None
         self._start = np.full(n, np.nan)
