@@ -26,6 +26,22 @@ def percentile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.size else float("nan")
 
 
+def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Total length of the union of intervals [start, end) (e.g. time some kernel computes)."""
+    starts, ends = np.asarray(starts, dtype=float), np.asarray(ends, dtype=float)
+    if len(starts) == 0:
+        return 0.0
+    order = np.argsort(starts, kind="stable")
+    total, cur_s, cur_e = 0.0, float(starts[order[0]]), float(ends[order[0]])
+    for s, e in zip(starts[order[1:]], ends[order[1:]], strict=True):
+        if s > cur_e:
+            total += cur_e - cur_s
+            cur_s, cur_e = float(s), float(e)
+        else:
+            cur_e = max(cur_e, float(e))
+    return total + cur_e - cur_s
+
+
 def ratios(metrics: dict[str, dict[str, float]], baseline: str) -> dict[str, dict[str, float]]:
     """value / baseline value per library and metric (nan where the baseline is 0 or missing)."""
     base = metrics[baseline]

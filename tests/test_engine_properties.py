@@ -102,4 +102,3 @@ def test_deterministic_replay(cm384) -> None:  # noqa: ANN001
     lib = make_library(cm384, "hccl")
     a, b = simulate(tr, lib), simulate(tr, lib)
     assert (a.end == b.end).all() and a.makespan_s == b.makespan_s
-    assert compose_run().seed == 0

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stratacl.config import DataPath
+from stratacl.metrics import union_length
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext
 from workloads.llm_infer.costs import Cost, ServingCosts
@@ -187,16 +188,7 @@ class IterationModel:
         self.simulated += 1
         kinds = np.array([op.kind for op in trace.ops])
         comp = kinds == "compute"
-        starts, ends = res.start[comp], res.end[comp]
-        order = np.argsort(starts)
-        busy, cur_s, cur_e = 0.0, -1.0, -1.0
-        for s, e in zip(starts[order], ends[order], strict=True):
-            if s > cur_e:
-                busy += max(0.0, cur_e - cur_s)
-                cur_s, cur_e = s, e
-            else:
-                cur_e = max(cur_e, e)
-        busy += max(0.0, cur_e - cur_s)
+        busy = union_length(res.start[comp], res.end[comp])
         t = res.makespan_s
         return IterStats(t, busy, max(0.0, t - busy), float(res.split["copy"].sum()),
                          float(res.split["register"].sum()), float(res.core_s.sum()))

@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
+from stratacl.metrics import union_length
+
 COMM_SPLIT = ("wire_s", "copy_s", "sync_s", "register_s", "launch_s")
-
-
-def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Total length of the union of intervals [start, end)."""
-    if len(starts) == 0:
-        return 0.0
-    order = np.argsort(starts, kind="stable")
-    total, cur_s, cur_e = 0.0, float(starts[order[0]]), float(ends[order[0]])
-    for s, e in zip(starts[order[1:]], ends[order[1:]], strict=True):
-        if s > cur_e:
-            total += cur_e - cur_s
-            cur_s, cur_e = float(s), float(e)
-        else:
-            cur_e = max(cur_e, float(e))
-    return total + cur_e - cur_s
 
 
 def iteration_figures(ops: pd.DataFrame) -> dict[str, float]:
