@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from helpers import compose_run, make_library
+from helpers import make_library
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
