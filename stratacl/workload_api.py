@@ -40,7 +40,6 @@ class WorkloadResult:
     notes: list[str] = field(default_factory=list)
     table: pd.DataFrame | None = None  # side-by-side view printed at the end of a run
     extra_rows: dict[str, pd.DataFrame] = field(default_factory=dict)  # name -> <name>.parquet
-    higher_is_better: dict[str, bool] = field(default_factory=dict)  # metric -> direction
 
 
 class Workload(Protocol):

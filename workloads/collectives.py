@@ -116,9 +116,7 @@ def run(ctx: RunContext) -> WorkloadResult:
     wide = wide.reset_index()
     wide.insert(1, "size", [_human(s) for s in wide["size_bytes"]])
     wide = wide.drop(columns="size_bytes")
-    hib = {k: "busbw" in k for m in metrics.values() for k in m}
-    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=wide,
-                          higher_is_better=hib)
+    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=wide)
 
 
 def _human(n: int) -> str:

@@ -91,6 +91,4 @@ def run(ctx: RunContext) -> WorkloadResult:
     keys = [k for k in next(iter(metrics.values())) if k.endswith("busbw_GBps")]
     table = pd.DataFrame({lib: [metrics[lib][k] for k in keys] for lib in ctx.libraries}, index=keys)
     table.index.name = "busbw GB/s (DeepEP convention)"
-    hib = {k: k.endswith("GBps") for k in next(iter(metrics.values()))}
-    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table.reset_index(),
-                          higher_is_better=hib)
+    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table.reset_index())

@@ -23,8 +23,6 @@ class RegistrationState:
         self._mapped: dict[str, float] = {}  # on_alloc: bytes already registered per buffer
         self._alloc_time: dict[int, float] = {}
         self._alloc_ops = {op for ops in buffers.values() for op in ops if op >= 0}
-        self.registrations = 0
-        self.exposed_s = 0.0
 
     def cost_s(self, peers: int) -> float:
         return (self.cfg.register_base_us + self.cfg.register_per_peer_us * peers) * 1e-6
@@ -44,10 +42,7 @@ class RegistrationState:
             if key in self._jit_cache:
                 return 0.0
             self._jit_cache.add(key)
-            self.registrations += 1
-            cost = self.cost_s(peers)
-            self.exposed_s += cost
-            return cost
+            return self.cost_s(peers)
         # on_alloc
         started = [self._alloc_time[o] for o in self.buffers.get(buffer, ()) if o in self._alloc_time]
         if not started:
@@ -55,8 +50,5 @@ class RegistrationState:
         if nbytes <= self._mapped.get(buffer, 0.0):
             return 0.0  # the existing mapping covers it
         self._mapped[buffer] = nbytes
-        self.registrations += 1
         ready = max(started) + self.cost_s(peers)
-        wait = max(0.0, ready - now)
-        self.exposed_s += wait
-        return wait
+        return max(0.0, ready - now)

@@ -133,9 +133,8 @@ def run(ctx: RunContext) -> WorkloadResult:
     rows = pd.concat(frames, ignore_index=True)
     notes = [f"plan: {len(setup.plan.shards)} table/column-wise shards, row-wise tables "
              f"{[t.index for t in setup.plan.rw_tables]}; tables {sum(t.bytes for t in setup.tables) / 1e12:.2f} TB"]
-    hib = {"samples_per_s": True, "cache_hit_rate": True, "cache_hit_rate_min": True, "cache_GB_per_die": True}
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=side_by_side(metrics, ctx.baseline),
-                          notes=notes, higher_is_better={k: hib.get(k, False) for k in metrics[ctx.baseline]})
+                          notes=notes)
 
 
 def side_by_side(metrics: dict[str, dict[str, float]], baseline: str) -> pd.DataFrame:

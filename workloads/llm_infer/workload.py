@@ -147,9 +147,8 @@ def run(ctx: RunContext) -> WorkloadResult:
     notes = [f"{len(reqs)} requests at {cfg.requests.rate} req/s over {cfg.requests.duration_s} s "
              f"(statistics after {cfg.warmup_s} s); {iters.simulated} iteration traces simulated; "
              f"KV {kv_tok:.0f} B/token; model {cfg.model.preset or cfg.model.model_type}"]
-    hib = {k: ("throughput" in k or k.startswith("mean_decode")) for k in next(iter(metrics.values()))}
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table.reset_index(names="metric"),
-                          notes=notes, higher_is_better=hib,
+                          notes=notes,
                           extra_rows={"iterations": pd.concat(iter_frames, ignore_index=True)})
 
 

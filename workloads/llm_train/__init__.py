@@ -104,11 +104,10 @@ def run(ctx: RunContext) -> WorkloadResult:
             ctx.progress(1)
     rows = pd.DataFrame(records)
     metrics = {lib: _metrics(rows[rows["library"] == lib]) for lib in ctx.libraries}
-    hib = {k: k.startswith("tokens_per_s") for m in metrics.values() for k in m}
     notes = [f"mesh: fsdp {cfg.fsdp} × tp {cfg.tp} = {cfg.dies} dies; ep {cfg.ep} over {cfg.ep // cfg.tp} "
              f"FSDP ranks × tp; efsdp {prep.layout.efsdp}; {len(prep.plan.units)} FSDP units"]
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, notes=notes,
-                          table=_table(rows, list(ctx.libraries), ctx.baseline), higher_is_better=hib)
+                          table=_table(rows, list(ctx.libraries), ctx.baseline))
 
 
 def _metrics(sub: pd.DataFrame) -> dict[str, float]:
