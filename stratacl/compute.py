@@ -1,9 +1,9 @@
-"""Lowering of compute and local-copy ops: a roofline on the die's cores and HBM.
+"""Lowering of compute and local-copy ops: a roofline on the die's cores and HBM (the compute hub).
 
 A compute op loads its core type (FLOPs / peak) and HBM (bytes / bandwidth) at once, so alone it
 takes max(compute time, memory time); beside communication it slows down when a transfer holds
 vector cores or a staging copy takes HBM bandwidth. Per-rank vectors use the slowest rank: an
-SPMD op ends when its last rank does.
+SPMD op ends when its last rank does. Communication ops are not lowered here (`stratacl.comm`).
 """
 
 from __future__ import annotations
@@ -39,3 +39,21 @@ def lower_memcpy(op: Op, fabric: Fabric) -> list[Phase]:
     return [Phase("copy", loads=(("all", R["hbm"], 2 * nbytes / fabric.hbm_Bps),),
                   hbm_bytes=2 * float(sum(op.per_rank(op.nbytes))),
                   copy_bytes=float(sum(op.per_rank(op.nbytes))))]
+
+
+class ComputeLowering:
+    """Lowers compute and memcpy ops, memoised by op shape (layers repeat)."""
+
+    KINDS = ("compute", "memcpy")
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        self._cache: dict[tuple, list[Phase]] = {}
+
+    def lower(self, op: Op) -> list[Phase]:
+        key = (op.kind, op.ranks, op.nbytes, op.flops, op.hbm_bytes, op.core, op.fixed_time_s)
+        hit = self._cache.get(key)
+        if hit is None:
+            fn = lower_compute if op.kind == "compute" else lower_memcpy
+            hit = self._cache[key] = fn(op, self.fabric)
+        return hit

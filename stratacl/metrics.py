@@ -1,4 +1,4 @@
-"""Metric conventions shared by workloads: nccl-tests bus bandwidth, percentiles, ratios."""
+"""Metric conventions shared by workloads: nccl-tests bus bandwidth, percentiles, interval unions."""
 
 from __future__ import annotations
 
@@ -40,15 +40,3 @@ def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
         else:
             cur_e = max(cur_e, float(e))
     return total + cur_e - cur_s
-
-
-def ratios(metrics: dict[str, dict[str, float]], baseline: str) -> dict[str, dict[str, float]]:
-    """value / baseline value per library and metric (nan where the baseline is 0 or missing)."""
-    base = metrics[baseline]
-    out: dict[str, dict[str, float]] = {}
-    for lib, m in metrics.items():
-        out[lib] = {}
-        for key, v in m.items():
-            b = base.get(key)
-            out[lib][key] = float(v) / float(b) if b not in (None, 0) else float("nan")
-    return out

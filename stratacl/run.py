@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import pkgutil
 import sys
@@ -24,11 +25,11 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from stratacl.comm.library import LibraryModel
+from stratacl.compare import metric_table, ratios
 from stratacl.config import RunConfig, to_object, validate_run
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError, HarnessError
 from stratacl.fabric import Fabric
-from stratacl.metrics import ratios
 from stratacl.sweep_resume import skip_finished
 from stratacl.timeline import write_timeline
 from stratacl.workload_api import RunContext, Workload, WorkloadResult
@@ -77,7 +78,7 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
         "fabric": fabric.name,
         "baseline": cfg.baseline,
         "seed": cfg.seed,
-        "libraries": result.metrics,
+        "libraries": _strict(result.metrics),
         "ratios": ratios(result.metrics, cfg.baseline),
     }
     if cfg.output.timeline or cfg.output.utilisation:
@@ -109,7 +110,7 @@ def _write(out_dir: Path, cfg: RunConfig, result: WorkloadResult, summary: dict)
         if util:
             pd.concat(util, ignore_index=True).to_parquet(out_dir / "utilisation.parquet", index=False)
         tmp = out_dir / "summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2, allow_nan=True) + "\n")
+        tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
         os.replace(tmp, out_dir / "summary.json")  # last, atomically: its presence means success
     except BaseException:
         _remove_outputs(out_dir)
@@ -123,18 +124,21 @@ def _remove_outputs(out_dir: Path) -> None:
         extra.unlink()
 
 
+def _strict(metrics: dict[str, dict[str, float]]) -> dict[str, dict[str, float | None]]:
+    """Strict JSON: an undefined metric (NaN, ±inf) is written as null."""
+    return {lib: {k: (float(v) if math.isfinite(float(v)) else None) for k, v in m.items()}
+            for lib, m in metrics.items()}
+
+
 def _print_tables(result: WorkloadResult, summary: dict) -> None:
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.max_rows", 200):
         if result.table is not None:
             print(result.table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
             print()
-        libs = list(summary["libraries"])
-        metrics = list(next(iter(summary["libraries"].values())))
-        table = pd.DataFrame({lib: [summary["libraries"][lib][m] for m in metrics] for lib in libs},
-                             index=metrics)
-        for lib in libs:
-            if lib != summary["baseline"]:
-                table[f"{lib}/{summary['baseline']}"] = [summary["ratios"][lib][m] for m in metrics]
+        values = {lib: {k: (math.nan if v is None else v) for k, v in m.items()}
+                  for lib, m in summary["libraries"].items()}
+        table = metric_table(values, summary["baseline"]).set_index("metric")
+        table.index.name = None
         print(table.to_string(float_format=lambda v: f"{v:,.4g}"))
     for note in result.notes:
         print(f"note: {note}")

@@ -1,8 +1,9 @@
 """What a workload receives from the CLI and hands back (the run ↔ workloads contract).
 
-A workload builds traces and asks the context to replay them once per library; it returns tidy
-rows and per-library metrics (names carry units). The core never imports workloads: `run.py`
-looks a workload up by name (module `workloads.<name>`, function `run(ctx)`).
+A workload builds traces and asks the context to replay them once per library (`replay_all`); it
+returns tidy rows and per-library metrics (names carry units). The core never imports workloads:
+`run.py` looks a workload up by name (module `workloads.<name>`, function `run(ctx)`). Workloads
+never import `stratacl.engine` or `stratacl.comm`: what they may ask a library is `Library` below.
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ from stratacl.fabric import Fabric
 from stratacl.trace import Trace
 
 
+class Library(Protocol):
+    """The library facts a workload may use (the model lives in `stratacl.comm`)."""
+
+    name: str
+    fabric: Fabric
+
+    def held_memory_bytes(self, communicators: int = 1, context: str = "inference") -> float:
+        """HBM per rank the library keeps from the workload (buffers, pool, fragmentation)."""
+
+
 @dataclass
 class RunContext:
     cfg: Any  # the typed RunConfig (workload-specific section in cfg.workload)
@@ -26,10 +37,20 @@ class RunContext:
     libraries: dict[str, LibraryModel]
     baseline: str
     seed: int
-    progress: Callable[[int], None] = lambda n: None  # advance a progress bar by n units
+    progress: Callable[[float], None] = lambda n: None  # advance a progress bar by n units
 
     def simulate(self, trace: Trace, library: str) -> SimResult:
+        """Replay `trace` with one selected library."""
         return simulate(trace, self.libraries[library])
+
+    def replay_all(self, trace: Trace, progress: bool = False) -> dict[str, SimResult]:
+        """Replay the same trace once per selected library, in the run's order."""
+        out = {}
+        for lib in self.libraries:
+            out[lib] = self.simulate(trace, lib)
+            if progress:
+                self.progress(1)
+        return out
 
 
 @dataclass

@@ -86,7 +86,7 @@ def test_tp_and_ep_volumes(small) -> None:  # noqa: ANN001
 def test_iteration_covers_compute_and_more_bandwidth_is_never_slower(small) -> None:  # noqa: ANN001
     cfg, fabric, _, trace = small
     lib = LibraryModel("hccl", cfg.library["hccl"], fabric)
-    fig = iteration_figures(simulate(trace, lib).op_frame(trace))
+    fig = iteration_figures(simulate(trace, lib).exposure())
     standalone = sum(max(max(op.flops) / (fabric.cube_flops if op.core == "cube" else fabric.vector_flops),
                          max(op.hbm_bytes) / fabric.hbm_Bps)
                      for op in trace.ops if op.kind == "compute")

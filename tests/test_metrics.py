@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from stratacl.metrics import ratios, union_length
+from stratacl.metrics import union_length
 
 
 def test_union_length_merges_overlaps_and_keeps_gaps() -> None:
     # [0,2) ∪ [1,3) ∪ [5,6) ∪ [5.5,5.7) = 3 + 1
     assert union_length([5.0, 0.0, 1.0, 5.5], [6.0, 2.0, 3.0, 5.7]) == pytest.approx(4.0)
     assert union_length([], []) == 0.0
-
-
-def test_ratios_against_baseline() -> None:
-    r = ratios({"a": {"t": 2.0, "z": 0.0}, "b": {"t": 1.0, "z": 3.0}}, "a")
-    assert r["b"]["t"] == 0.5 and r["a"]["t"] == 1.0
-    assert r["b"]["z"] != r["b"]["z"]  # nan where the baseline is 0

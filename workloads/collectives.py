@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from stratacl.compare import pivot_table
 from stratacl.errors import ConfigError
 from stratacl.metrics import algbw, busbw_factor
 from stratacl.schemas.collectives import CollectivesConfig
@@ -70,8 +71,7 @@ def run(ctx: RunContext) -> WorkloadResult:
     trace, points = build_trace(cfg, cfg.ranks)
     n = cfg.group_size or cfg.ranks
     frames, metrics, timelines = [], {}, {}
-    for lib in ctx.libraries:
-        res = ctx.simulate(trace, lib)
+    for lib, res in ctx.replay_all(trace, progress=True).items():
         ops = res.op_frame(trace)
         ops["collective"] = [c for c, _, _ in points]
         ops["size_bytes"] = [s for _, s, _ in points]
@@ -81,20 +81,12 @@ def run(ctx: RunContext) -> WorkloadResult:
         ops["first_time_s"] = first[ops.index]
         ops = ops.groupby(["collective", "size_bytes"], sort=False, as_index=False).agg(
             {**{c: "mean" for c in ops.columns if c.endswith("_s") or c.endswith("_bytes") and c != "size_bytes"},
-             "n_ranks": "first", "library": "first"})
+             "n_ranks": "first", "library": "first", "algorithm": "first",
+             # fastest-to-slowest comm-core completion spread, as the library partitioned the cores
+             "core_spread": "mean"})
         ops["algbw_GBps"] = [algbw(s, t) / 1e9 for s, t in zip(ops["size_bytes"], ops["time_s"], strict=True)]
         ops["busbw_GBps"] = [a * busbw_factor(c, n) for a, c in zip(ops["algbw_GBps"], ops["collective"], strict=True)]
         ops["iters"] = cfg.iters
-        model = ctx.libraries[lib]
-        group = tuple(range(n))
-        spreads = []
-        for c, size in zip(ops["collective"], ops["size_bytes"], strict=True):
-            if c == "p2p":
-                spreads.append(0.0)
-                continue
-            algo = model.chosen_algorithm(c, size, group)
-            spreads.append(model.core_schedule(model.wire_plan(c, size, group, algorithm=algo)).spread)
-        ops["core_spread"] = spreads  # fastest-to-slowest core completion spread (vector-core movers)
         ops["group_size"] = n
         frames.append(ops)
         m: dict[str, float] = {}
@@ -106,14 +98,8 @@ def run(ctx: RunContext) -> WorkloadResult:
         m["time_s_total"] = float(ops["time_s"].sum())
         metrics[lib] = m
         timelines[lib] = (trace, res)
-        ctx.progress(1)
     rows = pd.concat(frames, ignore_index=True)
-    wide = rows.pivot_table(index=["collective", "size_bytes"], columns="library", values="busbw_GBps",
-                            sort=False)[list(ctx.libraries)]
-    for lib in ctx.libraries:
-        if lib != ctx.baseline:
-            wide[f"{lib}/{ctx.baseline}"] = wide[lib] / wide[ctx.baseline]
-    wide = wide.reset_index()
+    wide = pivot_table(rows, ["collective", "size_bytes"], "busbw_GBps", list(ctx.libraries), ctx.baseline)
     wide.insert(1, "size", [_human(s) for s in wide["size_bytes"]])
     wide = wide.drop(columns="size_bytes")
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=wide)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.schemas.moe import MoeConfig
 from stratacl.trace import Trace
@@ -67,11 +68,11 @@ def run(ctx: RunContext) -> WorkloadResult:
     if cfg.iters < 1 or cfg.warmup < 0:
         raise ConfigError("workload.iters", "need iters ≥ 1 and warmup ≥ 0")
     traces = {m: build_trace(cfg, m, ctx.seed) for m in cfg.modes}
-    frames, metrics, timelines = [], {}, {}
-    for lib in ctx.libraries:
-        m: dict[str, float] = {}
-        for mode, (trace, points) in traces.items():
-            res = ctx.simulate(trace, lib)
+    frames: list[pd.DataFrame] = []
+    metrics: dict[str, dict[str, float]] = {lib: {} for lib in ctx.libraries}
+    timelines = {}
+    for mode, (trace, points) in traces.items():
+        for lib, res in ctx.replay_all(trace).items():
             ops = res.op_frame(trace).set_index("op")
             pts = pd.DataFrame(points)
             pts["time_s"] = [ops.at[p, "end_s"] - ops.at[p, "start_s"] for p in pts["op"]]
@@ -79,16 +80,15 @@ def run(ctx: RunContext) -> WorkloadResult:
             pts["busbw_GBps"] = pts["recv_bytes_mean"] / pts["time_s"] / 1e9
             pts["library"] = lib
             frames.append(pts)
+            m = metrics[lib]
             for kind, sub in pts.groupby("kind", sort=False):
                 steady = sub[sub["measured"]]
                 m[f"{kind}_{mode}_busbw_GBps"] = float((steady["recv_bytes_mean"] / steady["time_s"]).mean() / 1e9)
                 m[f"{kind}_{mode}_time_us"] = float(steady["time_s"].mean() * 1e6)
                 m[f"{kind}_{mode}_first_time_us"] = float(sub["time_s"].iloc[0] * 1e6)
             timelines.setdefault(lib, (trace, res))
-        metrics[lib] = m
-        ctx.progress(1)
+            ctx.progress(1 / len(traces))
     rows = pd.concat(frames, ignore_index=True)
-    keys = [k for k in next(iter(metrics.values())) if k.endswith("busbw_GBps")]
-    table = pd.DataFrame({lib: [metrics[lib][k] for k in keys] for lib in ctx.libraries}, index=keys)
-    table.index.name = "busbw GB/s (DeepEP convention)"
-    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table.reset_index())
+    keys = [k for k in metrics[ctx.baseline] if k.endswith("busbw_GBps")]
+    table = metric_table(metrics, ctx.baseline, keys).rename(columns={"metric": "busbw GB/s (DeepEP convention)"})
+    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table)

@@ -29,9 +29,9 @@ import numpy as np
 from stratacl.comm import algorithms as alg
 from stratacl.comm import partition
 from stratacl.comm.registration import RegistrationState
-from stratacl.compute import lower_compute, lower_memcpy
 from stratacl.config import Algorithm, DataPath, LibraryConfig, Mover, Partitioning, Trigger
 from stratacl.fabric import Fabric, R
+from stratacl.lowering import OpInfo
 from stratacl.phases import Phase, delay, merge_delays
 from stratacl.trace import Op, Trace
 
@@ -126,6 +126,16 @@ class LibraryModel:
     def chosen_algorithm(self, coll: str, size: float, group: tuple[int, ...],
                          peer_bytes: tuple[float, ...] = ()) -> str:
         return self._best(coll, size, group, peer_bytes)[0]
+
+    def op_info(self, coll: str, size: float, group: tuple[int, ...],
+                peer_bytes: tuple[float, ...] = ()) -> OpInfo:
+        """The algorithm that runs and the spread of the comm cores' completion times under the
+        library's core partitioning (as a vector-core mover would run this plan)."""
+        algo = self.chosen_algorithm(coll, size, group, peer_bytes)
+        if len(group) < 2:
+            return OpInfo(algo, 0.0)
+        plan = self.wire_plan(coll, size, group, peer_bytes, algo)
+        return OpInfo(algo, self.core_schedule(plan).spread)
 
     def _best(self, coll: str, size: float, group: tuple[int, ...],
               peer_bytes: tuple[float, ...]) -> tuple[str, list[Phase]]:
@@ -261,45 +271,44 @@ _RES_NAME = {v: k for k, v in R.items()}
 
 
 class LibraryRuntime:
-    """Per-replay state: lowers ops to phases, memoising the static part by op shape."""
+    """Per-replay state of one library (the engine's `CommRuntime`): lowers collectives and p2p to
+    phases, memoising the static part by op shape, and adds registration waits at run time."""
 
     def __init__(self, model: LibraryModel, trace: Trace) -> None:
         self.model = model
         self.trace = trace
         self.fabric = model.fabric
         self.registration = RegistrationState(model.cfg, trace.buffers)
-        self._cache: dict[tuple, tuple[list[Phase], int]] = {}
+        self._cache: dict[tuple, tuple[list[Phase], int, OpInfo]] = {}
+
+    def observe_start(self, op: Op, now: float) -> None:
+        self.registration.note_start(op.id, now)
 
     def lower(self, op: Op, now: float) -> list[Phase]:
-        self.registration.note_start(op.id, now)
-        key = (op.kind, op.coll, op.comm, op.ranks, op.nbytes, op.peer_bytes, op.flops,
-               op.hbm_bytes, op.core, op.fixed_time_s, op.src, op.dst)
-        hit = self._cache.get(key)
-        if hit is None:
-            hit = self._cache[key] = self._lower_static(op)
-        phases, peers = hit
+        phases, peers, _ = self._static(op)
         if op.buffer and peers:
             wait = self.registration.exposed_cost_s(op.buffer, max(op.nbytes), peers, now)
             if wait > 0:
                 return merge_delays([Phase("register", delay_s=wait), *phases])
         return phases
 
-    def _lower_static(self, op: Op) -> tuple[list[Phase], int]:
-        """Phases and the number of peers a rank maps (for registration)."""
-        if op.kind == "compute":
-            return lower_compute(op, self.fabric), 0
-        if op.kind == "memcpy":
-            return lower_memcpy(op, self.fabric), 0
-        if op.kind == "p2p":
-            return self._lower_p2p(op), 1
-        return self._lower_collective(op)
+    def info(self, op: Op) -> OpInfo:
+        return self._static(op)[2]
 
-    def _lower_collective(self, op: Op) -> tuple[list[Phase], int]:
+    def _static(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
+        key = (op.kind, op.coll, op.comm, op.ranks, op.nbytes, op.peer_bytes, op.src, op.dst)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._lower_p2p(op) if op.kind == "p2p" else self._lower_collective(op)
+        return hit
+
+    def _lower_collective(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
+        """Phases, the number of peers a rank maps (for registration) and the choices made."""
         groups = self.trace.op_groups(op)
         size = max(op.nbytes)
         # groups of a family usually share a shape; price each distinct shape, keep the slowest
         best: list[Phase] = []
-        best_t = -1.0
+        best_t, best_group = -1.0, groups[0]
         seen: set[bytes] = set()
         for g in groups:
             key = self.fabric.group_tiers(g).tobytes()
@@ -309,11 +318,12 @@ class LibraryRuntime:
             phases = self.model.collective_phases(op.coll, size, g, op.peer_bytes)
             t = sum(p.standalone_s() for p in phases)
             if t > best_t:
-                best, best_t = phases, t
+                best, best_t, best_group = phases, t, g
+        info = self.model.op_info(op.coll, size, tuple(best_group), op.peer_bytes)
         # accounting fields count bytes over the whole op (all groups)
-        return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1
+        return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1, info
 
-    def _lower_p2p(self, op: Op) -> list[Phase]:
+    def _lower_p2p(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
         fab = self.fabric
         plane = self.model.cfg.plane
         tiers = fab.tier_index(np.asarray(op.src), np.asarray(op.dst))
@@ -321,7 +331,8 @@ class LibraryRuntime:
         sizes = np.full(len(op.src), sizes[0]) if sizes.size == 1 else sizes
         # the slowest pair paces the SPMD op
         worst = max(range(len(sizes)), key=lambda i: sizes[i] / fab.tier(int(tiers[i]), plane).beta_Bps)
-        return self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()))
+        phases = self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()))
+        return phases, 1, OpInfo(algorithm="p2p", core_spread=0.0)
 
 
 def _scale_accounting(p: Phase, groups: int) -> Phase:

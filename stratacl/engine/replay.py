@@ -17,10 +17,12 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from stratacl.comm.library import LibraryModel
+from stratacl.accounting import Exposure, exposure
+from stratacl.compute import ComputeLowering
 from stratacl.engine.fluid import FluidSystem
 from stratacl.errors import TraceError
 from stratacl.fabric import R
+from stratacl.lowering import CommLowering
 from stratacl.phases import CATEGORIES, Phase
 from stratacl.trace import Trace, stream_predecessors
 from stratacl.utilisation import UtilisationRecorder
@@ -42,10 +44,17 @@ class SimResult:
     solves: int = 0
     work_error: float = 0.0  # max |∫rate − 1| over fluid activities (conservation)
     max_violation: float = 0.0  # worst capacity excess (check mode only)
-    extra: dict[str, object] = field(default_factory=dict)
+    kinds: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=object))  # op kind per op
+    algorithm: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=object))  # comm ops: chosen
+    core_spread: np.ndarray = field(default_factory=lambda: np.empty(0))  # comm ops: core spread (else nan)
     # opt-in (utilisation=True): tidy (time_s, resource, utilisation) and phase intervals per op
     utilisation: pd.DataFrame | None = None
     phases: pd.DataFrame | None = None
+
+    def exposure(self, window: tuple[float, float] | None = None, ops: np.ndarray | None = None,
+                 while_ops: np.ndarray | None = None) -> Exposure:
+        """Compute / exposed communication / communication split (engine/accounting.py)."""
+        return exposure(self.start, self.end, self.kinds, self.split, self.core_s, window, ops, while_ops)
 
     def op_frame(self, trace: Trace) -> pd.DataFrame:
         """Per-op timeline: start, end, ranks, bytes and the time split by category."""
@@ -62,6 +71,8 @@ class SimResult:
             "hbm_bytes": self.hbm_bytes,
             "copy_bytes": self.copy_bytes,
             "vector_core_s": self.core_s,
+            "algorithm": self.algorithm,
+            "core_spread": self.core_spread,
         })
         for cat in CATEGORIES:
             df[f"{cat}_s"] = self.split[cat]
@@ -70,7 +81,7 @@ class SimResult:
 
 
 class Replay:
-    def __init__(self, trace: Trace, library: LibraryModel, check: bool = False,
+    def __init__(self, trace: Trace, library: CommLowering, check: bool = False,
                  record_utilisation: bool = False) -> None:
         self.trace = trace
         self.library = library
@@ -94,6 +105,7 @@ class Replay:
         self.env = simpy.Environment()
         self.fluid = FluidSystem(self.env, check=self.check)
         self.runtime = self.library.runtime(trace)
+        self.compute = ComputeLowering(self.fabric)
         self._rec = self.fluid.recorder = self._recorder() if self.record_utilisation else None
         self._start = np.full(n, np.nan)
         self._end = np.full(n, np.nan)
@@ -119,11 +131,23 @@ class Replay:
             start=self._start, end=self._end, split=self._split, wire_bytes=self._wire,
             hbm_bytes=self._hbm, copy_bytes=self._copy, core_s=self._core_s, wall_s=time.perf_counter() - t0,
             events=self._events, solves=self.fluid.solves, work_error=self._work_err,
-            max_violation=self.fluid.max_violation)
+            max_violation=self.fluid.max_violation, kinds=np.array([op.kind for op in trace.ops], dtype=object))
+        result.algorithm, result.core_spread = self._op_info()
         if self._rec is not None:
             self._rec.finish(result.makespan_s)
             result.utilisation, result.phases = self._rec.frame(), self._rec.phase_frame()
         return result
+
+    def _op_info(self) -> tuple[np.ndarray, np.ndarray]:
+        """The library's choices per communication op (algorithm, core spread) as metadata."""
+        n = len(self.trace.ops)
+        algo = np.full(n, "", dtype=object)
+        spread = np.full(n, np.nan)
+        for i, op in enumerate(self.trace.ops):
+            if op.kind not in ComputeLowering.KINDS:
+                info = self.runtime.info(op)
+                algo[i], spread[i] = info.algorithm, info.core_spread
+        return algo, spread
 
     def _recorder(self) -> UtilisationRecorder:
         dies = sorted({r for op in self.trace.ops for r in op.ranks})
@@ -134,7 +158,8 @@ class Replay:
         op = self.trace.ops[i]
         now = self.env.now
         self._start[i] = now
-        phases = self.runtime.lower(op, now)
+        self.runtime.observe_start(op, now)
+        phases = self.compute.lower(op) if op.kind in ComputeLowering.KINDS else self.runtime.lower(op, now)
         for p in phases:
             self._wire[i] += p.wire_bytes
             self._hbm[i] += p.hbm_bytes
@@ -203,5 +228,5 @@ class Replay:
                 self._start_op(j)
 
 
-def simulate(trace: Trace, library: LibraryModel, check: bool = False, utilisation: bool = False) -> SimResult:
+def simulate(trace: Trace, library: CommLowering, check: bool = False, utilisation: bool = False) -> SimResult:
     return Replay(trace, library, check=check, record_utilisation=utilisation).run()

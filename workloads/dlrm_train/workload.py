@@ -7,11 +7,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from stratacl.comm.library import LibraryModel
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.schemas.dlrm_train import DlrmTrainConfig
-from stratacl.workload_api import RunContext, WorkloadResult
+from stratacl.workload_api import Library, RunContext, WorkloadResult
 
 from .analysis import iteration_split
 from .builder import BuiltTrace, build_trace
@@ -79,7 +78,7 @@ def prepare(cfg: DlrmTrainConfig, fabric: Fabric, seed: int) -> Setup:
     return Setup(cfg, tables, dense, p, traffic, segments(p, cfg), _work_bytes(dense, traffic[0], cfg.ranks))
 
 
-def library_run(setup: Setup, library: LibraryModel, seed: int) -> LibraryRun:
+def library_run(setup: Setup, library: Library, seed: int) -> LibraryRun:
     """Cache size after the library's memory, hit rates, and this library's trace."""
     cfg = setup.cfg
     held = library.held_memory_bytes(communicators=COMMUNICATORS, context="training")
@@ -110,7 +109,7 @@ def run(ctx: RunContext) -> WorkloadResult:
     for lib, model in ctx.libraries.items():
         lr = library_run(setup, model, ctx.seed)
         res = ctx.simulate(lr.built.trace, lib)
-        split = iteration_split(res.op_frame(lr.built.trace), lr.built.iteration_of, lr.built.role_of)
+        split = iteration_split(res, lr.built.iteration_of, lr.built.role_of)
         split.insert(0, "library", lib)
         split["cache_hit_rate"] = float(lr.hit_rate.mean())
         split["cache_miss_GB_max_die"] = [float(m.max()) / 1e9 for m in lr.built.miss_bytes]
@@ -133,16 +132,4 @@ def run(ctx: RunContext) -> WorkloadResult:
     rows = pd.concat(frames, ignore_index=True)
     notes = [f"plan: {len(setup.plan.shards)} table/column-wise shards, row-wise tables "
              f"{[t.index for t in setup.plan.rw_tables]}; tables {sum(t.bytes for t in setup.tables) / 1e12:.2f} TB"]
-    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=side_by_side(metrics, ctx.baseline),
-                          notes=notes)
-
-
-def side_by_side(metrics: dict[str, dict[str, float]], baseline: str) -> pd.DataFrame:
-    cols = [("iteration_time_s", 1e3, "iter_ms"), ("compute_s", 1e3, "compute_ms"),
-            ("exposed_comm_s", 1e3, "exposed_comm_ms"), ("exposed_cache_miss_s", 1e3, "exposed_cache_ms"),
-            ("cache_hit_rate", 1.0, "hit_rate"), ("cache_GB_per_die", 1.0, "cache_GB"),
-            ("samples_per_s", 1.0, "samples_per_s")]
-    base = metrics[baseline]["iteration_time_s"]
-    rows = [{"library": lib, **{label: m[k] * f for k, f, label in cols},
-             f"speedup_vs_{baseline}": base / m["iteration_time_s"]} for lib, m in metrics.items()]
-    return pd.DataFrame(rows)
+    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, notes=notes)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from stratacl.config import DataPath
-from stratacl.metrics import union_length
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext
 from workloads.llm_infer.costs import Cost, ServingCosts
@@ -186,9 +185,6 @@ class IterationModel:
     def _measure(self, trace: Trace, library: str) -> IterStats:
         res = self.ctx.simulate(trace, library)
         self.simulated += 1
-        kinds = np.array([op.kind for op in trace.ops])
-        comp = kinds == "compute"
-        busy = union_length(res.start[comp], res.end[comp])
-        t = res.makespan_s
-        return IterStats(t, busy, max(0.0, t - busy), float(res.split["copy"].sum()),
-                         float(res.split["register"].sum()), float(res.core_s.sum()))
+        exp = res.exposure(window=(0.0, res.makespan_s))
+        return IterStats(exp.time_s, exp.compute_s, exp.exposed_comm_s, exp.copy_s, exp.register_s,
+                         exp.vector_core_s)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stratacl.comm.library import LibraryModel
 from stratacl.errors import ConfigError
+from stratacl.workload_api import Library
 from workloads.modelcost import ModelCosts
 
 COMMUNICATORS_PER_RANK = 2  # the EP communicator and the instance-wide (DP) one
@@ -36,7 +36,7 @@ def activation_workspace(mc: ModelCosts, tokens: int) -> float:
     return float(tokens * mc.cfg.hidden_size * mc.dtype_bytes * (2 + 2 * top_k))
 
 
-def die_memory(mc: ModelCosts, ep: int, reserve_tokens: int, library: LibraryModel, hbm_bytes: float,
+def die_memory(mc: ModelCosts, ep: int, reserve_tokens: int, library: Library, hbm_bytes: float,
                role: str) -> DieMemory:
     mem = DieMemory(hbm_bytes, weight_bytes_per_die(mc, ep), activation_workspace(mc, reserve_tokens),
                     library.held_memory_bytes(COMMUNICATORS_PER_RANK, "inference"))

@@ -7,6 +7,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.metrics import percentile
 from stratacl.phases import Phase
@@ -140,14 +141,11 @@ def run(ctx: RunContext) -> WorkloadResult:
     keys = ["throughput_tok_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p99_s",
             "mean_decode_batch_per_die", "decode_step_s_mean", "decode_exposed_comm_share", "kv_cache_GB_per_die"]
     keys += [k for k in ("saturation_throughput_tok_per_s",) if k in next(iter(metrics.values()))]
-    table = pd.DataFrame({lib: [metrics[lib][k] for k in keys] for lib in ctx.libraries}, index=keys)
-    for lib in ctx.libraries:
-        if lib != ctx.baseline:
-            table[f"{lib}/{ctx.baseline}"] = table[lib] / table[ctx.baseline]
+    table = metric_table(metrics, ctx.baseline, keys)
     notes = [f"{len(reqs)} requests at {cfg.requests.rate} req/s over {cfg.requests.duration_s} s "
              f"(statistics after {cfg.warmup_s} s); {iters.simulated} iteration traces simulated; "
              f"KV {kv_tok:.0f} B/token; model {cfg.model.preset or cfg.model.model_type}"]
-    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table.reset_index(names="metric"),
+    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table,
                           notes=notes,
                           extra_rows={"iterations": pd.concat(iter_frames, ignore_index=True)})
 

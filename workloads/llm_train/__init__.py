@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from stratacl.compare import pivot_table
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.schemas.llm_train import LlmTrainConfig
@@ -92,22 +93,21 @@ def run(ctx: RunContext) -> WorkloadResult:
     records, timelines = [], {}
     for it in cfg.iterations:
         trace, s, imb = iteration_trace(prep, it, ctx.seed)
-        for lib in ctx.libraries:
-            res = ctx.simulate(trace, lib)
-            fig = iteration_figures(res.op_frame(trace))
+        for lib, res in ctx.replay_all(trace, progress=True).items():
+            fig = iteration_figures(res.exposure())
             records.append({"library": lib, "iteration": it, "zipf_exponent": s, "ep_imbalance": imb, **fig,
                             "tokens_per_s": tokens / fig["iteration_time_s"],
                             "peak_mem_GB_per_die": sum(memory[lib].values()) / 1e9,
                             **{f"mem_{k}_GB": v / 1e9 for k, v in memory[lib].items()},
                             "n_ops": len(trace.ops), "sim_wall_s": res.wall_s})
             timelines[lib] = (trace, res)  # the last sampled iteration
-            ctx.progress(1)
     rows = pd.DataFrame(records)
     metrics = {lib: _metrics(rows[rows["library"] == lib]) for lib in ctx.libraries}
     notes = [f"mesh: fsdp {cfg.fsdp} × tp {cfg.tp} = {cfg.dies} dies; ep {cfg.ep} over {cfg.ep // cfg.tp} "
              f"FSDP ranks × tp; efsdp {prep.layout.efsdp}; {len(prep.plan.units)} FSDP units"]
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, notes=notes,
-                          table=_table(rows, list(ctx.libraries), ctx.baseline))
+                          table=pivot_table(rows, ["iteration", "zipf_exponent", "ep_imbalance"],
+                                            "iteration_time_s", list(ctx.libraries), ctx.baseline))
 
 
 def _metrics(sub: pd.DataFrame) -> dict[str, float]:
@@ -118,16 +118,3 @@ def _metrics(sub: pd.DataFrame) -> dict[str, float]:
     m["iteration_time_s_last"] = float(sub["iteration_time_s"].iloc[-1])
     m["peak_mem_GB_per_die"] = float(sub["peak_mem_GB_per_die"].max())
     return m
-
-
-def _table(rows: pd.DataFrame, libs: list[str], baseline: str) -> pd.DataFrame:
-    wide = rows.pivot_table(index=["iteration", "zipf_exponent", "ep_imbalance"], columns="library",
-                            values=["iteration_time_s", "exposed_comm_s"], sort=False)
-    out = wide.index.to_frame(index=False)
-    for lib in libs:
-        out[f"{lib} iter_s"] = wide[("iteration_time_s", lib)].to_numpy()
-        out[f"{lib} exposed_s"] = wide[("exposed_comm_s", lib)].to_numpy()
-    for lib in libs:
-        if lib != baseline:
-            out[f"{lib}/{baseline}"] = out[f"{lib} iter_s"] / out[f"{baseline} iter_s"]
-    return out

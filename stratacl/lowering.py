@@ -1,0 +1,45 @@
+"""The engine ↔ lowering contract: what `engine/replay.py` needs from whoever turns ops into phases.
+
+Compute and memcpy ops are lowered by `stratacl.compute` (a roofline on the die); collectives and
+p2p by a communication library (`stratacl.comm`). The engine sees only these protocols, so a new
+library model — or a test double — plugs in without the engine knowing its class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from stratacl.fabric import Fabric
+from stratacl.phases import Phase
+from stratacl.trace import Op, Trace
+
+
+@dataclass(frozen=True, slots=True)
+class OpInfo:
+    """What a library decided for one communication op (returned with the replay as metadata)."""
+
+    algorithm: str = ""  # the algorithm that ran ("" for ops that are not communication)
+    core_spread: float = float("nan")  # fastest-to-slowest comm-core completion spread (vector movers)
+
+
+class CommRuntime(Protocol):
+    """Per-replay state of a library (registrations, caches)."""
+
+    def observe_start(self, op: Op, now: float) -> None:
+        """Every op's start (compute ops that allocate buffers drive registration timing)."""
+
+    def lower(self, op: Op, now: float) -> list[Phase]:
+        """Phases of a collective or p2p op starting at `now`."""
+
+    def info(self, op: Op) -> OpInfo:
+        """The static choices made for a collective or p2p op."""
+
+
+class CommLowering(Protocol):
+    """A communication library as the engine sees it."""
+
+    name: str
+    fabric: Fabric
+
+    def runtime(self, trace: Trace) -> CommRuntime: ...
