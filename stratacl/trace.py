@@ -26,6 +26,10 @@ COLLECTIVES = (
     "combine",
 )
 CORES = ("cube", "vector")
+# MoE dispatch/combine kernel families (DeepEP's naming): "ht" = normal/high-throughput kernels,
+# whose receivers learn a packed layout from a count exchange first; "ll" = low-latency kernels
+# with fixed per-expert receive slots (counts travel with the data)
+MOE_MODES = ("", "ht", "ll")
 FORMAT_VERSION = 1
 _COMM_NAME = re.compile(r"^([A-Za-z_][\w.]*)\[(\d+)\]$")
 
@@ -57,6 +61,7 @@ class Op:
     nbytes: Vec = (0.0,)  # collective: per rank; p2p: per (src,dst) pair; memcpy: per rank
     peer_bytes: Vec = ()  # alltoallv/dispatch/combine: group-local n×n matrix, row = sender
     buffer: str = ""  # user buffer the op reads/writes (registration, staging)
+    moe_mode: str = ""  # dispatch/combine: "ht" | "ll" (MOE_MODES); how the library lowers it
     # p2p: pairs src[i] -> dst[i]
     src: tuple[int, ...] = ()
     dst: tuple[int, ...] = ()
@@ -193,6 +198,8 @@ class Trace:
             raise bad(f"core '{op.core}' unknown (use one of {CORES})")
         if op.kind == "collective":
             self._validate_collective(op, families, bad)
+        if op.moe_mode not in MOE_MODES or (op.moe_mode and op.coll not in ("dispatch", "combine")):
+            raise bad(f"moe_mode '{op.moe_mode}' needs coll dispatch/combine and one of {MOE_MODES[1:]}")
         if op.kind == "p2p":
             if not op.src or len(op.src) != len(op.dst):
                 raise bad("p2p needs src and dst of equal, non-zero length")
@@ -279,7 +286,8 @@ class Trace:
             raise TraceError(f"trace file {path} has corrupt metadata: {exc}") from None
         trace = cls(world_size=world, communicators=comms, meta=meta, buffers=buffers)
         expected = {f.name for f in fields(Op)}
-        missing = expected - set(table.column_names)
+        optional = {"moe_mode": ""}  # columns added after format 1 was written: their default
+        missing = expected - set(table.column_names) - set(optional)
         if missing:
             raise TraceError(f"trace file {path} lacks op columns {sorted(missing)}")
         rows = table.to_pylist()
@@ -289,7 +297,7 @@ class Trace:
                     row[key] = tuple(int(x) for x in row[key])
                 for key in _VEC_FIELDS:
                     row[key] = tuple(float(x) for x in row[key])
-                trace.ops.append(Op(**{k: row[k] for k in expected}))
+                trace.ops.append(Op(**{k: row.get(k, optional.get(k)) for k in expected}))
         except (TypeError, ValueError) as exc:
             raise TraceError(f"trace file {path} has a malformed op row: {exc}") from None
         trace.validate()

@@ -29,6 +29,10 @@ class Library(Protocol):
     def held_memory_bytes(self, communicators: int = 1, context: str = "inference") -> float:
         """HBM per rank the library keeps from the workload (buffers, pool, fragmentation)."""
 
+    @property
+    def cost_depends_on_mapping(self) -> bool:
+        """Whether remapping a user buffer changes the library's cost (registration-on-allocation)."""
+
 
 @dataclass
 class RunContext:

@@ -9,7 +9,7 @@ from stratacl.accounting import COMM_CATEGORIES, exposure
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
 from stratacl.trace import Trace
-from tests.helpers import compose_run, make_library
+from helpers import compose_run, make_library
 
 
 def _split(n: int, **cols: list[float]) -> dict[str, np.ndarray]:

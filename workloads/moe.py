@@ -1,8 +1,9 @@
 """MoE dispatch/combine benchmark (REFERENCE §5): bus bandwidth in the DeepEP convention.
 
 Per mode (HT: high-throughput, LL: low-latency) and iteration: the router GEMM (which allocates
-the dispatch/combine buffers — their size follows the routing), in HT mode a layout exchange of
-per-peer token counts (DeepEP's notify step), the dispatch of token copies and the combine back.
+the dispatch/combine buffers — their size follows the routing), the dispatch of token copies
+(in HT mode the library first exchanges per-peer token counts, DeepEP's notify step, as part of
+the dispatch) and the combine back.
 Routing is sampled once per iteration with the run's seed, identically for every library.
 busbw (DeepEP "logical bandwidth") = bytes of token copies a rank receives ÷ kernel time, averaged
 over ranks; HT counts one copy per destination rank of a token, LL one copy per selected expert.
@@ -19,8 +20,6 @@ from stratacl.schemas.moe import MoeConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.routing import copies_matrix, expert_weights, route
-
-COUNT_BYTES = 4  # one int32 token count per peer in the layout exchange
 
 
 def build_trace(cfg: MoeConfig, mode: str, seed: int) -> tuple[Trace, list[dict]]:
@@ -44,13 +43,11 @@ def build_trace(cfg: MoeConfig, mode: str, seed: int) -> tuple[Trace, list[dict]
         tr.add_buffer("dispatch", alloc_op=gate)
         tr.add_buffer("combine", alloc_op=gate)
         dep = [gate]
-        if mode == "ht":
-            dep = [tr.collective("alltoall", "ep", COUNT_BYTES * cfg.ep, name=f"layout{it}", deps=dep)]
         for kind, mat, per_copy in (("dispatch", copies, cfg.dispatch_bytes_per_token),
                                     ("combine", copies.T, cfg.combine_bytes_per_token)):
             peer = mat * per_copy
             op = tr.collective(kind, "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
-                               buffer=kind, name=f"{kind}{it}", deps=dep)
+                               buffer=kind, name=f"{kind}{it}", deps=dep, moe_mode=mode)
             points.append({"op": op, "mode": mode, "kind": kind, "iteration": it,
                            "measured": it >= cfg.warmup, "recv_bytes_mean": float(peer.sum(axis=0).mean()),
                            "recv_bytes_max": float(peer.sum(axis=0).max())})

@@ -47,6 +47,7 @@ _IN_OUT = {
     "combine": (lambda s, n: s, lambda s, n: s),
 }
 _EXCHANGES = ("alltoall", "alltoallv", "dispatch", "combine")
+COUNT_BYTES = 4  # one int32 token count per peer in the MoE layout exchange
 _TIERS = ("die", "node", "supernode", "scaleout")
 
 
@@ -118,10 +119,27 @@ class LibraryModel:
 
     # ------------------------------------------------------------------ pricing
     def collective_phases(self, coll: str, size: float, group: tuple[int, ...],
-                          peer_bytes: tuple[float, ...] = ()) -> list[Phase]:
+                          peer_bytes: tuple[float, ...] = (), moe_mode: str = "") -> list[Phase]:
         """Static phases of one collective on one communicator (registration is added at run
-        time by the runtime). With algorithm=auto, the fastest candidate on an idle fabric."""
-        return self._best(coll, size, group, peer_bytes)[1]
+        time by the runtime). With algorithm=auto, the fastest candidate on an idle fabric.
+
+        An HT-mode MoE dispatch first exchanges per-peer token counts (DeepEP's notify step, part
+        of its dispatch call): receivers need them to lay out a packed receive buffer. LL-mode
+        kernels write into fixed per-expert slots and skip it (`moe_layout_exchange` turns the
+        step off for a library that derives the layout otherwise)."""
+        phases = self._best(coll, size, group, peer_bytes)[1]
+        if coll == "dispatch" and moe_mode == "ht" and self.cfg.moe_layout_exchange and len(group) > 1:
+            counts = self._best("alltoall", COUNT_BYTES * len(group), group, ())[1]
+            phases = merge_delays([*counts, *phases])
+        return phases
+
+    @property
+    def cost_depends_on_mapping(self) -> bool:
+        """Whether remapping a user buffer changes this library's cost: registration-on-allocation
+        registers at map time, so a remap just before use can leave registration exposed; staged
+        and pooled paths do not register user buffers, and JIT registration pays per new size
+        whether or not the memory moved."""
+        return self.cfg.data_path == DataPath.on_alloc
 
     def chosen_algorithm(self, coll: str, size: float, group: tuple[int, ...],
                          peer_bytes: tuple[float, ...] = ()) -> str:
@@ -296,7 +314,7 @@ class LibraryRuntime:
         return self._static(op)[2]
 
     def _static(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
-        key = (op.kind, op.coll, op.comm, op.ranks, op.nbytes, op.peer_bytes, op.src, op.dst)
+        key = (op.kind, op.coll, op.comm, op.ranks, op.nbytes, op.peer_bytes, op.src, op.dst, op.moe_mode)
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self._lower_p2p(op) if op.kind == "p2p" else self._lower_collective(op)
@@ -315,7 +333,7 @@ class LibraryRuntime:
             if key in seen:
                 continue
             seen.add(key)
-            phases = self.model.collective_phases(op.coll, size, g, op.peer_bytes)
+            phases = self.model.collective_phases(op.coll, size, g, op.peer_bytes, op.moe_mode)
             t = sum(p.standalone_s() for p in phases)
             if t > best_t:
                 best, best_t, best_group = phases, t, g

@@ -1,8 +1,8 @@
 """Iteration times of one prefill or decode instance, simulated on the fabric per library.
 
 An iteration is the whole layer stack of one instance (DP attention on every die, EP MoE across
-them): per layer and micro-batch the attention kernel, the MoE dispatch (HT mode in prefill with
-its count-exchange step, LL mode in decode), the experts and the combine. With two-batch overlap
+them): per layer and micro-batch the attention kernel, the MoE dispatch (HT mode in prefill,
+whose count-exchange step the library adds; LL mode in decode), the experts and the combine. With two-batch overlap
 the two micro-batches run on separate streams, so one's dispatch/combine overlaps the other's
 compute and both share the dies' cores and HBM in the engine. With MTP a decode step verifies
 two tokens per sequence and runs the MTP layer. Traces are built once per shape bucket (same
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stratacl.config import DataPath
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext
 from workloads.llm_infer.costs import Cost, ServingCosts
@@ -27,7 +26,6 @@ BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512
 CONTEXT_BUCKETS = (1024, 2048, 4096, 8192, 16384, 32768)
 PREFILL_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 ROUTING_SAMPLES = 4  # distinct routing draws cycled over layers (keeps trace building cheap)
-COUNT_BYTES = 4
 
 
 def bucket(values: tuple[int, ...], x: float) -> int:
@@ -44,18 +42,24 @@ class IterStats:
     copy_s: float  # staging copies on the path (summed over comm ops)
     register_s: float  # registration waits (summed)
     vector_core_s: float  # vector-core-seconds held by communication
+    kv_ready_s: float = 0.0  # prefill: when the last KV byte of this iteration lands on a decode die
 
 
 class IterationModel:
     def __init__(self, ctx: RunContext, costs: ServingCosts, tbo: bool, mtp: bool,
                  prefill_ranks: int, decode_ranks: int, skew: str, zipf_s: float, scale_ratio: float,
-                 seed: int, tbo_min_tokens: int = 0) -> None:
+                 seed: int, tbo_min_tokens: int = 0, kv_bytes_per_token: float = 0.0,
+                 decode_dies: tuple[int, ...] = ()) -> None:
         self.ctx = ctx
         self.costs = costs
         self.tbo = tbo
         self.tbo_min_tokens = tbo_min_tokens
         self.mtp = mtp
         self.ranks = {"prefill": prefill_ranks, "decode": decode_ranks}
+        # prefill → decode KV transfer: prefill die i sends to decode die decode_dies[i mod D]
+        # (the dies of the first decode instance, placed where the layout puts them)
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.decode_dies = tuple(decode_dies)
         self.seed = seed
         self.weights = expert_weights(costs.experts, skew, zipf_s, seed=seed) if costs.experts else None
         self.dispatch_bytes = costs.hidden * (1 + scale_ratio)  # INT8 + scales
@@ -74,8 +78,8 @@ class IterationModel:
         return self._get(library, ("prefill", bucket(PREFILL_BUCKETS, tokens), 0, remap))
 
     def _get(self, library: str, key: tuple) -> IterStats:
-        if key[-1] and self.ctx.libraries[library].cfg.data_path != DataPath.on_alloc:
-            key = (*key[:-1], False)  # only registration-on-allocation reacts to a remap
+        if key[-1] and not self.ctx.libraries[library].cost_depends_on_mapping:
+            key = (*key[:-1], False)  # a remap costs nothing to a library that does not care
         hit = self._stats.get((library, key))
         if hit is None:
             hit = self._stats[(library, key)] = self._measure(self.trace(*key), library)
@@ -97,7 +101,9 @@ class IterationModel:
         sizes them: registration-on-allocation then races the attention kernel."""
         n = self.ranks[phase]
         c = self.costs
-        tr = Trace(world_size=n, meta={"phase": phase, "size": size, "context": context, "remap": remap})
+        kv_dst = self._kv_destinations(n) if phase == "prefill" else []
+        world = max([n, *(d + 1 for d in kv_dst)])
+        tr = Trace(world_size=world, meta={"phase": phase, "size": size, "context": context, "remap": remap})
         tr.add_family("ep", [range(n)])
         if not remap:
             tr.add_buffer("dispatch", -1)
@@ -127,6 +133,9 @@ class IterationModel:
             rows = tokens_mb * (verify if li < len(c.layers) else 1)
             for m in range(mbs):
                 last[m] = [self._compute(tr, ranks, cost[attn], cs, last[m], f"L{li}.attn.mb{m}")]
+                if kv_dst:  # this layer's KV of the micro-batch's tokens leaves for decode
+                    self._kv_send(tr, kv_dst, tokens_mb * self.kv_bytes_per_token / len(c.layers), last[m],
+                                  f"L{li}.kv.mb{m}")
                 if remap:
                     tr.add_buffer("dispatch", last[m][0])
                     tr.add_buffer("combine", last[m][0])
@@ -136,13 +145,10 @@ class IterationModel:
                 continue
             routed = [self._routing_sample(n, max(1, math.ceil(rows)), mode, li * mbs + m) for m in range(mbs)]
             for m, (disp, _) in enumerate(routed):
-                dep = last[m]
-                if mode == "ht":
-                    dep = [tr.collective("alltoall", "ep", COUNT_BYTES * n, stream=xs, deps=dep,
-                                         name=f"L{li}.layout.mb{m}")]
                 peer = disp * self.dispatch_bytes
                 last[m] = [tr.collective("dispatch", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
-                                         stream=xs, deps=dep, buffer="dispatch", name=f"L{li}.dispatch.mb{m}")]
+                                         stream=xs, deps=last[m], buffer="dispatch", moe_mode=mode,
+                                         name=f"L{li}.dispatch.mb{m}")]
             for m, (_, per_expert) in enumerate(routed):
                 load = per_expert.sum(axis=0)
                 scale = load / load.mean() if load.mean() > 0 else np.ones(n)  # skew: hot dies
@@ -150,12 +156,37 @@ class IterationModel:
             for m, (disp, _) in enumerate(routed):
                 peer = disp.T * self.combine_bytes
                 last[m] = [tr.collective("combine", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
-                                         stream=xs, deps=last[m], buffer="combine", name=f"L{li}.combine.mb{m}")]
+                                         stream=xs, deps=last[m], buffer="combine", moe_mode=mode,
+                                         name=f"L{li}.combine.mb{m}")]
         head = layer_cost["lm_head"]
         for m in range(mbs):
             self._compute(tr, ranks, head, cs, last[m], f"lm_head.mb{m}")
         tr.validate()
         return tr
+
+    def _kv_destinations(self, n: int) -> list[int]:
+        if not self.decode_dies or self.kv_bytes_per_token <= 0:
+            return []
+        return [self.decode_dies[i % len(self.decode_dies)] for i in range(n)]
+
+    @staticmethod
+    def _kv_send(tr: Trace, dst: list[int], nbytes: float, deps: list[int], name: str) -> None:
+        """Layer-wise KV transfer on its own stream: it shares the prefill dies' ports with the
+        MoE all-to-alls and the decode dies' receive ports among senders."""
+        if nbytes <= 0:
+            return
+        src = list(range(len(dst)))
+        # p2p pairs must be distinct ranks: several prefill dies sending to one decode die are
+        # issued as rounds of distinct receivers (they still share its port when they overlap)
+        rounds: dict[int, list[int]] = {}
+        for s_ in src:
+            k = sum(1 for x in src[:s_] if dst[x] == dst[s_])
+            rounds.setdefault(k, []).append(s_)
+        for k, group in sorted(rounds.items()):
+            d = [dst[x] for x in group]
+            # no user buffer: the KV cache is registered when the engine starts (Mooncake-style)
+            tr.add("p2p", sorted(group + d), src=group, dst=d, nbytes=nbytes, stream="kv", deps=deps,
+                   name=f"{name}.r{k}")
 
     def _compute(self, tr: Trace, ranks: range, cost: Cost, stream: str, deps: list[int], name: str,
                  scale: np.ndarray | None = None) -> int:
@@ -185,6 +216,8 @@ class IterationModel:
     def _measure(self, trace: Trace, library: str) -> IterStats:
         res = self.ctx.simulate(trace, library)
         self.simulated += 1
-        exp = res.exposure(window=(0.0, res.makespan_s))
+        kv = np.array([op.stream == "kv" for op in trace.ops])
+        t_iter = float(res.end[~kv].max(initial=0.0))  # the next iteration may start; KV still in flight
+        exp = res.exposure(window=(0.0, t_iter), ops=~kv)
         return IterStats(exp.time_s, exp.compute_s, exp.exposed_comm_s, exp.copy_s, exp.register_s,
-                         exp.vector_core_s)
+                         exp.vector_core_s, kv_ready_s=res.makespan_s)

@@ -3,8 +3,10 @@
 Prefill instances run chunked prefill with DP attention: each iteration every die takes requests
 from the instance's FIFO queue up to `prefill_token_budget` tokens (a long prompt is chunked and
 continues in the next iteration); the iteration lasts the simulated prefill iteration for the
-busiest die's tokens (dies step together: the MoE all-to-alls couple them). A request's first token is out when its last chunk finishes; its KV
-cache then moves to a decode instance over the fabric (the library's point-to-point path).
+busiest die's tokens (dies step together: the MoE all-to-alls couple them). A request's first
+token is out when its last chunk finishes. Its KV cache moves to a decode instance layer by layer
+inside the simulated prefill iteration (p2p ops of the library, contending with the all-to-alls
+for the prefill dies' ports); the request joins decode when its iteration's last KV byte lands.
 Decode instances batch continuously: a request is admitted to the die with the most free KV cache
 when its whole KV footprint (input + output tokens) fits, so a library that holds more HBM admits
 fewer sequences. All dies of an instance step together (the MoE all-to-alls couple them); a step
@@ -50,7 +52,7 @@ class DecodeDie:
 class ServingSim:
     def __init__(self, reqs: Requests, iters: IterationModel, library: str, layout: LayoutConfig,
                  sched: SchedulerConfig, kv_per_die: float, kv_bytes_per_token: float,
-                 kv_transfer_s: Callable[[float], float], progress: Callable[[float], None] | None = None,
+                 progress: Callable[[float], None] | None = None,
                  remap_fraction: float = 0.0, seed: int = 0) -> None:
         self.reqs = reqs
         self.iters = iters
@@ -59,7 +61,6 @@ class ServingSim:
         self.sched = sched
         self.kv_per_die = kv_per_die
         self.kv_tok = kv_bytes_per_token
-        self.kv_transfer_s = kv_transfer_s
         self.progress = progress
         self.remap_fraction = remap_fraction
         self._remap_rng = np.random.default_rng([seed, 7])  # same draws for every library
@@ -140,12 +141,13 @@ class ServingSim:
             st = self.iters.prefill(self.lib, max(per_die), self._remap())
             yield env.timeout(st.time_s)
             self._record("prefill", i, max(per_die), sum(per_die), 0.0, st)
+            kv_left = max(0.0, st.kv_ready_s - st.time_s)  # layer-wise KV sends still in flight
             for rid in finished:
                 self.t_first_token[rid] = env.now
-                env.process(self._to_decode(rid))
+                env.process(self._to_decode(rid, kv_left))
 
-    def _to_decode(self, rid: int):  # noqa: ANN202
-        yield self.env.timeout(self.kv_transfer_s(self.kv_tok * self.reqs.input_tokens[rid]))
+    def _to_decode(self, rid: int, kv_left: float):  # noqa: ANN202
+        yield self.env.timeout(kv_left)
         if self.reqs.output_tokens[rid] <= 1:
             self._complete(rid)
             return

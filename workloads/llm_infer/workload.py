@@ -10,7 +10,6 @@ import pandas as pd
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.metrics import percentile
-from stratacl.phases import Phase
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.llm_infer.costs import ServingCosts, load_costs
@@ -18,8 +17,6 @@ from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, Iterat
 from workloads.llm_infer.memory import die_memory
 from workloads.llm_infer.requests import Requests, generate
 from workloads.llm_infer.serving import ServingSim
-
-INTER_NODE_TIER = 2  # prefill and decode instances sit on different nodes of the supernode
 
 
 def validate_layout(cfg: LlmInferConfig, world: int) -> None:
@@ -43,21 +40,6 @@ def validate_layout(cfg: LlmInferConfig, world: int) -> None:
                           "0 ≤ mtp_acceptance ≤ 1")
 
 
-def kv_transfer_fn(ctx: RunContext, library: str):  # noqa: ANN201
-    model = ctx.libraries[library]
-    cache: dict[float, float] = {}
-
-    def seconds(nbytes: float) -> float:
-        key = float(np.ceil(nbytes / 65536) * 65536)  # 64 KiB granularity
-        hit = cache.get(key)
-        if hit is None:
-            phases: list[Phase] = model.p2p_phases(INTER_NODE_TIER, key, key)
-            hit = cache[key] = sum(p.standalone_s() for p in phases)
-        return hit
-
-    return seconds
-
-
 def serve(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: IterationModel, library: str,
           reqs: Requests, kv_tok: float) -> tuple[ServingSim, dict[str, float]]:
     lib = ctx.libraries[library]
@@ -71,7 +53,7 @@ def serve(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: Iter
         raise ConfigError("workload.requests.input_max", f"a {biggest / 1e9:.1f} GB KV footprint does not fit "
                           f"the {mem_d.kv_bytes / 1e9:.1f} GB KV cache of a decode die with '{library}'",
                           "shorter requests or more HBM per die")
-    sim = ServingSim(reqs, iters, library, lay, sched, mem_d.kv_bytes, kv_tok, kv_transfer_fn(ctx, library),
+    sim = ServingSim(reqs, iters, library, lay, sched, mem_d.kv_bytes, kv_tok,
                      progress=lambda dt: ctx.progress(dt / max(cfg.requests.duration_s, 1e-9)),
                      remap_fraction=cfg.remap_fraction, seed=ctx.seed)
     sim.run()
@@ -119,9 +101,12 @@ def run(ctx: RunContext) -> WorkloadResult:
     costs = ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, cfg.requests.input_mean)
     kv_tok = float(mc.kv_bytes_per_token())
     reqs = generate(cfg.requests, ctx.seed)
-    iters = IterationModel(ctx, costs, cfg.scheduler.tbo, cfg.scheduler.mtp, cfg.layout.prefill_dp,
-                           cfg.layout.decode_dp, cfg.skew, cfg.zipf_s, cfg.dispatch_scale_ratio, ctx.seed,
-                           cfg.scheduler.tbo_min_tokens)
+    lay = cfg.layout
+    first_decode = lay.prefill_instances * lay.prefill_dp  # decode instances follow the prefill ones
+    iters = IterationModel(ctx, costs, cfg.scheduler.tbo, cfg.scheduler.mtp, lay.prefill_dp,
+                           lay.decode_dp, cfg.skew, cfg.zipf_s, cfg.dispatch_scale_ratio, ctx.seed,
+                           cfg.scheduler.tbo_min_tokens, kv_bytes_per_token=kv_tok,
+                           decode_dies=tuple(range(first_decode, first_decode + lay.decode_dp)))
     sat_reqs = generate(cfg.requests, ctx.seed, rate=cfg.saturation_rate) if cfg.saturation_rate > 0 else None
     req_frames, iter_frames, metrics, timelines = [], [], {}, {}
     for library in ctx.libraries:

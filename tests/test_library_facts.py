@@ -1,0 +1,105 @@
+"""Library facts live in the library: MoE layout exchange in dispatch lowering, remap sensitivity,
+and the prefill → decode KV transfer as p2p ops the engine replays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import compose_run, make_library
+
+from stratacl.comm.library import COUNT_BYTES
+from stratacl.config import DataPath
+from stratacl.engine.replay import simulate
+from stratacl.fabric import Fabric
+from stratacl.trace import Trace
+
+
+@pytest.fixture(scope="module")
+def fab() -> Fabric:
+    return Fabric(compose_run().fabric)
+
+
+def _standalone(phases) -> float:  # noqa: ANN001
+    return sum(p.standalone_s() for p in phases)
+
+
+@pytest.mark.parametrize("preset", ["hccl", "stratacl", "deepep"])
+def test_ht_dispatch_adds_the_count_exchange_and_ll_does_not(fab: Fabric, preset: str) -> None:
+    lib = make_library(fab, preset)
+    n = 16
+    group = tuple(range(n))
+    peer = tuple(float(x) for x in np.full(n * n, 4096.0))
+    size = 4096.0 * n
+    plain = _standalone(lib.collective_phases("dispatch", size, group, peer, "ll"))
+    counts = _standalone(lib.collective_phases("alltoall", COUNT_BYTES * n, group))
+    ht = _standalone(lib.collective_phases("dispatch", size, group, peer, "ht"))
+    assert ht == pytest.approx(plain + counts)
+    assert counts > 0
+    off = make_library(fab, preset, moe_layout_exchange=False)
+    assert _standalone(off.collective_phases("dispatch", size, group, peer, "ht")) == pytest.approx(plain)
+    # combine never exchanges counts: the layout is the dispatch's, reversed
+    assert _standalone(lib.collective_phases("combine", size, group, peer, "ht")) == pytest.approx(
+        _standalone(lib.collective_phases("combine", size, group, peer, "ll")))
+
+
+def test_only_registration_on_allocation_cares_about_remaps(fab: Fabric) -> None:
+    for path in DataPath:
+        lib = make_library(fab, "hccl", data_path=path)
+        assert lib.cost_depends_on_mapping == (path == DataPath.on_alloc)
+
+
+def test_trace_rejects_moe_mode_on_other_collectives() -> None:
+    tr = Trace(world_size=2)
+    tr.add_family("w", [range(2)])
+    tr.collective("allreduce", "w", 1024, moe_mode="ht")
+    with pytest.raises(Exception, match="moe_mode"):
+        tr.validate()
+
+
+def test_kv_transfer_is_replayed_on_the_tier_placement_gives(fab: Fabric) -> None:
+    """A prefill die sends to a decode die on another node: the p2p runs at the inter-node tier
+    (α + sync + bytes/β); on the same node it is faster. No tier is hard-coded in the workload."""
+    lib = make_library(fab, "stratacl")
+    nbytes = 64 << 20
+
+    def kv_time(dst: int) -> float:
+        tr = Trace(world_size=dst + 1)
+        tr.add("p2p", [0, dst], src=[0], dst=[dst], nbytes=nbytes)
+        return simulate(tr, lib).makespan_s
+
+    far, near = kv_time(fab.dies_per_node * 4), kv_time(2)
+    inter = fab.tier(fab.tier_index(0, fab.dies_per_node * 4).item(), "ub")
+    assert far > near
+    assert far >= nbytes / inter.beta_Bps
+
+
+def test_prefill_trace_carries_layer_wise_kv_sends_that_conserve_bytes() -> None:
+    from stratacl.comm.library import LibraryModel
+    from stratacl.workload_api import RunContext
+    from workloads.llm_infer.costs import ServingCosts, load_costs
+    from workloads.llm_infer.iteration import IterationModel
+
+    from test_llm_infer import OVERRIDES
+
+    cfg = compose_run([*OVERRIDES[:-1], "library=[stratacl]", "baseline=stratacl"])
+    fab = Fabric(cfg.fabric)
+    ctx = RunContext(cfg, fab, {"stratacl": LibraryModel("stratacl", cfg.library["stratacl"], fab)},
+                     "stratacl", 0)
+    mc = load_costs(cfg.workload.model, "")
+    costs = ServingCosts(mc, 4, 4, 1024)
+    kv_tok = float(mc.kv_bytes_per_token())
+    decode = (32, 33)
+    it = IterationModel(ctx, costs, False, False, 4, 4, "uniform", 0.0, 0.0, 0, 64,
+                        kv_bytes_per_token=kv_tok, decode_dies=decode)
+    tokens = 1024
+    tr = it.trace("prefill", tokens, 0)
+    kv = [op for op in tr.ops if op.stream == "kv"]
+    assert kv and all(set(op.dst) <= set(decode) and set(op.src) <= set(range(4)) for op in kv)
+    sent = sum(op.nbytes[0] * len(op.src) for op in kv)
+    assert sent == pytest.approx(4 * tokens * kv_tok)  # every prefill die ships its tokens' KV
+    st = it.prefill("stratacl", tokens)
+    assert st.kv_ready_s >= st.time_s - 1e-12
+    # without destinations there is nothing to send, and the iteration itself is unchanged
+    bare = IterationModel(ctx, costs, False, False, 4, 4, "uniform", 0.0, 0.0, 0, 64)
+    assert not [op for op in bare.trace("prefill", tokens, 0).ops if op.stream == "kv"]
+    assert bare.prefill("stratacl", tokens).time_s == pytest.approx(st.time_s, rel=0.05)
