@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import compose_run, make_library
 
 from stratacl.accounting import COMM_CATEGORIES, exposure
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
 from stratacl.trace import Trace
-from helpers import compose_run, make_library
 
 
 def _split(n: int, **cols: list[float]) -> dict[str, np.ndarray]:

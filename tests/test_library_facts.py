@@ -74,12 +74,12 @@ def test_kv_transfer_is_replayed_on_the_tier_placement_gives(fab: Fabric) -> Non
 
 
 def test_prefill_trace_carries_layer_wise_kv_sends_that_conserve_bytes() -> None:
+    from test_llm_infer import OVERRIDES
+
     from stratacl.comm.library import LibraryModel
     from stratacl.workload_api import RunContext
     from workloads.llm_infer.costs import ServingCosts, load_costs
     from workloads.llm_infer.iteration import IterationModel
-
-    from test_llm_infer import OVERRIDES
 
     cfg = compose_run([*OVERRIDES[:-1], "library=[stratacl]", "baseline=stratacl"])
     fab = Fabric(cfg.fabric)
