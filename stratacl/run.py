@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import math
 import os
 import pkgutil
@@ -30,9 +31,12 @@ from stratacl.config import RunConfig, to_object, validate_run
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError, HarnessError
 from stratacl.fabric import Fabric
+from stratacl.progress import Progress
 from stratacl.sweep_resume import skip_finished
 from stratacl.timeline import write_timeline
 from stratacl.workload_api import RunContext, Workload, WorkloadResult
+
+log = logging.getLogger("stratacl")
 
 OUTPUTS = ("summary.json", "results.parquet", "timeline.json", "utilisation.parquet")
 
@@ -65,14 +69,17 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
     fabric = Fabric(cfg.fabric)
     libraries = {name: LibraryModel(name, lib, fabric) for name, lib in cfg.library.items()}
     workload = load_workload(cfg.workload.name)
-    bar = _progress_bar(cfg, len(libraries))
+    log.info("run: workload %s, fabric %s (%d dies), libraries %s (baseline %s), seed %d, into %s",
+             cfg.workload.name, fabric.name, fabric.world, list(libraries), cfg.baseline, cfg.seed, out_dir)
+    progress = Progress(cfg.workload.name, enabled=cfg.output.progress)
     ctx = RunContext(cfg=cfg, fabric=fabric, libraries=libraries, baseline=cfg.baseline,
-                     seed=cfg.seed, progress=bar.update if bar else (lambda n: None))
+                     seed=cfg.seed, progress=progress)
     try:
         result = workload(ctx)
     finally:
-        if bar:
-            bar.close()
+        progress.close()
+    for note in result.notes:
+        log.info("note: %s", note)
     summary = {
         "workload": cfg.workload.name,
         "fabric": fabric.name,
@@ -84,6 +91,7 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
     if cfg.output.timeline or cfg.output.utilisation:
         result.timelines = _recorded(result.timelines, libraries)
     _write(out_dir, cfg, result, summary)
+    log.info("wrote %s in %.1f s", out_dir, time.perf_counter() - t0)
     if echo:
         _print_tables(result, summary)
         print(f"\nrun directory: {out_dir}  ({time.perf_counter() - t0:.1f} s)")
@@ -144,14 +152,6 @@ def _print_tables(result: WorkloadResult, summary: dict) -> None:
         print(f"note: {note}")
 
 
-def _progress_bar(cfg: RunConfig, total: int):  # noqa: ANN202
-    if not cfg.output.progress or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=cfg.workload.name, unit="lib", leave=False)
-
-
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(dcfg: DictConfig) -> None:
     hc = HydraConfig.get()
@@ -160,14 +160,50 @@ def main(dcfg: DictConfig) -> None:
     if skip_finished(out_dir, bool(dcfg.get("resume", False))):
         return
     try:
+        _check_choices(hc.runtime.choices, list(hc.overrides.task))
         cfg = to_object(dcfg)
         execute(cfg, out_dir)
-    except (HarnessError, OmegaConfBaseException) as exc:
+    except KeyboardInterrupt:
+        _remove_outputs(out_dir)
+        log.info("interrupted")
+        print("interrupted: nothing written (summary.json absent)", file=sys.stderr)
+        sys.exit(130)
+    except EXPECTED as exc:
         _remove_outputs(out_dir)
         if multirun:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        log.info("failed: %s", exc)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         sys.exit(2)
+
+
+# Failures a user can cause and fix (a config value, an input file, a directory); anything else
+# is a bug and keeps its traceback.
+EXPECTED = (HarnessError, OmegaConfBaseException, OSError)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, HarnessError):
+        where = f" '{exc.filename}'" if exc.filename else ""
+        return f"cannot use{where}: {exc.strerror or exc} — fix: check the path and its permissions"
+    return " ".join(str(exc).split())
+
+
+def _check_choices(choices: dict, overrides: list[str]) -> None:
+    """What Hydra composes without complaint but cannot be meant: a schema node chosen as a
+    workload, the same library twice."""
+    wl = str(choices.get("workload", ""))
+    if wl.endswith("_schema"):
+        raise ConfigError("workload", f"'{wl}' is a schema, not a workload",
+                          f"use workload={wl.removesuffix('_schema')}")
+    for ov in overrides:
+        key, _, value = ov.partition("=")
+        if key.lstrip("+~") == "library" and value.startswith("["):
+            names = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ConfigError("library", f"{dup} selected more than once",
+                                  "list each library once (override its knobs as library.<name>.<knob>=...)")
 
 
 if __name__ == "__main__":

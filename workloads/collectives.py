@@ -71,6 +71,7 @@ def run(ctx: RunContext) -> WorkloadResult:
     trace, points = build_trace(cfg, cfg.ranks)
     n = cfg.group_size or cfg.ranks
     frames, metrics, timelines = [], {}, {}
+    ctx.progress.phase("replay", total=len(ctx.libraries), unit="lib")
     for lib, res in ctx.replay_all(trace, progress=True).items():
         ops = res.op_frame(trace)
         ops["collective"] = [c for c, _, _ in points]

@@ -68,8 +68,9 @@ def run(ctx: RunContext) -> WorkloadResult:
     frames: list[pd.DataFrame] = []
     metrics: dict[str, dict[str, float]] = {lib: {} for lib in ctx.libraries}
     timelines = {}
+    ctx.progress.phase("replay", total=len(traces) * len(ctx.libraries), unit="replay")
     for mode, (trace, points) in traces.items():
-        for lib, res in ctx.replay_all(trace).items():
+        for lib, res in ctx.replay_all(trace, progress=True).items():
             ops = res.op_frame(trace).set_index("op")
             pts = pd.DataFrame(points)
             pts["time_s"] = [ops.at[p, "end_s"] - ops.at[p, "start_s"] for p in pts["op"]]
@@ -84,7 +85,6 @@ def run(ctx: RunContext) -> WorkloadResult:
                 m[f"{kind}_{mode}_time_us"] = float(steady["time_s"].mean() * 1e6)
                 m[f"{kind}_{mode}_first_time_us"] = float(sub["time_s"].iloc[0] * 1e6)
             timelines.setdefault(lib, (trace, res))
-            ctx.progress(1 / len(traces))
     rows = pd.concat(frames, ignore_index=True)
     keys = [k for k in metrics[ctx.baseline] if k.endswith("busbw_GBps")]
     table = metric_table(metrics, ctx.baseline, keys).rename(columns={"metric": "busbw GB/s (DeepEP convention)"})

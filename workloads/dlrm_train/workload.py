@@ -106,6 +106,7 @@ def run(ctx: RunContext) -> WorkloadResult:
     setup = prepare(cfg, ctx.fabric, ctx.seed)
     samples = cfg.ranks * cfg.batch_per_worker
     frames, metrics, timelines = [], {}, {}
+    ctx.progress.phase("replay", total=len(ctx.libraries), unit="lib")
     for lib, model in ctx.libraries.items():
         lr = library_run(setup, model, ctx.seed)
         res = ctx.simulate(lr.built.trace, lib)

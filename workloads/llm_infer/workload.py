@@ -41,8 +41,10 @@ def validate_layout(cfg: LlmInferConfig, world: int) -> None:
 
 
 def serve(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: IterationModel, library: str,
-          reqs: Requests, kv_tok: float) -> tuple[ServingSim, dict[str, float]]:
+          reqs: Requests, kv_tok: float, what: str = "serve") -> tuple[ServingSim, dict[str, float]]:
     lib = ctx.libraries[library]
+    # progress in simulated seconds of arrivals
+    ctx.progress.phase(f"{what} {library}", total=float(reqs.arrival_s.max(initial=0.0)), unit="sim s")
     lay, sched = cfg.layout, cfg.scheduler
     reserve = max(sched.activation_reserve_tokens, 1)
     mem_d = die_memory(costs.mc, lay.decode_ep, reserve, lib, ctx.fabric.hbm_bytes, "decode")
@@ -54,7 +56,7 @@ def serve(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: Iter
                           f"the {mem_d.kv_bytes / 1e9:.1f} GB KV cache of a decode die with '{library}'",
                           "shorter requests or more HBM per die")
     sim = ServingSim(reqs, iters, library, lay, sched, mem_d.kv_bytes, kv_tok,
-                     progress=lambda dt: ctx.progress(dt / max(cfg.requests.duration_s, 1e-9)),
+                     progress=ctx.progress,
                      remap_fraction=cfg.remap_fraction, seed=ctx.seed)
     sim.run()
     return sim, {"weights_GB_per_die": mem_d.weight_bytes / 1e9, "library_GB_per_die": mem_d.library_bytes / 1e9,
@@ -97,7 +99,9 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
 def run(ctx: RunContext) -> WorkloadResult:
     cfg: LlmInferConfig = ctx.cfg.workload
     validate_layout(cfg, ctx.fabric.world)
+    ctx.progress.phase("model costs", total=1, unit="model")
     mc = load_costs(cfg.model, cfg.cache_dir)
+    ctx.progress(1)
     costs = ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, cfg.requests.input_mean)
     kv_tok = float(mc.kv_bytes_per_token())
     reqs = generate(cfg.requests, ctx.seed)
@@ -114,7 +118,7 @@ def run(ctx: RunContext) -> WorkloadResult:
         m = summarise(sim, cfg.warmup_s, cfg.requests.duration_s)
         m.update(mem)
         if sat_reqs is not None:
-            sat, _ = serve(ctx, cfg, costs, iters, library, sat_reqs, kv_tok)
+            sat, _ = serve(ctx, cfg, costs, iters, library, sat_reqs, kv_tok, what="saturation")
             s = summarise(sat, cfg.warmup_s, cfg.requests.duration_s)
             m["saturation_throughput_tok_per_s"] = s["throughput_tok_per_s"]
             m["saturation_mean_decode_batch_per_die"] = s["mean_decode_batch_per_die"]

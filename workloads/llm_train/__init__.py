@@ -91,6 +91,7 @@ def run(ctx: RunContext) -> WorkloadResult:
         memory[lib] = mem
     tokens = cfg.global_batch * cfg.seq_len
     records, timelines = [], {}
+    ctx.progress.phase("iterations", total=len(cfg.iterations) * len(ctx.libraries), unit="replay")
     for it in cfg.iterations:
         trace, s, imb = iteration_trace(prep, it, ctx.seed)
         for lib, res in ctx.replay_all(trace, progress=True).items():
