@@ -107,7 +107,7 @@ class Trigger(StrEnum):
 
 @dataclass
 class LibraryConfig:
-    """A communication library as a point in the design space (DESIGN.md §3)."""
+    """A communication library as a point in the design space (docs/architecture.md)."""
 
     description: str = ""
     data_path: DataPath = DataPath.staged

@@ -1,4 +1,4 @@
-"""The fabric (DESIGN.md §2): dies with cores, HBM and DMA engines, distance tiers, placement.
+"""The fabric (docs/architecture.md): dies with cores, HBM and DMA engines, distance tiers, placement.
 
 Placement is contiguous: rank r runs on die r; die -> NPU -> node -> supernode by integer division.
 Every die has the same per-die resources; the engine keeps one fluid resource per (die, kind) and

@@ -1,4 +1,4 @@
-"""CLI: `python -m stratacl.run workload=<name> [overrides]` (DESIGN.md §5).
+"""CLI: `python -m stratacl.run workload=<name> [overrides]` (docs/architecture.md).
 
 Composes the Hydra config, validates it, runs the workload once per selected library on the same
 trace and seed, prints a side-by-side table and writes the run directory: summary.json,

@@ -1,4 +1,4 @@
-"""The trace contract (DESIGN.md §1): communicators and SPMD ops, the only thing workloads hand over.
+"""The trace contract (docs/architecture.md): communicators and SPMD ops, the only thing workloads hand over.
 
 One `Op` covers a whole SPMD set of ranks; per-rank values are tuples of length 1 (same on every
 rank) or len(ranks). A collective names a communicator *family* (``tp`` = all ``tp[i]``) or one

@@ -1,4 +1,4 @@
-"""One test (at least) per library mechanism of DESIGN.md §3 / REFERENCE §3-4."""
+"""One test (at least) per library mechanism of docs/architecture.md / REFERENCE §3-4 (docs/sources.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A communication library as a point in the design space (DESIGN.md §3), lowered to phases.
+"""A communication library as a point in the design space (docs/architecture.md), lowered to phases.
 
 `LibraryModel` holds the static choices and prices one collective on one communicator as a list
 of phases:

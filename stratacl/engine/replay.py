@@ -1,4 +1,4 @@
-"""Replay of a trace on a fabric with one library model, driven by simpy (DESIGN.md §4).
+"""Replay of a trace on a fabric with one library model, driven by simpy (docs/architecture.md).
 
 An op starts when its explicit dependencies and the previous op on each of its ranks' streams have
 ended (for a collective that is the rendezvous of its communicator); it then runs its phases in
