@@ -71,18 +71,47 @@ def generate(cfg: RequestsConfig, seed: int, rate: float | None = None) -> Reque
     return Requests(t, inp[:n], out[:n])
 
 
+# Request tables: a user CSV (arrival_s,input_tokens,output_tokens) or a bundled public trace
+# (arrived_at,num_prefill_tokens,num_decode_tokens; traces/README.md)
+COLUMNS = (("arrival_s", "input_tokens", "output_tokens"),
+           ("arrived_at", "num_prefill_tokens", "num_decode_tokens"))
+TRACES_DIR = Path(__file__).parent / "traces"
+
+
 def _from_csv(path: str) -> Requests:
     p = Path(path)
     if not p.is_file():
         raise ConfigError("workload.requests.csv", f"no file '{path}'", "give a CSV with columns "
                           "arrival_s,input_tokens,output_tokens")
+    return read_table(p, "workload.requests.csv")
+
+
+def read_table(path: Path, field: str) -> Requests:
+    """Read and check a request table; a bad cell is reported by row (1-based, after the header)
+    and column, so a user can find it."""
     try:
-        df = pd.read_csv(p)
-        df = df[["arrival_s", "input_tokens", "output_tokens"]].sort_values("arrival_s")
-    except (KeyError, ValueError, pd.errors.ParserError) as exc:
-        raise ConfigError("workload.requests.csv", f"unreadable trace '{path}': {exc}",
-                          "columns arrival_s,input_tokens,output_tokens") from None
-    if len(df) == 0 or (df[["input_tokens", "output_tokens"]] <= 0).any().any() or (df["arrival_s"] < 0).any():
-        raise ConfigError("workload.requests.csv", "needs ≥ 1 row, arrival_s ≥ 0 and positive lengths")
-    return Requests(df["arrival_s"].to_numpy(float), df["input_tokens"].to_numpy(np.int64),
-                    df["output_tokens"].to_numpy(np.int64))
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError, OSError) as exc:
+        raise ConfigError(field, f"unreadable request table '{path}': {' '.join(str(exc).split())}",
+                          "a CSV with columns arrival_s,input_tokens,output_tokens") from None
+    cols = next((c for c in COLUMNS if set(c) <= set(df.columns)), None)
+    if cols is None:
+        raise ConfigError(field, f"'{path}' has columns {list(df.columns)[:6]}",
+                          "columns arrival_s,input_tokens,output_tokens")
+    if len(df) == 0:
+        raise ConfigError(field, f"'{path}' has no requests", "at least one row")
+    values = []
+    for col, integer in zip(cols, (False, True, True), strict=True):
+        cells = df[col].str.strip()
+        num = pd.to_numeric(cells, errors="coerce")
+        bad = ~np.isfinite(num.to_numpy(float)) | (num.to_numpy(float) < (1 if integer else 0))
+        if integer:
+            bad |= np.asarray(num.fillna(0) % 1 != 0)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            need = "a positive integer" if integer else "a finite number ≥ 0"
+            raise ConfigError(field, f"'{path}' row {row + 1}, column '{col}': {cells.iloc[row]!r} is not {need}",
+                              "fix or drop that row")
+        values.append(num.to_numpy(float))
+    order = np.argsort(values[0], kind="stable")
+    return Requests(values[0][order], values[1][order].astype(np.int64), values[2][order].astype(np.int64))
