@@ -257,7 +257,7 @@ class Trace:
         }
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
         path = Path(path)
-        pq.write_table(table, path)
+        pq.write_table(table, path, write_page_checksum=True)  # so a flipped byte is detected on load
         return path
 
     @classmethod
@@ -267,7 +267,7 @@ class Trace:
 
         path = Path(path)
         try:
-            table = pq.read_table(path)
+            table = pq.read_table(path, page_checksum_verification=True)
             md = {k.decode(errors="replace"): v.decode(errors="replace")
                   for k, v in (table.schema.metadata or {}).items() if k.startswith(b"stratacl.")}
         except Exception as exc:  # pyarrow raises several types for truncated/corrupt files
@@ -287,18 +287,22 @@ class Trace:
         trace = cls(world_size=world, communicators=comms, meta=meta, buffers=buffers)
         expected = {f.name for f in fields(Op)}
         optional = {"moe_mode": ""}  # columns added after format 1 was written: their default
-        missing = expected - set(table.column_names) - set(optional)
-        if missing:
-            raise TraceError(f"trace file {path} lacks op columns {sorted(missing)}")
-        rows = table.to_pylist()
-        try:
-            for row in rows:
+        text = {f.name for f in fields(Op) if f.type in ("str", str)}
+        try:  # a corrupt schema or page can fail anywhere from the column names to the values
+            missing = expected - set(table.column_names) - set(optional)
+            if missing:
+                raise TraceError(f"trace file {path} lacks op columns {sorted(missing)}")
+            for row in table.to_pylist():
                 for key in _INT_TUPLE_FIELDS:
                     row[key] = tuple(int(x) for x in row[key])
                 for key in _VEC_FIELDS:
                     row[key] = tuple(float(x) for x in row[key])
-                trace.ops.append(Op(**{k: row.get(k, optional.get(k)) for k in expected}))
-        except (TypeError, ValueError) as exc:
+                op = Op(**{k: row.get(k, optional.get(k)) for k in expected})
+                bad = [k for k in text if not isinstance(getattr(op, k), str)]
+                if bad or not isinstance(op.id, int) or not isinstance(op.fixed_time_s, float):
+                    raise TypeError(f"op {op.id}: wrong column types {bad or ['id/fixed_time_s']}")
+                trace.ops.append(op)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # incl. UnicodeDecodeError
             raise TraceError(f"trace file {path} has a malformed op row: {exc}") from None
         trace.validate()
         return trace
