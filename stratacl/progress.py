@@ -52,7 +52,10 @@ class Progress:
         elif self.enabled and not self.tty and time.perf_counter() - self._last >= self.interval_s:
             self._line()
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """End the last phase; after a failure only the log hears of it (the error says the rest)."""
+        if failed:
+            self.enabled = False
         self._end_phase()
 
     def _line(self) -> None:
@@ -65,6 +68,7 @@ class Progress:
         if not self._name:
             return
         if self._bar is not None:
+            self._bar.leave = False
             self._bar.close()
             self._bar = None
         elif self.enabled and not self.tty:

@@ -76,8 +76,10 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
                      seed=cfg.seed, progress=progress)
     try:
         result = workload(ctx)
-    finally:
-        progress.close()
+    except BaseException:
+        progress.close(failed=True)
+        raise
+    progress.close()
     for note in result.notes:
         log.info("note: %s", note)
     summary = {

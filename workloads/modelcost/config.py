@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, PretrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -75,8 +76,11 @@ def load_model_config(
             raise ModelConfigError(f"config_json: file not found: {config_json}")
         try:
             base = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ModelConfigError(f"config_json: {config_json} is not valid JSON ({e})") from e
+        if not isinstance(base, dict):
+            raise ModelConfigError(f"config_json: {config_json} holds a JSON {type(base).__name__}, "
+                                   "not an object of config fields")
         file_type = base.get("model_type")
         if model_type is not None and file_type is not None and file_type != model_type:
             raise ModelConfigError(
@@ -97,9 +101,29 @@ def load_model_config(
     kwargs = {k: v for k, v in base.items() if k != "model_type"}
     kwargs.update(overrides)
     try:
-        return AutoConfig.for_model(model_type, **kwargs)
-    except (TypeError, ValueError) as e:
-        raise ModelConfigError(f"overrides: {cfg_cls.__name__} rejected the values: {e}") from e
+        cfg = AutoConfig.for_model(model_type, **kwargs)
+    except (TypeError, ValueError, StrictDataclassError) as e:  # the last: typed config fields
+        msg = " ".join(str(e).split())
+        raise ModelConfigError(f"overrides: {cfg_cls.__name__} rejected the values: {msg}") from None
+    _check_sizes(cfg, "config_json" if config_json is not None and not overrides else "overrides")
+    return cfg
+
+
+# Shape fields a model cannot have zero of (others, e.g. n_shared_experts or
+# first_k_dense_replace, may be 0; none may be negative)
+_POSITIVE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
+_SHAPE_SUFFIXES = ("_size", "_layers", "_heads", "_experts", "_dim", "_rank", "_tok", "_replace")
+
+
+def _check_sizes(cfg: PretrainedConfig, where: str) -> None:
+    """transformers accepts negative or non-integer layer counts and sizes; the cost model cannot."""
+    for key, value in cfg.to_dict().items():
+        if not key.endswith(_SHAPE_SUFFIXES) or value is None or isinstance(value, bool | dict | list):
+            continue
+        if not isinstance(value, int):
+            raise ModelConfigError(f"{where}.{key}: {value!r} is not an integer")
+        if value < 0 or (value == 0 and key in _POSITIVE):
+            raise ModelConfigError(f"{where}.{key}: {value} must be {'positive' if key in _POSITIVE else '≥ 0'}")
 
 
 def load_model_yaml(name: str, conf_dir: str | Path | None = None) -> PretrainedConfig:
