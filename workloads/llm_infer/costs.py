@@ -71,6 +71,8 @@ class ServingCosts:
         self.experts = int(info.get("n_routed_experts", 0))
         self.top_k = int(info.get("top_k", 0))
         self.hidden = int(mc.cfg.hidden_size)
+        if not self.experts:  # a dense model serves data-parallel: every die holds the whole model
+            self.prefill_ep = self.decode_ep = 1
         for ep, field in ((prefill_ep, "prefill_ep"), (decode_ep, "decode_ep")):
             if self.experts and self.experts % ep:
                 raise ConfigError(f"workload.layout.{field}", f"EP {ep} does not divide the model's "

@@ -47,8 +47,8 @@ def serve(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: Iter
     ctx.progress.phase(f"{what} {library}", total=float(reqs.arrival_s.max(initial=0.0)), unit="sim s")
     lay, sched = cfg.layout, cfg.scheduler
     reserve = max(sched.activation_reserve_tokens, 1)
-    mem_d = die_memory(costs.mc, lay.decode_ep, reserve, lib, ctx.fabric.hbm_bytes, "decode")
-    die_memory(costs.mc, lay.prefill_ep, max(reserve, sched.prefill_token_budget), lib, ctx.fabric.hbm_bytes,
+    mem_d = die_memory(costs.mc, costs.decode_ep, reserve, lib, ctx.fabric.hbm_bytes, "decode")
+    die_memory(costs.mc, costs.prefill_ep, max(reserve, sched.prefill_token_budget), lib, ctx.fabric.hbm_bytes,
                "prefill")
     biggest = kv_tok * float((reqs.input_tokens + reqs.output_tokens).max()) if len(reqs) else 0.0
     if biggest > mem_d.kv_bytes:
