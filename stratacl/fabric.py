@@ -12,12 +12,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from stratacl.config import TIER_ORDER, FabricConfig, validate_fabric, world_size
+from stratacl.config import TIER_ORDER, FabricConfig, Plane, validate_fabric, world_size
 from stratacl.errors import ConfigError
 
-# Per-die fluid resources. Ports are per direction and per plane; cores and DMA engines are held
+# Per-die fluid resources. Ports are per direction and per plane (every plane of the Plane enum,
+# whether or not a fabric uses it: an unused port is never loaded); cores and DMA engines are held
 # or shared; HBM is shared bandwidth.
-RESOURCES = ("sio_tx", "sio_rx", "ub_tx", "ub_rx", "rdma_tx", "rdma_rx", "hbm", "vec", "cube", "sdma")
+PORTS = tuple(f"{plane}_{way}" for plane in Plane for way in ("tx", "rx"))
+RESOURCES = (*PORTS, "hbm", "vec", "cube", "sdma")
 R = {name: i for i, name in enumerate(RESOURCES)}
 
 
@@ -27,7 +29,7 @@ class Tier:
     name: str
     alpha_s: float
     beta_Bps: float
-    plane: str  # sio | ub | rdma
+    plane: Plane
     sync_s: float = 0.0  # flag write a synchronised step waits for
 
 
@@ -89,13 +91,13 @@ class Fabric:
         same_sn = a // self.dies_per_supernode == b // self.dies_per_supernode
         return np.where(same_npu, 0, np.where(same_node, 1, np.where(same_sn, 2, 3)))
 
-    def tier(self, index: int, plane: str = "ub") -> Tier:
+    def tier(self, index: int, plane: Plane = Plane.ub) -> Tier:
         """The tier at a distance, for a library using `plane` for inter-node traffic.
 
         A library on the RDMA plane (DeepEP-style) keeps intra-node traffic on the scale-up links
-        and sends everything beyond the node over RoCE.
+        and sends everything beyond the node over RoCE; on any other plane each tier's own plane is used.
         """
-        if plane == "rdma" and index >= 2 and "scaleout" in self.tiers:
+        if plane == Plane.rdma and index >= 2 and "scaleout" in self.tiers:
             return self.tiers["scaleout"]
         t = self.tier_list[index]
         if t is None:  # e.g. single-die NPUs have no die tier: fall back to the next one out
