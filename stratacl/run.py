@@ -31,6 +31,7 @@ from stratacl.config import RunConfig, to_object, validate_run
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError, HarnessError
 from stratacl.fabric import Fabric
+from stratacl.precheck import precheck
 from stratacl.progress import Progress
 from stratacl.sweep_resume import skip_finished
 from stratacl.timeline import write_timeline
@@ -209,4 +210,5 @@ def _check_choices(choices: dict, overrides: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    precheck(sys.argv[1:])
     main()

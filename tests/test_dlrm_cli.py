@@ -30,7 +30,7 @@ def test_default_dlrm_run_compares_both_libraries(tmp_path: Path) -> None:
     rows = pd.read_parquet(out / "results.parquet")
     assert len(rows) == 2 * 3  # libraries × iterations
     assert {"iteration_time_s", "compute_s", "exposed_comm_s", "exposed_cache_miss_s"} <= set(rows.columns)
-    assert "speedup_vs_hccl" in proc.stdout
+    assert "stratacl/hccl" in proc.stdout  # the side-by-side ratio column
 
 
 def test_bad_sharding_exits_2_without_summary(tmp_path: Path) -> None:
