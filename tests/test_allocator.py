@@ -315,6 +315,25 @@ def test_remap_in_steady_state_and_deregistration_on_unmap():
         roa.ready_at(*span)
 
 
+def test_partial_unmap_keeps_the_rest_of_a_registered_mapping():
+    a, ev = make(expandable=True)
+    roa = RegistrationOnAllocation(COST, PEERS).attach(a)
+    x = a.malloc(40 * MiB)  # one map event of two pages
+    a.free(x)
+    head = a.malloc(10 * MiB)  # [0, 10) of it
+    a.empty_cache()  # unmaps the second page only
+    assert ev[-1].kind == "unmap" and ev[-1].addr == head.addr + 20 * MiB
+    assert roa.ready_at(head.addr, head.requested) == roa.jobs[0].done
+    y = a.malloc(40 * MiB)  # one map event again
+    a.free(y)
+    tail = a.malloc(30 * MiB)
+    rest = a.malloc(10 * MiB)  # [30, 40) of the second mapping
+    a.free(tail)
+    a.empty_cache()  # unmaps the first page of the second mapping only
+    assert roa.ready_at(rest.addr, rest.requested) == roa.jobs[-1].done
+    a.check_invariants()
+
+
 # ----------------------------------------------------------------------------- JIT registration cache
 
 
