@@ -30,7 +30,7 @@ die a disjoint base: shadow virtual addressing, REFERENCE §4.1), so registratio
 [start, end) ranges. Freed VA is never reused (a real cudaMalloc may reuse it; registrations are
 evicted on unmap either way).
 
-Events: every change of physical backing is an `MemEvent` delivered to subscribers in order —
+Events: every change of physical backing is a `MemEvent` delivered to subscribers in order —
 `map` for a new non-expandable segment (PyTorch's SEGMENT_ALLOC) or pages mapped into an
 expandable segment (SEGMENT_MAP), `unmap` for a released segment (SEGMENT_FREE) or unmapped pages
 (SEGMENT_UNMAP). These are the trace entries PyTorch's ProcessGroupNCCL allocator hooks register
