@@ -16,7 +16,21 @@ class Arrival(StrEnum):
 
     poisson = "poisson"
     gamma = "gamma"  # renewal process with gamma gaps: CV² = burstiness
-    csv = "csv"  # replay a trace file
+    csv = "csv"  # replay a user's request table (requests.csv)
+    trace = "trace"  # a bundled public trace (requests.trace), time-scaled or as recorded
+
+
+class PublicTrace(StrEnum):
+    """Bundled request traces (workloads/llm_infer/traces/README.md: provenance and licences)."""
+
+    azure_conv = "azure_conv"  # Azure LLM inference 2023, conversation: short prompts
+    azure_code = "azure_code"  # Azure LLM inference 2023, coding
+    mooncake_conv = "mooncake_conv"  # Kimi (Mooncake, FAST 2025): long context, mean 12K prompt tokens
+
+
+class TraceTiming(StrEnum):
+    scaled = "scaled"  # arrival times scaled so the trace's mean rate equals requests.rate
+    recorded = "recorded"  # arrival times as recorded (requests.rate unused)
 
 
 class LengthDist(StrEnum):
@@ -51,6 +65,8 @@ class RequestsConfig:
     rate: float = knob(10.0, gt=0)  # requests/s
     burstiness: float = knob(1.0, gt=0)  # gamma shape⁻¹: 1 = Poisson, > 1 burstier
     csv: str = ""  # arrival_s,input_tokens,output_tokens (arrival=csv)
+    trace: PublicTrace = PublicTrace.azure_conv  # arrival=trace: which bundled trace
+    trace_timing: TraceTiming = TraceTiming.scaled  # arrival=trace: scale to `rate`, or as recorded
     duration_s: float = knob(60.0, gt=0)  # arrivals are generated over this window
     input_dist: LengthDist = LengthDist.lognormal
     input_mean: int = knob(2048, ge=1)

@@ -45,6 +45,8 @@ def generate(cfg: RequestsConfig, seed: int, rate: float | None = None) -> Reque
     rate = cfg.rate if rate is None else rate
     if cfg.arrival == "csv":
         return _from_csv(cfg.csv)
+    if cfg.arrival == "trace":
+        return from_trace(cfg, rate)
     if not rate > 0:
         raise ConfigError("workload.requests.rate", f"must be positive, got {rate}")
     if not cfg.duration_s > 0:
@@ -61,7 +63,7 @@ def generate(cfg: RequestsConfig, seed: int, rate: float | None = None) -> Reque
         shape = 1.0 / cfg.burstiness  # CV² = burstiness; mean gap 1/rate
         gaps = rng.gamma(shape, 1.0 / (rate * shape), n_max)
     else:
-        raise ConfigError("workload.requests.arrival", f"unknown '{cfg.arrival}'", "poisson, gamma or csv")
+        raise ConfigError("workload.requests.arrival", f"unknown '{cfg.arrival}'", "poisson, gamma, csv or trace")
     t = np.cumsum(gaps)
     t = t[t < cfg.duration_s]
     n = len(t)
@@ -76,6 +78,37 @@ def generate(cfg: RequestsConfig, seed: int, rate: float | None = None) -> Reque
 COLUMNS = (("arrival_s", "input_tokens", "output_tokens"),
            ("arrived_at", "num_prefill_tokens", "num_decode_tokens"))
 TRACES_DIR = Path(__file__).parent / "traces"
+
+
+def from_trace(cfg: RequestsConfig, rate: float) -> Requests:
+    """A bundled public trace over `duration_s`: its own arrival times (`recorded`), or its first
+    rate·duration requests with their gaps scaled by one factor so that exactly that many arrive in
+    the window (`scaled`: order, lengths and relative burstiness are the trace's)."""
+    full = read_table(TRACES_DIR / f"{cfg.trace}.csv", "workload.requests.trace")
+    t = full.arrival_s - full.arrival_s[0]
+    if cfg.trace_timing == "scaled":
+        n = max(1, round(rate * cfg.duration_s))
+        if n >= len(t):
+            raise ConfigError("workload.requests.rate", f"trace '{cfg.trace}' holds {len(t)} requests, fewer "
+                              f"than {rate} req/s × {cfg.duration_s} s",
+                              f"rate × duration_s below {len(t)}, or trace_timing=recorded")
+        t = t * (cfg.duration_s / t[n]) if t[n] > 0 else t  # the (n+1)-th request lands at the window's end
+    keep = t < cfg.duration_s
+    if not keep.any():
+        raise ConfigError("workload.requests.duration_s", f"no request of trace '{cfg.trace}' arrives "
+                          f"within {cfg.duration_s} s", "a longer duration or a higher rate")
+    return Requests(t[keep], full.input_tokens[keep], full.output_tokens[keep])
+
+
+def describe(reqs: Requests, cfg: RequestsConfig, duration_s: float) -> str:
+    """What the run really served: source, count, the effective rate and the mean lengths."""
+    source = {"csv": f"table {cfg.csv}", "trace": f"trace {cfg.trace} ({cfg.trace_timing})"}.get(
+        str(cfg.arrival), f"{cfg.arrival} arrivals")
+    # generated arrivals span the configured window; a user's table spans its own arrivals
+    span = float(np.ptp(reqs.arrival_s)) if cfg.arrival == "csv" else duration_s
+    rate = f"{len(reqs) / span:.2f} req/s" if span > 0 else "all at once"
+    return (f"{len(reqs)} requests from {source} over {span:.1f} s = {rate}; "
+            f"mean input {reqs.input_tokens.mean():.0f} / output {reqs.output_tokens.mean():.0f} tokens")
 
 
 def _from_csv(path: str) -> Requests:

@@ -15,7 +15,7 @@ from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.llm_infer.costs import ServingCosts, load_costs
 from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, IterationModel, bucket
 from workloads.llm_infer.memory import die_memory
-from workloads.llm_infer.requests import Requests, generate
+from workloads.llm_infer.requests import Requests, describe, generate
 from workloads.llm_infer.serving import ServingSim
 
 
@@ -131,7 +131,7 @@ def run(ctx: RunContext) -> WorkloadResult:
             "mean_decode_batch_per_die", "decode_step_s_mean", "decode_exposed_comm_share", "kv_cache_GB_per_die"]
     keys += [k for k in ("saturation_throughput_tok_per_s",) if k in next(iter(metrics.values()))]
     table = metric_table(metrics, ctx.baseline, keys)
-    notes = [f"{len(reqs)} requests at {cfg.requests.rate} req/s over {cfg.requests.duration_s} s "
+    notes = [f"{describe(reqs, cfg.requests, cfg.requests.duration_s)} "
              f"(statistics after {cfg.warmup_s} s); {iters.simulated} iteration traces simulated; "
              f"KV {kv_tok:.0f} B/token; model {cfg.model.preset or cfg.model.model_type}"]
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table,
