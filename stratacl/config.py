@@ -166,6 +166,16 @@ class OutputConfig:
 
 
 @dataclass
+class LimitsConfig:
+    """Run-size budgets checked from the config before any work starts (stratacl/limits.py).
+    Defaults fit the 2-core, 24 GiB machines this project targets; raise them on a bigger one."""
+
+    max_trace_ops: int = knob(2_000_000, ge=1)  # ops of the largest single trace (≈ 4 KB each in memory)
+    max_replayed_ops: int = knob(20_000_000, ge=1)  # op replays summed over traces and libraries (time)
+    max_requests: int = knob(2_000_000, ge=1)  # serving requests summed over the run's request sets
+
+
+@dataclass
 class RunConfig:
     workload: Any = MISSING
     fabric: FabricConfig = MISSING
@@ -174,6 +184,7 @@ class RunConfig:
     seed: int = knob(0, ge=0)  # numpy seeds are non-negative
     resume: bool = False  # skip the job when its output dir already holds summary.json
     output: OutputConfig = field(default_factory=OutputConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
 
 def register_configs() -> None:

@@ -25,6 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from stratacl import limits
 from stratacl.comm.library import LibraryModel
 from stratacl.compare import metric_table, ratios
 from stratacl.config import RunConfig, to_object, validate_run
@@ -57,6 +58,13 @@ def load_workload(name: str) -> Workload:
     return module.run
 
 
+def size_check(cfg: RunConfig) -> None:
+    """Refuse a run whose estimated size exceeds `limits` (the workload's `estimate(cfg)`)."""
+    estimate = getattr(importlib.import_module(f"workloads.{cfg.workload.name}"), "estimate", None)
+    if estimate is not None:
+        limits.check(estimate(cfg.workload), cfg.limits, len(cfg.library))
+
+
 def workloads_pkg_path() -> list[str]:
     import workloads
 
@@ -70,6 +78,7 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
     fabric = Fabric(cfg.fabric)
     libraries = {name: LibraryModel(name, lib, fabric) for name, lib in cfg.library.items()}
     workload = load_workload(cfg.workload.name)
+    size_check(cfg)
     log.info("run: workload %s, fabric %s (%d dies), libraries %s (baseline %s), seed %d, into %s",
              cfg.workload.name, fabric.name, fabric.world, list(libraries), cfg.baseline, cfg.seed, out_dir)
     progress = Progress(cfg.workload.name, enabled=cfg.output.progress)

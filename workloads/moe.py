@@ -16,10 +16,17 @@ import pandas as pd
 
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
+from stratacl.limits import RunSize
 from stratacl.schemas.moe import MoeConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.routing import copies_matrix, expert_weights, route
+
+
+def estimate(cfg: MoeConfig) -> RunSize:
+    """Per mode one trace of gate, dispatch and combine per iteration."""
+    per_trace = 3 * (cfg.warmup + cfg.iters)
+    return RunSize(trace_ops=per_trace, replayed_ops=per_trace * len(cfg.modes))
 
 
 def build_trace(cfg: MoeConfig, mode: str, seed: int) -> tuple[Trace, list[dict]]:

@@ -9,6 +9,7 @@ import pandas as pd
 
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
+from stratacl.limits import RunSize
 from stratacl.metrics import percentile
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
@@ -17,6 +18,18 @@ from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, Iterat
 from workloads.llm_infer.memory import die_memory
 from workloads.llm_infer.requests import Requests, describe, generate
 from workloads.llm_infer.serving import ServingSim
+
+
+def estimate(cfg: LlmInferConfig) -> RunSize:
+    """Requests generated for the run and the saturation run (arrivals are drawn for 1.5× the
+    expected count plus 50, as requests.generate does)."""
+    r = cfg.requests
+    if r.arrival == "csv":
+        return RunSize()  # a user's table: its rows are already bounded by the file
+    n = r.rate * r.duration_s * 1.5 + 50
+    if cfg.saturation_rate > 0:
+        n += cfg.saturation_rate * r.duration_s * 1.5 + 50
+    return RunSize(requests=int(n))
 
 
 def validate_layout(cfg: LlmInferConfig, world: int) -> None:

@@ -14,6 +14,7 @@ import pandas as pd
 from stratacl.compare import pivot_table
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
+from stratacl.limits import RunSize
 from stratacl.schemas.llm_train import LlmTrainConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
@@ -26,7 +27,7 @@ from .report import iteration_figures
 from .routing import dispatch_rows, imbalance, zipf_exponent
 from .schedule import Knobs, build_iteration
 
-__all__ = ["Prepared", "iteration_trace", "prepare", "run"]
+__all__ = ["Prepared", "estimate", "iteration_trace", "prepare", "run"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,17 @@ def prepare(cfg: LlmTrainConfig, fabric: Fabric) -> Prepared:
                   sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute, prefetch=cfg.prefetch,
                   vector_to_cube=fabric.cube_flops / fabric.vector_flops)
     return Prepared(cfg, layout, build_plan(cfg, layout), knobs)
+
+
+MAX_MODEL_LAYERS = 128  # depth assumed when the config does not say (deeper than every shipped model)
+OPS_PER_LAYER = 40  # measured: 2118 ops for DeepSeek-V3.2's 61 layers (≈ 35), rounded up
+
+
+def estimate(cfg: LlmTrainConfig) -> RunSize:
+    """One trace per sampled iteration, each ≈ OPS_PER_LAYER ops per transformer layer."""
+    layers = cfg.num_layers or int(cfg.model_overrides.get("num_hidden_layers", MAX_MODEL_LAYERS))
+    per_trace = OPS_PER_LAYER * layers + 64
+    return RunSize(trace_ops=per_trace, replayed_ops=per_trace * len(cfg.iterations))
 
 
 def routing_for(prep: Prepared, iteration: int, seed: int) -> tuple[dict[int, np.ndarray], float, float]:
