@@ -18,7 +18,7 @@ from stratacl.errors import ConfigError
 from stratacl.schemas.moe import MoeConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.routing import copies_matrix, expert_weights, route
+from workloads.common.routing import copies_matrix, expert_weights, route
 
 COUNT_BYTES = 4  # one int32 token count per peer in the layout exchange
 

@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
 from stratacl.config import WorkloadConfig
-
-
-@dataclass
-class ModelRef:
-    """A transformers model: a conf/model/<name>.yaml preset, or a type/config.json + overrides."""
-
-    preset: str = "deepseek_v4_flash"  # conf/model/<preset>.yaml ("" = use model_type/config_json)
-    model_type: str = ""
-    config_json: str = ""
-    overrides: dict[str, Any] = field(default_factory=dict)
-    dtype_bytes: int = 2  # weights / KV / activations (bf16)
+from stratacl.schemas.model import ModelRef  # re-exported: the shared model reference
 
 
 @dataclass

@@ -13,7 +13,8 @@ from stratacl.metrics import percentile
 from stratacl.phases import Phase
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.llm_infer.costs import ServingCosts, load_costs
+from workloads.common.model import model_costs
+from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, IterationModel, bucket
 from workloads.llm_infer.memory import die_memory
 from workloads.llm_infer.requests import Requests, generate
@@ -71,9 +72,9 @@ def serve(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: Iter
         raise ConfigError("workload.requests.input_max", f"a {biggest / 1e9:.1f} GB KV footprint does not fit "
                           f"the {mem_d.kv_bytes / 1e9:.1f} GB KV cache of a decode die with '{library}'",
                           "shorter requests or more HBM per die")
-    sim = ServingSim(reqs, iters, library, lay, sched, mem_d.kv_bytes, kv_tok, kv_transfer_fn(ctx, library),
-                     progress=lambda dt: ctx.progress(dt / max(cfg.requests.duration_s, 1e-9)),
-                     remap_fraction=cfg.remap_fraction, seed=ctx.seed)
+    sim = ServingSim(reqs, iters, library, cfg, kv_per_die=mem_d.kv_bytes, kv_bytes_per_token=kv_tok,
+                     kv_transfer_s=kv_transfer_fn(ctx, library),
+                     progress=lambda dt: ctx.progress(dt / max(cfg.requests.duration_s, 1e-9)), seed=ctx.seed)
     sim.run()
     return sim, {"weights_GB_per_die": mem_d.weight_bytes / 1e9, "library_GB_per_die": mem_d.library_bytes / 1e9,
                  "kv_cache_GB_per_die": mem_d.kv_bytes / 1e9}
@@ -115,13 +116,11 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
 def run(ctx: RunContext) -> WorkloadResult:
     cfg: LlmInferConfig = ctx.cfg.workload
     validate_layout(cfg, ctx.fabric.world)
-    mc = load_costs(cfg.model, cfg.cache_dir)
+    mc = model_costs(cfg.model, cfg.cache_dir)
     costs = ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, cfg.requests.input_mean)
     kv_tok = float(mc.kv_bytes_per_token())
     reqs = generate(cfg.requests, ctx.seed)
-    iters = IterationModel(ctx, costs, cfg.scheduler.tbo, cfg.scheduler.mtp, cfg.layout.prefill_dp,
-                           cfg.layout.decode_dp, cfg.skew, cfg.zipf_s, cfg.dispatch_scale_ratio, ctx.seed,
-                           cfg.scheduler.tbo_min_tokens)
+    iters = IterationModel(ctx, costs, cfg)
     sat_reqs = generate(cfg.requests, ctx.seed, rate=cfg.saturation_rate) if cfg.saturation_rate > 0 else None
     req_frames, iter_frames, metrics, timelines = [], [], {}, {}
     for library in ctx.libraries:

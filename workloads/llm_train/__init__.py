@@ -17,13 +17,13 @@ from stratacl.fabric import Fabric
 from stratacl.schemas.llm_train import LlmTrainConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.common.routing import dispatch_rows, imbalance, zipf_exponent
 
 from .blocks import ModelPlan
 from .layout import Layout
 from .memory import check_fits, memory_breakdown
 from .model import build_plan
 from .report import iteration_figures
-from .routing import dispatch_rows, imbalance, zipf_exponent
 from .schedule import Knobs, build_iteration
 
 __all__ = ["Prepared", "iteration_trace", "prepare", "run"]

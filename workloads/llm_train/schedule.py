@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from stratacl.trace import Trace
+from workloads.common.cost import Cost
 
-from .blocks import Cost, ModelPlan, SubBlock, Unit
+from .blocks import ModelPlan, SubBlock, Unit
 from .layout import Layout
 
 # (tp_style, sequence parallel, backward) -> TP collective before / after the sub-block's kernels.
@@ -73,11 +74,11 @@ class IterationBuilder:
     def _compute(self, name: str, cost: Cost, per_rank: np.ndarray | None = None) -> int | None:
         """One SPMD kernel group; vector FLOPs ride on the cube op as cube-time equivalents."""
         scale = per_rank if per_rank is not None else 1.0
-        if cost.cube > 0:
-            flops, core = (cost.cube + cost.vector / self.k.vector_to_cube) * scale, "cube"
+        if cost.cube_flops > 0:
+            flops, core = (cost.cube_flops + cost.vector_flops / self.k.vector_to_cube) * scale, "cube"
         else:
-            flops, core = cost.vector * scale, "vector"
-        hbm = cost.hbm * scale
+            flops, core = cost.vector_flops * scale, "vector"
+        hbm = cost.hbm_bytes * scale
         if np.all(np.asarray(flops) == 0) and np.all(np.asarray(hbm) == 0):
             return None
         self.last_main = self.t.compute(self.ranks, flops=flops, hbm_bytes=hbm, core=core, name=name)
