@@ -9,6 +9,9 @@ import pytest
 from stratacl.trace import Trace, stream_predecessors
 from workloads.common.cost import Cost
 from workloads.common.ops import add_compute
+from workloads.llm_train.crosscheck import mlp_stack_plan
+from workloads.llm_train.layout import Layout
+from workloads.llm_train.schedule import Knobs, build_iteration
 from workloads.modelcost.costs import LayerCost
 
 A = Cost(4.0, 2.0, 8.0)
@@ -50,3 +53,20 @@ def test_add_compute_cube_then_vector_on_one_stream() -> None:
     assert first in stream_predecessors(tr)[cube.id] and cube.id in stream_predecessors(tr)[vec.id]
     # no vector work: one op
     assert len(add_compute(tr, range(4), Cost(1.0, 0.0, 1.0), name="m")) == 1
+
+
+def test_llm_train_keeps_vector_work_on_vector_cores() -> None:
+    """Conservation: the trace's cube and vector FLOPs are the plan's, per core type (vector work
+    is no longer folded into cube FLOPs)."""
+    layers, hidden, tokens, tp, fsdp = 3, 64, 32, 2, 2
+    plan = mlp_stack_plan(layers, hidden, tokens, tp)
+    trace = build_iteration(plan, Layout(tp * fsdp, fsdp, tp, 1), Knobs(recompute=False))
+    sub = plan.units[0].subs[0]
+    assert sub.fwd.vector_flops > 0 and sub.bwd.vector_flops > 0
+    by_core = {"cube": 0.0, "vector": 0.0}
+    for op in trace.ops:
+        if op.kind == "compute" and not op.name.startswith("optimizer"):
+            by_core[op.core] += max(op.flops)
+    want = (sub.fwd + sub.bwd).scale(layers)
+    assert by_core["cube"] == pytest.approx(want.cube_flops)
+    assert by_core["vector"] == pytest.approx(want.vector_flops)

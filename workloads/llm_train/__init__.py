@@ -53,8 +53,7 @@ def prepare(cfg: LlmTrainConfig, fabric: Fabric) -> Prepared:
     knobs = Knobs(act_bytes=cfg.dtype_bytes, grad_bytes=cfg.grad_dtype_bytes,
                   master_bytes=cfg.master_dtype_bytes, state_bytes=cfg.optimizer_state_bytes,
                   optimizer_flops_per_param=cfg.optimizer_flops_per_param,
-                  sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute, prefetch=cfg.prefetch,
-                  vector_to_cube=fabric.cube_flops / fabric.vector_flops)
+                  sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute, prefetch=cfg.prefetch)
     return Prepared(cfg, layout, build_plan(cfg, layout), knobs)
 
 
