@@ -20,7 +20,8 @@ from stratacl.comm.library import LibraryModel
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.workload_api import RunContext
-from workloads.llm_infer.costs import ServingCosts, load_costs
+from workloads.common.model import model_costs
+from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import PREFILL_BUCKETS, IterationModel, bucket
 from workloads.llm_infer.memory import die_memory
 from workloads.llm_infer.requests import Requests, generate
@@ -54,19 +55,14 @@ class Env:
         self.mc = _shared_costs()
         self.costs = ServingCosts(self.mc, 4, 4, self.w.requests.input_mean)
         self.kv_tok = float(self.mc.kv_bytes_per_token())
-        self.iters = IterationModel(self.ctx, self.costs, True, True, 4, 4, "zipf", 0.6, 0.0714, 0, 64)
+        self.iters = IterationModel(self.ctx, self.costs, self.w)
 
     def serve(self, library: str, reqs: Requests, w=None):  # noqa: ANN001, ANN201
         return serve(self.ctx, w or self.w, self.costs, self.iters, library, reqs, self.kv_tok)
 
 
-_COSTS = {}
-
-
-def _shared_costs():  # noqa: ANN202
-    if "mc" not in _COSTS:
-        _COSTS["mc"] = load_costs(compose_run(OVERRIDES).workload.model, "")
-    return _COSTS["mc"]
+def _shared_costs():  # noqa: ANN202 - one ModelCosts per process (model_costs is cached)
+    return model_costs(compose_run(OVERRIDES).workload.model)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from stratacl.limits import RunSize
 from stratacl.schemas.moe import MoeConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.routing import copies_matrix, expert_weights, route
+from workloads.common.routing import copies_matrix, expert_weights, route
 
 
 def estimate(cfg: MoeConfig) -> RunSize:

@@ -24,7 +24,7 @@ from stratacl.fabric import Fabric, Tier
 REDUCING = ("allreduce", "reducescatter", "combine")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WirePlan:
     algorithm: str
     steps: int  # synchronised logical steps
@@ -89,8 +89,9 @@ def ring(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane
         raise ValueError(f"ring does not implement {coll}")
     red = (n - 1) * chunk if coll in REDUCING else 0.0
     secs = nbytes / slow.beta_Bps
-    return WirePlan("ring", steps, steps * step_s, {slow.plane: secs}, {slow.plane: secs}, nbytes,
-                    nbytes, nbytes * n, red, 2 if n > 2 else 1, ((nbytes, slow.index),))
+    return WirePlan(algorithm="ring", steps=steps, latency_s=steps * step_s, tx_s={slow.plane: secs},
+                    rx_s={slow.plane: secs}, send_bytes=nbytes, recv_bytes=nbytes, group_wire_bytes=nbytes * n,
+                    reduce_bytes=red, peers=2 if n > 2 else 1, peer_work=((nbytes, slow.index),))
 
 
 def fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
@@ -112,8 +113,9 @@ def fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, p
     recv = float(m.sum(axis=0).max()) * exchanges
     red = recv / exchanges if coll in REDUCING else 0.0
     steps = exchanges * steps_per_exchange
-    return WirePlan(algorithm, steps, steps * step_s, tx, rx, send, recv, float(m.sum()) * exchanges,
-                    red, n - 1, _busiest_peer_work(m, tidx, tiers, exchanges))
+    return WirePlan(algorithm=algorithm, steps=steps, latency_s=steps * step_s, tx_s=tx, rx_s=rx,
+                    send_bytes=send, recv_bytes=recv, group_wire_bytes=float(m.sum()) * exchanges,
+                    reduce_bytes=red, peers=n - 1, peer_work=_busiest_peer_work(m, tidx, tiers, exchanges))
 
 
 def pairwise(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
@@ -135,8 +137,9 @@ def pairwise(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, p
     send = float(m.sum(axis=1).max())
     recv = float(m.sum(axis=0).max())
     red = recv if coll in REDUCING else 0.0
-    return WirePlan("pairwise", n - 1, latency, tx, dict(tx), send, recv, float(m.sum()), red, n - 1,
-                    _busiest_peer_work(m, tidx, tiers, 1))
+    return WirePlan(algorithm="pairwise", steps=n - 1, latency_s=latency, tx_s=tx, rx_s=dict(tx),
+                    send_bytes=send, recv_bytes=recv, group_wire_bytes=float(m.sum()), reduce_bytes=red,
+                    peers=n - 1, peer_work=_busiest_peer_work(m, tidx, tiers, 1))
 
 
 def _busiest_peer_work(m: np.ndarray, tidx: np.ndarray, tiers: list[Tier],
@@ -167,5 +170,6 @@ def rhd(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane:
     far = int(tidx[0, 1 << (logn - 1)]) if logn else 0
     tx = {tiers[far].plane: secs * halves}
     red = nbytes if coll in REDUCING else 0.0
-    return WirePlan("rhd", logn * halves, latency * halves, tx, dict(tx), nbytes * halves, nbytes * halves,
-                    nbytes * halves * n, red, logn, ((nbytes * halves, tiers[far].index),))
+    return WirePlan(algorithm="rhd", steps=logn * halves, latency_s=latency * halves, tx_s=tx, rx_s=dict(tx),
+                    send_bytes=nbytes * halves, recv_bytes=nbytes * halves, group_wire_bytes=nbytes * halves * n,
+                    reduce_bytes=red, peers=logn, peer_work=((nbytes * halves, tiers[far].index),))

@@ -105,7 +105,7 @@ class LibraryModel:
         tidx = np.frombuffer(tkey, dtype=np.int64).reshape(n, n)
         plane = self.cfg.plane
         if n == 1:
-            return alg.WirePlan(algorithm, 0, 0.0)
+            return alg.WirePlan(algorithm=algorithm, steps=0, latency_s=0.0)
         if algorithm == "rhd" and coll in ("allreduce", "allgather", "reducescatter") and n & (n - 1) == 0:
             return alg.rhd(coll, n, size, tidx, self.fabric, plane)
         if algorithm in ("ring", "rhd") and coll in ("allreduce", "allgather", "reducescatter", "broadcast"):
@@ -247,9 +247,10 @@ class LibraryModel:
     def p2p_phases(self, tier_index: int, nbytes: float, total_bytes: float) -> list[Phase]:
         """Send/recv of `nbytes` per pair (the slowest pair); staged libraries copy on both ends."""
         tier = self.fabric.tier(tier_index, self.cfg.plane)
-        plan = alg.WirePlan("p2p", 1, tier.alpha_s + tier.sync_s, {tier.plane: nbytes / tier.beta_Bps},
-                            {tier.plane: nbytes / tier.beta_Bps}, nbytes, nbytes, total_bytes, 0.0, 1,
-                            ((nbytes, tier.index),))
+        wire_s = {tier.plane: nbytes / tier.beta_Bps}
+        plan = alg.WirePlan(algorithm="p2p", steps=1, latency_s=tier.alpha_s + tier.sync_s, tx_s=wire_s,
+                            rx_s=dict(wire_s), send_bytes=nbytes, recv_bytes=nbytes, group_wire_bytes=total_bytes,
+                            peers=1, peer_work=((nbytes, tier.index),))
         staged = self.cfg.data_path == DataPath.staged or "p2p" in self.cfg.stage_anyway
         frac = 1.0 if self.cfg.data_path == DataPath.staged else self.cfg.stage_anyway.get("p2p", 0.0)
         chunks = self.cfg.pipeline_chunks

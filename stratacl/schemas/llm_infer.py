@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
 from stratacl.schemas.base import WorkloadConfig, knob
+from stratacl.schemas.model import ModelRef  # re-exported: the shared model reference
 
 
 class Arrival(StrEnum):
@@ -46,17 +46,6 @@ class RouterSkew(StrEnum):
 
     uniform = "uniform"
     zipf = "zipf"
-
-
-@dataclass
-class ModelRef:
-    """A transformers model: a conf/model/<name>.yaml preset, or a type/config.json + overrides."""
-
-    preset: str = "deepseek_v4_flash"  # conf/model/<preset>.yaml ("" = use model_type/config_json)
-    model_type: str = ""
-    config_json: str = ""
-    overrides: dict[str, Any] = field(default_factory=dict)  # transformers config fields (it checks them)
-    dtype_bytes: int = knob(2, ge=1)  # weights / KV / activations (bf16)
 
 
 @dataclass

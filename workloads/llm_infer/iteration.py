@@ -17,10 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext
-from workloads.llm_infer.costs import Cost, ServingCosts
-from workloads.routing import copies_matrix, expert_weights, route
+from workloads.common.cost import Cost
+from workloads.common.ops import add_compute
+from workloads.common.routing import copies_matrix, expert_weights, route
+from workloads.llm_infer.costs import ServingCosts
 
 BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 CONTEXT_BUCKETS = (1024, 2048, 4096, 8192, 16384, 32768)
@@ -46,23 +49,22 @@ class IterStats:
 
 
 class IterationModel:
-    def __init__(self, ctx: RunContext, costs: ServingCosts, tbo: bool, mtp: bool,
-                 prefill_ranks: int, decode_ranks: int, skew: str, zipf_s: float, scale_ratio: float,
-                 seed: int, tbo_min_tokens: int = 0, kv_bytes_per_token: float = 0.0,
-                 decode_dies: tuple[int, ...] = ()) -> None:
+    def __init__(self, ctx: RunContext, costs: ServingCosts, cfg: LlmInferConfig, *,
+                 kv_bytes_per_token: float = 0.0, decode_dies: tuple[int, ...] = ()) -> None:
+        """Scheduler (TBO, MTP), instance sizes, routing skew and dispatch format from `cfg`;
+        the routing seed is the run's. With `decode_dies`, prefill iterations also send their
+        tokens' KV cache (`kv_bytes_per_token`) to those dies: prefill die i to decode_dies[i mod D]."""
         self.ctx = ctx
         self.costs = costs
-        self.tbo = tbo
-        self.tbo_min_tokens = tbo_min_tokens
-        self.mtp = mtp
-        self.ranks = {"prefill": prefill_ranks, "decode": decode_ranks}
-        # prefill → decode KV transfer: prefill die i sends to decode die decode_dies[i mod D]
-        # (the dies of the first decode instance, placed where the layout puts them)
+        self.tbo = cfg.scheduler.tbo
+        self.tbo_min_tokens = cfg.scheduler.tbo_min_tokens
+        self.mtp = cfg.scheduler.mtp
+        self.ranks = {"prefill": cfg.layout.prefill_dp, "decode": cfg.layout.decode_dp}
         self.kv_bytes_per_token = kv_bytes_per_token
         self.decode_dies = tuple(decode_dies)
-        self.seed = seed
-        self.weights = expert_weights(costs.experts, skew, zipf_s, seed=seed) if costs.experts else None
-        self.dispatch_bytes = costs.hidden * (1 + scale_ratio)  # INT8 + scales
+        self.seed = seed = ctx.seed
+        self.weights = expert_weights(costs.experts, cfg.skew, cfg.zipf_s, seed=seed) if costs.experts else None
+        self.dispatch_bytes = costs.hidden * (1 + cfg.dispatch_scale_ratio)  # INT8 + scales
         self.combine_bytes = costs.hidden * 2  # BF16
         self._traces: dict[tuple, Trace] = {}
         self._stats: dict[tuple, IterStats] = {}
@@ -190,13 +192,7 @@ class IterationModel:
 
     def _compute(self, tr: Trace, ranks: range, cost: Cost, stream: str, deps: list[int], name: str,
                  scale: np.ndarray | None = None) -> int:
-        flops = cost.cube_flops * scale if scale is not None else cost.cube_flops
-        hbm = cost.hbm_bytes * scale if scale is not None else cost.hbm_bytes
-        op = tr.compute(ranks, flops=flops, hbm_bytes=hbm, core="cube", stream=stream, deps=deps, name=name)
-        if cost.vector_flops > 0:
-            vf = cost.vector_flops * scale if scale is not None else cost.vector_flops
-            op = tr.compute(ranks, flops=vf, core="vector", stream=stream, deps=[op], name=name + ".vec")
-        return op
+        return add_compute(tr, ranks, cost, name=name, stream=stream, deps=deps, scale=scale)[-1]
 
     def _routing_sample(self, n: int, tokens: int, mode: str, index: int) -> tuple[np.ndarray, np.ndarray]:
         key = (n, tokens, mode)

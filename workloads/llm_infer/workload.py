@@ -13,7 +13,8 @@ from stratacl.limits import RunSize
 from stratacl.metrics import percentile
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.llm_infer.costs import ServingCosts, load_costs
+from workloads.common.model import model_costs
+from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, IterationModel, bucket
 from workloads.llm_infer.memory import die_memory
 from workloads.llm_infer.requests import Requests, describe, generate
@@ -58,7 +59,7 @@ def serve(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: Iter
     lib = ctx.libraries[library]
     # progress in simulated seconds of arrivals
     ctx.progress.phase(f"{what} {library}", total=float(reqs.arrival_s.max(initial=0.0)), unit="sim s")
-    lay, sched = cfg.layout, cfg.scheduler
+    sched = cfg.scheduler
     reserve = max(sched.activation_reserve_tokens, 1)
     mem_d = die_memory(costs.mc, costs.decode_ep, reserve, lib, ctx.fabric.hbm_bytes, "decode")
     die_memory(costs.mc, costs.prefill_ep, max(reserve, sched.prefill_token_budget), lib, ctx.fabric.hbm_bytes,
@@ -68,9 +69,8 @@ def serve(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: Iter
         raise ConfigError("workload.requests.input_max", f"a {biggest / 1e9:.1f} GB KV footprint does not fit "
                           f"the {mem_d.kv_bytes / 1e9:.1f} GB KV cache of a decode die with '{library}'",
                           "shorter requests or more HBM per die")
-    sim = ServingSim(reqs, iters, library, lay, sched, mem_d.kv_bytes, kv_tok,
-                     progress=ctx.progress,
-                     remap_fraction=cfg.remap_fraction, seed=ctx.seed)
+    sim = ServingSim(reqs, iters, library, cfg, kv_per_die=mem_d.kv_bytes, kv_bytes_per_token=kv_tok,
+                     progress=ctx.progress, seed=ctx.seed)
     sim.run()
     return sim, {"weights_GB_per_die": mem_d.weight_bytes / 1e9, "library_GB_per_die": mem_d.library_bytes / 1e9,
                  "kv_cache_GB_per_die": mem_d.kv_bytes / 1e9}
@@ -113,16 +113,14 @@ def run(ctx: RunContext) -> WorkloadResult:
     cfg: LlmInferConfig = ctx.cfg.workload
     validate_layout(cfg, ctx.fabric.world)
     ctx.progress.phase("model costs", total=1, unit="model")
-    mc = load_costs(cfg.model, cfg.cache_dir)
+    mc = model_costs(cfg.model, cfg.cache_dir)
     ctx.progress(1)
     costs = ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, cfg.requests.input_mean)
     kv_tok = float(mc.kv_bytes_per_token())
     reqs = generate(cfg.requests, ctx.seed)
     lay = cfg.layout
     first_decode = lay.prefill_instances * lay.prefill_dp  # decode instances follow the prefill ones
-    iters = IterationModel(ctx, costs, cfg.scheduler.tbo, cfg.scheduler.mtp, lay.prefill_dp,
-                           lay.decode_dp, cfg.skew, cfg.zipf_s, cfg.dispatch_scale_ratio, ctx.seed,
-                           cfg.scheduler.tbo_min_tokens, kv_bytes_per_token=kv_tok,
+    iters = IterationModel(ctx, costs, cfg, kv_bytes_per_token=kv_tok,
                            decode_dies=tuple(range(first_decode, first_decode + lay.decode_dp)))
     sat_reqs = generate(cfg.requests, ctx.seed, rate=cfg.saturation_rate) if cfg.saturation_rate > 0 else None
     req_frames, iter_frames, metrics, timelines = [], [], {}, {}

@@ -18,13 +18,13 @@ from stratacl.limits import RunSize
 from stratacl.schemas.llm_train import LlmTrainConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.common.routing import dispatch_rows, imbalance, zipf_exponent
 
 from .blocks import ModelPlan
 from .layout import Layout
 from .memory import check_fits, memory_breakdown
 from .model import build_plan
 from .report import iteration_figures
-from .routing import dispatch_rows, imbalance, zipf_exponent
 from .schedule import Knobs, build_iteration
 
 __all__ = ["Prepared", "estimate", "iteration_trace", "prepare", "run"]
@@ -54,8 +54,7 @@ def prepare(cfg: LlmTrainConfig, fabric: Fabric) -> Prepared:
     knobs = Knobs(act_bytes=cfg.dtype_bytes, grad_bytes=cfg.grad_dtype_bytes,
                   master_bytes=cfg.master_dtype_bytes, state_bytes=cfg.optimizer_state_bytes,
                   optimizer_flops_per_param=cfg.optimizer_flops_per_param,
-                  sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute, prefetch=cfg.prefetch,
-                  vector_to_cube=fabric.cube_flops / fabric.vector_flops)
+                  sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute, prefetch=cfg.prefetch)
     return Prepared(cfg, layout, build_plan(cfg, layout), knobs)
 
 

@@ -10,6 +10,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from transformers import PretrainedConfig
 
+from workloads.common.cost import Cost
+from workloads.common.routing import RoutingModel
+
 from .diskcache import DiskCache
 from .errors import CostInputError
 from .fakemodel import (
@@ -24,7 +27,6 @@ from .fakemodel import (
     torch_dtype,
 )
 from .measure import PHASES, Measured, make_shape, measure_shape
-from .routing import RoutingModel
 from .sizes import ROLES, count_by_role, count_layer_by_role
 
 CACHE_VERSION = "modelcost-1"
@@ -49,6 +51,11 @@ class LayerCost:
     @property
     def flops(self) -> int:
         return self.cube_flops + self.vector_flops
+
+    @property
+    def cost(self) -> Cost:
+        """The cost triple workloads schedule: cube, vector FLOPs and the fused HBM estimate."""
+        return Cost(float(self.cube_flops), float(self.vector_flops), float(self.hbm_bytes_fused))
 
 
 def _pow2(n: int) -> int:

@@ -18,10 +18,11 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from workloads.common.routing import RoutingModel
+
 from .counter import OpCounter, OpTotals
 from .errors import CostInputError
 from .fakemodel import LayerLayout, base_model, decoder_layers, is_moe
-from .routing import RoutingModel
 
 PHASES = ("prefill", "decode", "train_fwd", "train_bwd")
 _FFN_ENTRY = ("post_attention_layernorm", "ffn_hc", "pre_feedforward_layernorm", "mlp")
