@@ -25,6 +25,11 @@ gathered output (input S/n per rank), reduce-scatter S = input (output S/n), oth
 | COMM nodes `is_cpu_op` | must be false (`Workload.cc` `issue_comm` throws) | false |
 | the file | GlobalMetadata first, then nodes; needs ≥ 1 node without deps ("No dependancy free nodes found") and every dep in the same file (`et_feeder.cpp`, `dependancy_solver.cpp`); every rank's file must exist (`Workload.cc`) | a rank with no work gets one zero-time COMP node `stratacl_idle` |
 
+Run as well: ASTRA-sim's congestion-unaware analytical backend built from that source runs these
+exports (8-NPU ring, α = 500 ns, 50 GB/s: an 8 MiB all-gather takes 140.30 µs against the α–β ring
+7·(α + S/8/β) = 140.22 µs; with S as comm_size it took 1.097 ms), and rejects what the previous
+export wrote (group id 0: `set_id` assertion; a node-less idle-rank file: "No dependancy free nodes").
+
 Mapping (one harness op = one node per rank it runs on; p2p: one SEND/RECV node per pair end):
 
 | harness op | Chakra node | standard attributes |
