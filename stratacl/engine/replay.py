@@ -177,6 +177,9 @@ class Replay:
             ev = self.env.timeout(ph.delay_s)
             ev.callbacks.append(lambda _e: self._phase_done(i, phases, k, t0, None))
             return
+        if ph.standalone_s() <= 0:  # nothing to do (e.g. a zero-cost launch that only holds cores)
+            self._phase_done(i, phases, k, t0, None)
+            return
         roles = self._roles(i)
         entries = [(roles[role], r, s) for role, r, s in ph.loads]
         holds = [(roles[role], r, h) for role, r, h in ph.holds]
