@@ -19,7 +19,13 @@ from stratacl.fabric import Fabric
 from stratacl.workload_api import RunContext
 from workloads.llm_infer import workload as serving_workload
 from workloads.llm_infer.costs import ServingCosts, load_costs
-from workloads.llm_infer.iteration import PREFILL_BUCKETS, IterationModel, bucket
+from workloads.llm_infer.iteration import (
+    BATCH_BUCKETS,
+    CONTEXT_BUCKETS,
+    PREFILL_BUCKETS,
+    IterationModel,
+    bucket,
+)
 from workloads.llm_infer.memory import die_memory
 from workloads.llm_infer.requests import Requests, generate
 from workloads.llm_infer.workload import serve, summarise, validate_layout
@@ -137,6 +143,37 @@ def test_workload_serves_every_library_the_requests_of_its_seed(env: Env, monkey
     n = min(len(a), len(b))
     for col, name in enumerate(cols):  # every column is drawn from the seed
         assert not np.array_equal(a[:n, col], b[:n, col]), name
+
+
+def test_shape_buckets_bound_the_over_pricing_they_claim() -> None:
+    """A shape is priced at the smallest bucket ≥ it: at most 1.5× the batch above 8 sequences,
+    2× the context or prefill tokens; the default scheduler and request limits stay inside."""
+    for table, bound, start in ((BATCH_BUCKETS, 1.5, 8), (BATCH_BUCKETS, 2.0, 1), (CONTEXT_BUCKETS, 2.0, 1),
+                                (PREFILL_BUCKETS, 2.0, 1)):
+        xs = np.linspace(max(start, table[0]), table[-1], 2001)
+        priced = np.array([bucket(table, x) for x in xs])
+        assert (priced >= xs).all() and (priced / xs).max() <= bound + 1e-12
+    assert bucket(PREFILL_BUCKETS, 1024) == 1024 and bucket(BATCH_BUCKETS, 4096) == BATCH_BUCKETS[-1]
+    w = compose_run(["workload=llm_infer"]).workload
+    assert w.scheduler.decode_max_batch <= BATCH_BUCKETS[-1]
+    assert w.scheduler.prefill_token_budget <= PREFILL_BUCKETS[-1]
+    assert w.requests.input_max + w.requests.output_max <= CONTEXT_BUCKETS[-1]
+
+
+def test_moe_bytes_of_an_iteration_conserve_token_copies(env: Env) -> None:
+    """Decode (LL): each die dispatches tokens·k copies of INT8+scales and combines the transpose
+    back in the activation dtype."""
+    tr = env.iters.trace("decode", 8, 1024)
+    c = env.costs
+    hidden, n = c.hidden, 4
+    ops = {op.name: op for op in tr.ops}
+    assert "L1.dispatch.mb1" not in ops  # 8 sequences < tbo_min_tokens: one micro-batch
+    tokens = 8 * 2  # 8 sequences per die, MTP verifies 2 tokens each
+    d = np.asarray(ops["L1.dispatch.mb0"].peer_bytes).reshape(n, n)
+    k = np.asarray(ops["L1.combine.mb0"].peer_bytes).reshape(n, n)
+    per_copy = hidden * (1 + env.w.dispatch_scale_ratio)
+    assert d.sum(axis=1) == pytest.approx(np.full(n, tokens * c.top_k * per_copy))
+    np.testing.assert_allclose(k, d.T / per_copy * hidden * env.cfg.workload.model.dtype_bytes, rtol=1e-12)
 
 
 def test_decode_batch_capped_by_kv_memory_and_library_memory_costs_exactly_its_bytes() -> None:
