@@ -62,20 +62,20 @@ def test_dispatch_conserves_token_copies_and_combine_is_its_transpose(mode: str)
 
 
 @pytest.mark.parametrize("mode", ["ht", "ll"])
-def test_gate_allocates_the_buffers_and_ht_exchanges_counts_first(mode: str) -> None:
+def test_gate_allocates_the_buffers_and_each_op_carries_its_mode(mode: str) -> None:
+    """Per iteration: gate → dispatch → combine; the router's output (re)sizes both buffers at
+    the gate; the mode rides on the ops (the library adds HT's count exchange to its dispatch)."""
     w = _cfg().workload
     tr, points = moe.build_trace(w, mode, seed=0)
     gates = [op.id for op in tr.ops if op.kind == "compute"]
-    assert len(gates) == w.warmup + w.iters
+    assert len(tr.ops) == 3 * len(gates) and len(gates) == w.warmup + w.iters
     assert tr.buffers["dispatch"] == tr.buffers["combine"] == tuple(gates)
-    layouts = [op for op in tr.ops if op.kind == "collective" and op.coll == "alltoall"]
-    for it, d in enumerate(_ops(tr, points, "dispatch")):
-        (dep,) = tr.ops[d].deps
-        if mode == "ht":
-            assert tr.ops[dep] is layouts[it] and layouts[it].deps == (gates[it],)
-            assert layouts[it].nbytes == (moe.COUNT_BYTES * w.ep,)
-        else:
-            assert dep == gates[it] and not layouts
+    for it, (d, c) in enumerate(zip(_ops(tr, points, "dispatch"), _ops(tr, points, "combine"), strict=True)):
+        assert tr.ops[d].deps == (gates[it],) and tr.ops[c].deps == (d,)
+        assert tr.ops[d].moe_mode == tr.ops[c].moe_mode == mode
+        assert (tr.ops[d].buffer, tr.ops[c].buffer) == ("dispatch", "combine")
+        if it:
+            assert tr.ops[gates[it]].deps == (tr.ops[c].id - 3,)  # after the previous combine
 
 
 def test_routing_is_sampled_per_iteration_and_per_seed() -> None:
@@ -137,7 +137,6 @@ def test_run_is_deterministic_for_a_seed(result) -> None:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("override, field", [
-    ("workload.modes=[xl]", "workload.modes"),
     ("workload.iters=0", "workload.iters"),
     ("workload.tokens_ll=0", "workload.tokens_ll"),
     ("workload.ep=1024", "workload.ep"),
