@@ -1,10 +1,17 @@
-"""Helpers shared by tests: configs composed from conf/ exactly as the CLI composes them."""
+"""Helpers shared by tests: configs composed from conf/ exactly as the CLI composes them, the CLI
+run as users run it, and scripts outside the packages loaded by path."""
 
 from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 from hydra import compose, initialize_config_dir
 
@@ -34,3 +41,22 @@ def make_library(fabric: Fabric, preset: str = "hccl", **knobs: object) -> Libra
     for key, value in knobs.items():
         setattr(lib_cfg, key, value)
     return LibraryModel(preset, lib_cfg, fabric)
+
+
+def run_cli(args: Sequence[str], cwd: Path, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m stratacl.run *args` in `cwd`, on this checkout's code (not whichever copy is
+    pip-installed): the child's PYTHONPATH starts with the repository root."""
+    base = {**os.environ, **(env or {})}
+    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), base.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-m", "stratacl.run", *args], cwd=cwd, env=base,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def load_script(path: Path) -> ModuleType:
+    """Import a file outside the packages (benchmarks/, analysis/) by path, leaving sys.path alone."""
+    spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 
-from helpers import make_library
+import numpy as np
+from helpers import ROOT, load_script, make_library
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stratacl.config import DataPath, Mover
+from stratacl.engine import fluid
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
 from stratacl.trace import Trace, stream_predecessors
@@ -92,13 +94,30 @@ def test_more_bandwidth_never_slower_for_a_chain(cm384, tr: Trace, factor: float
         assert fast_t <= slow_t * (1 + 1e-12)
 
 
+def _benchmark_trace(n_ops: int) -> Trace:
+    """The engine benchmark's synthetic mix (compute, staged copies, group and world collectives, p2p)."""
+    return load_script(ROOT / "benchmarks" / "bench_engine.py").synthetic_trace(n_ops, world=768)
+
+
 def test_deterministic_replay(cm384) -> None:  # noqa: ANN001
-    import sys
-
-    sys.path.insert(0, str(__import__("helpers").ROOT / "benchmarks"))
-    from bench_engine import synthetic_trace
-
-    tr = synthetic_trace(2000, world=768)
+    tr = _benchmark_trace(2000)
     lib = make_library(cm384, "hccl")
     a, b = simulate(tr, lib), simulate(tr, lib)
     assert (a.end == b.end).all() and a.makespan_s == b.makespan_s
+
+
+def test_solve_memo_only_saves_solver_time(cm384, monkeypatch) -> None:  # noqa: ANN001
+    """With the memo off (cap 0) every shared component is solved afresh: the same start and end
+    of every op, while the memo did serve repeated components."""
+    tr = _benchmark_trace(1500)
+    lib = make_library(cm384, "hccl")
+    fills: list[int] = []
+    fill = fluid.FluidSystem._fill
+    monkeypatch.setattr(fluid.FluidSystem, "_fill", lambda self, comp: (fills.append(1), fill(self, comp))[1])
+    memo = simulate(tr, lib)
+    with_memo = len(fills)
+    monkeypatch.setattr(fluid, "SOLVE_MEMO_MAX_ENTRIES", 0)
+    fresh = simulate(tr, lib)
+    assert len(fills) - with_memo > with_memo  # the memo answered most shared solves
+    np.testing.assert_allclose(fresh.start, memo.start, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(fresh.end, memo.end, rtol=1e-12, atol=0)

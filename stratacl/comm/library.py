@@ -48,7 +48,11 @@ _IN_OUT = {
 }
 _EXCHANGES = ("alltoall", "alltoallv", "dispatch", "combine")
 COUNT_BYTES = 4  # one int32 token count per peer in the MoE layout exchange
-_TIERS = ("die", "node", "supernode", "scaleout")
+# Balanced partitioning cuts each peer's payload into units of a tier-specific size
+# (`unit_KiB`). A tier a library leaves unsized gets its finest configured unit; a library with
+# no units at all (validation allows it with the SDMA mover, where units only shape the reported
+# core spread) gets DEFAULT_UNIT_KiB. ASSUMPTION: the die/node unit of conf/library/stratacl.yaml.
+DEFAULT_UNIT_KiB = 256.0
 
 
 def staging_bytes(coll: str, size: float, n: int) -> tuple[float, float]:
@@ -200,13 +204,15 @@ class LibraryModel:
         """How the comm cores of the busiest die share its per-peer payloads."""
         fab = self.fabric
         peers = []
-        units = []
+        tier_names = []
         for nbytes, t in plan.peer_work:
             tier = fab.tier(t, self.cfg.plane)
             rate = min(fab.core_move_Bps, tier.beta_Bps)
             peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate))
-            units.append(self.cfg.unit_KiB.get(_TIERS[tier.index], 256.0) * 1024)
+            tier_names.append(tier.name)
         if self.cfg.partitioning == Partitioning.balanced:
+            finest = min(self.cfg.unit_KiB.values(), default=DEFAULT_UNIT_KiB)
+            units = [self.cfg.unit_KiB.get(name, finest) * 1024 for name in tier_names]
             return partition.balanced(peers, self.cfg.comm_cores, units, self.cfg.fanout_cap)
         return partition.uniform(peers, self.cfg.comm_cores)
 

@@ -25,6 +25,14 @@ from workloads.common.ops import add_compute
 from workloads.common.routing import copies_matrix, expert_weights, route
 from workloads.llm_infer.costs import ServingCosts
 
+# Shape buckets: the memoisation granularity of iteration traces. Each bucket is one trace
+# simulated once per library, and an iteration is priced at the smallest bucket ≥ its shape, so
+# the spacing bounds the over-pricing of a shape (values beyond the last bucket take the last):
+# - decode batch per die: ×2 steps up to 8 (decode there reads the weights, nearly flat in batch),
+#   then half-octaves (×1.5, ×1.33): at most 50 % more sequences than the batch has;
+# - context (cached tokens per sequence): octaves, at most 2× the attention's KV reads;
+# - prefill tokens per die: octaves, at most 2× (chunked prefill mostly fills its budget bucket).
+# Their number bounds the traces simulated per run: |BATCH| × |CONTEXT| decode + |PREFILL| prefill.
 BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 CONTEXT_BUCKETS = (1024, 2048, 4096, 8192, 16384, 32768)
 PREFILL_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -65,7 +73,9 @@ class IterationModel:
         self.seed = seed = ctx.seed
         self.weights = expert_weights(costs.experts, cfg.skew, cfg.zipf_s, seed=seed) if costs.experts else None
         self.dispatch_bytes = costs.hidden * (1 + cfg.dispatch_scale_ratio)  # INT8 + scales
-        self.combine_bytes = costs.hidden * 2  # BF16
+        # combine returns expert outputs in the activation dtype (workload.model.dtype_bytes; BF16:
+        # 14 KB per token at hidden 7168, REFERENCE §5)
+        self.combine_bytes = costs.hidden * costs.mc.dtype_bytes
         self._traces: dict[tuple, Trace] = {}
         self._stats: dict[tuple, IterStats] = {}
         self._routing: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
