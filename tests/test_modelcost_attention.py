@@ -11,7 +11,13 @@ import random
 
 import pytest
 
-from workloads.modelcost import CostInputError, LayerCost, ModelConfigError, ModelCosts, load_model_config
+from workloads.modelcost import (
+    CostInputError,
+    LayerCost,
+    ModelConfigError,
+    ModelCosts,
+    load_model_config,
+)
 from workloads.modelcost.attention import sum_floor, sum_min
 from workloads.modelcost.config import config_from_node
 
@@ -81,7 +87,7 @@ def _v4_prefill_keys(c, kind: str, S: int) -> tuple[float, float]:
     if kind == HCA:
         return window + S * S / (2 * _rate(c, kind)), 0.0
     m, K = _rate(c, kind), c.index_topk
-    picked = S * S / (2 * m) if S <= K * m else K * K * m / 2 + K * (S - K * m)
+    picked = S * S / (2 * m) if K * m >= S else K * K * m / 2 + K * (S - K * m)
     return window + picked, S * S / (2 * m)
 
 

@@ -30,6 +30,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .attention import AttnCall, AttnStructure, find_indexer, read_structure
 from .counter import OpCounter
+from .errors import CostInputError
 
 
 class _Empty(torch.autograd.Function):
@@ -113,6 +114,10 @@ class KernelHooks:
             if rec is None or not rec.structure.replaced(self.phase, window):
                 fn = original or _eager_default(module)
                 return fn(module, query, key, value, attention_mask, *args, **kwargs)
+            if rec.structure.mla is not None and not rec.structure.replaced(self.phase):
+                # kv_b_proj was not cut out, so the expansion would be counted twice.
+                raise CostInputError(f"attention: {rec.tag} is MLA with a sliding window, which the "
+                                     "production rule does not cover; use attention=reference")
             rec.call = AttnCall(int(query.shape[1]), int(key.shape[1]), int(query.shape[-1]),
                                 int(value.shape[-1]), window, key is value)
             rec.replaced = True
