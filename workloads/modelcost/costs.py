@@ -13,6 +13,7 @@ from transformers import PretrainedConfig
 from workloads.common.cost import Cost
 from workloads.common.routing import RoutingModel
 
+from .attention import ATTENTION_KEY, ATTENTION_MODES, CoreCost, core_cost
 from .diskcache import DiskCache
 from .errors import CostInputError
 from .fakemodel import (
@@ -29,7 +30,7 @@ from .fakemodel import (
 from .measure import PHASES, Measured, make_shape, measure_shape
 from .sizes import ROLES, count_by_role, count_layer_by_role
 
-CACHE_VERSION = "modelcost-1"
+CACHE_VERSION = "modelcost-2"
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,13 @@ def _param_bytes(module: torch.nn.Module) -> int:
 
 
 class ModelCosts:
-    """Costs and sizes of one model, measured from its transformers definition."""
+    """Costs and sizes of one model, measured from its transformers definition.
+
+    attention: "production" (default) prices sparse, windowed and MLA-decode attention as
+    production kernels compute it (`attention.py`); "reference" keeps transformers' dense
+    masked computation. None: the config's `modelcost_attention` attribute (from the override
+    of that name or a model node's `attention` key, see `config.py`), else production.
+    """
 
     def __init__(
         self,
@@ -76,9 +83,14 @@ class ModelCosts:
         routing: RoutingModel | None = None,
         cache_dir: str | None = None,
         bucket: str = "exact",
+        attention: str | None = None,
     ) -> None:
         if bucket not in ("exact", "pow2"):
             raise CostInputError(f"bucket: {bucket!r}; valid options: exact, pow2")
+        attention = attention or getattr(hf_config, ATTENTION_KEY, None) or "production"
+        if attention not in ATTENTION_MODES:
+            raise CostInputError(f"attention: {attention!r}; valid options: {', '.join(ATTENTION_MODES)}")
+        self.attention = attention
         self.cfg = hf_config
         self.dtype_bytes = dtype_bytes
         self.dtype = torch_dtype(dtype_bytes)
@@ -89,8 +101,10 @@ class ModelCosts:
         self._mode = FakeTensorMode()
         self._shards: dict[tuple[int, int], torch.nn.Module] = {}
         self._memo: dict[tuple, dict[str, LayerCost]] = {}
+        self._cores: dict[tuple, dict[str, CoreCost]] = {}
         self._disk = DiskCache(cache_dir)
-        self._model_key = f"{CACHE_VERSION}|{dtype_bytes}|{self.routing}|{hf_config.to_json_string(use_diff=False)}"
+        self._model_key = (f"{CACHE_VERSION}|{dtype_bytes}|{self.routing}|{attention}|"
+                           f"{hf_config.to_json_string(use_diff=False)}")
 
     # ---- structure -------------------------------------------------------------------
     def layer_types(self) -> list[str]:
@@ -203,7 +217,8 @@ class ModelCosts:
     # ---- costs -----------------------------------------------------------------------
     def _measure(self, shape, tp: int, ep: int) -> Measured:
         n_exp = self.moe_info()["n_routed_experts"]
-        return measure_shape(self._shard(tp, ep), self._layout, self._mode, shape, self.routing, n_exp, ep)
+        return measure_shape(self._shard(tp, ep), self._layout, self._mode, shape, self.routing, n_exp, ep,
+                             attention=self.attention)
 
     def _weights(self, tp: int, ep: int, layer_type: str, expert_rows: int) -> tuple[int, int]:
         """(all shard weight bytes, bytes a fused kernel reads: only experts that get rows)."""
@@ -231,11 +246,7 @@ class ModelCosts:
         seq_len: int | None = None,
     ) -> dict[str, LayerCost]:
         """Every layer type's cost at one shape (one measured forward/backward, cached)."""
-        if self.bucket == "pow2":
-            tokens, context = _pow2(tokens), _pow2(context) if context else 0
-            seq_len = _pow2(seq_len) if seq_len else None
-        shape = make_shape(phase, tokens, context, seq_len)
-        key = (shape.phase, shape.tokens, shape.context, shape.seq_len, tp, ep)
+        shape, key = self._shape_key(tokens, context, phase, tp, ep, seq_len)
         if key in self._memo:
             return self._memo[key]
         disk_key = f"{self._model_key}|{key}"
@@ -248,29 +259,52 @@ class ModelCosts:
         self._memo[key] = result
         return result
 
+    def _shape_key(self, tokens: int, context: int, phase: str, tp: int, ep: int, seq_len: int | None):
+        if self.bucket == "pow2":
+            tokens, context = _pow2(tokens), _pow2(context) if context else 0
+            seq_len = _pow2(seq_len) if seq_len else None
+        shape = make_shape(phase, tokens, context, seq_len)
+        return shape, (shape.phase, shape.tokens, shape.context, shape.seq_len, tp, ep)
+
     def _compute(self, shape, tp: int, ep: int) -> dict[str, LayerCost]:
         m = self._measure(shape, tp, ep)
         io = m  # a backward measurement records its (untagged) forward's module boundaries too
+        cores = {t: core_cost(r.structure, r.call, shape.phase, shape.n_seq, shape.q_len, shape.context,
+                              self.dtype_bytes) for t, r in m.attn.items()}
+        self._cores[(shape.phase, shape.tokens, shape.context, shape.seq_len, tp, ep)] = cores
         out = {}
         for t in self.layer_types():
             tot = m.totals.get(t)
             if tot is None:
                 raise CostInputError(f"layer_type: {t!r} saw no ops at {shape} (model structure not recognised)")
+            core = cores.get(t)
             w_all, w_read = self._weights(tp, ep, t, m.expert_rows)
             acts = io.act_in.get(t, 0) + io.act_out.get(t, 0)
             if shape.phase == "train_bwd":
                 fused = 2 * w_read + 2 * acts
             else:
-                fused = w_read + acts + m.kv_read.get(t, 0) + m.kv_write.get(t, 0)
+                kv_read = m.kv_read.get(t, 0) - (core.kv_unread_bytes if core else 0)
+                fused = w_read + acts + max(kv_read, 0) + m.kv_write.get(t, 0)
             out[t] = LayerCost(
-                cube_flops=tot.cube_flops,
-                vector_flops=tot.vector_flops,
-                hbm_bytes=tot.hbm_bytes,
+                cube_flops=tot.cube_flops + (core.cube_flops if core else 0),
+                vector_flops=tot.vector_flops + (core.vector_flops if core else 0),
+                hbm_bytes=tot.hbm_bytes + (core.hbm_bytes if core else 0),
                 hbm_bytes_fused=int(fused),
                 weight_bytes=w_all,
                 activation_bytes_out=io.act_out.get(t, 0),
             )
         return out
+
+    def attention_cores(
+        self, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1, ep: int = 1,
+        seq_len: int | None = None,
+    ) -> dict[str, CoreCost]:
+        """The closed-form kernel part of each replaced attention layer type at one shape
+        (empty in reference mode or for dense attention). Included in `layer_cost`."""
+        shape, key = self._shape_key(tokens, context, phase, tp, ep, seq_len)
+        if key not in self._cores:
+            self._compute(shape, tp, ep)
+        return dict(self._cores[key])
 
     def layer_cost(
         self, layer_type: str, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1,
