@@ -8,6 +8,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from stratacl.schemas.base import WorkloadConfig, knob
+from stratacl.schemas.model import AttentionKernels
 
 
 @dataclass
@@ -26,6 +27,7 @@ class LlmTrainConfig(WorkloadConfig):
     name: str = "llm_train"
     model: str = "deepseek_v32"  # conf/model/<model>.yaml
     num_layers: int = knob(0, ge=0)  # 0 = the model's own depth; else overrides num_hidden_layers
+    attention: AttentionKernels = AttentionKernels.production  # production sparse kernels | reference
     model_overrides: dict[str, Any] = field(default_factory=dict)  # extra transformers config fields
     dies: int = knob(512, ge=1)
     fsdp: int = knob(128, ge=1)

@@ -52,7 +52,8 @@ def model_costs(ref: ModelRef, cache_dir: str = "", routing: RoutingModel | None
     """Measured costs of the referenced model (`cache_dir`: on-disk cache, "" = none)."""
     overrides = OmegaConf.to_container(OmegaConf.create(dict(ref.overrides)), resolve=True)  # plain, for the key
     key = json.dumps({"preset": ref.preset, "model_type": ref.model_type, "config_json": ref.config_json,
-                      "overrides": overrides, "dtype_bytes": ref.dtype_bytes}, sort_keys=True)
+                      "overrides": overrides, "dtype_bytes": ref.dtype_bytes, "attention": str(ref.attention)},
+                     sort_keys=True)
     return _model_costs(key, cache_dir, routing or RoutingModel(), field, preset_field)
 
 
@@ -61,6 +62,7 @@ def _model_costs(key: str, cache_dir: str, routing: RoutingModel, field: str, pr
     ref = ModelRef(**json.loads(key))
     hf = hf_config(ref, field=field, preset_field=preset_field)
     try:
-        return ModelCosts(hf, dtype_bytes=ref.dtype_bytes, routing=routing, cache_dir=cache_dir or None)
+        return ModelCosts(hf, dtype_bytes=ref.dtype_bytes, routing=routing, cache_dir=cache_dir or None,
+                          attention=str(ref.attention))
     except ValueError as exc:  # CostInputError
         raise ConfigError(field, str(exc), FIX) from None

@@ -31,7 +31,7 @@ def model_ref(cfg: LlmTrainConfig) -> ModelRef:
     overrides = dict(cfg.model_overrides)
     if cfg.num_layers:
         overrides["num_hidden_layers"] = int(cfg.num_layers)
-    return ModelRef(preset=cfg.model, overrides=overrides, dtype_bytes=cfg.dtype_bytes)
+    return ModelRef(preset=cfg.model, overrides=overrides, dtype_bytes=cfg.dtype_bytes, attention=cfg.attention)
 
 
 def model_costs(cfg: LlmTrainConfig) -> tuple[ModelCosts, ModelCosts]:
