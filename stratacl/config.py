@@ -43,6 +43,9 @@ class SdmaConfig:
     engines: int = 0  # DMA engines per die
     engine_GBps: float = 0.0  # per-engine copy rate
     launch_us: dict[str, float] = field(default_factory=dict)  # per trigger: host | aicpu | device
+    descriptor_us: dict[str, float] = field(default_factory=dict)  # per trigger: time to write one descriptor
+    descriptor_KiB: float = 1024.0  # most bytes one descriptor moves (larger payloads take several)
+    startup_us: float = 0.0  # engine start-up from the first doorbell to the first byte moving
 
 
 @dataclass
@@ -105,6 +108,14 @@ class Trigger(StrEnum):
     device = "device"
 
 
+class ExpansionMode(StrEnum):
+    """HCCL_OP_EXPANSION_MODE: where the algorithm is expanded, which decides the data mover."""
+
+    custom = "custom"  # mover and trigger as configured
+    ai_cpu = "ai_cpu"  # AI CPU writes SDMA task descriptors: mover sdma, trigger aicpu, no AI core held
+    aiv = "aiv"  # vector cores run the algorithm and move the data: mover vector_cores
+
+
 @dataclass
 class LibraryConfig:
     """A communication library as a point in the design space (DESIGN.md §3)."""
@@ -136,6 +147,9 @@ class LibraryConfig:
     # does not remove staging for reducescatter and only partly for ring allreduce)
     stage_anyway: dict[str, float] = field(default_factory=dict)
     moe_layout_exchange: bool = True  # MoE dispatch: exchange per-peer counts first (an extra step)
+    expansion_mode: ExpansionMode = ExpansionMode.custom  # HCCL-style mode; not custom: sets mover/trigger
+    sdma_submit_cores: int = 1  # device-triggered SDMA: vector cores that write the descriptors
+    stream_core_split: bool = True  # run with the workload's per-stream core limits (False: all cores)
 
 
 # --------------------------------------------------------------------------- workloads
@@ -228,6 +242,12 @@ def validate_fabric(fab: FabricConfig) -> None:
         raise ConfigError("fabric.die.sdma.engines", "negative engine count", "use ≥ 0")
     if die.sdma.engines and not die.sdma.engine_GBps > 0:
         raise ConfigError("fabric.die.sdma.engine_GBps", "must be positive when engines > 0")
+    _positive(die.sdma.descriptor_KiB, "fabric.die.sdma.descriptor_KiB")
+    if die.sdma.startup_us < 0:
+        raise ConfigError("fabric.die.sdma.startup_us", f"negative {die.sdma.startup_us}", "use ≥ 0")
+    for trig, us in die.sdma.descriptor_us.items():
+        if us < 0:
+            raise ConfigError(f"fabric.die.sdma.descriptor_us.{trig}", f"negative {us}", "use ≥ 0")
 
 
 TIER_ORDER = ("die", "node", "supernode", "scaleout")
@@ -262,6 +282,7 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
         raise ConfigError(f"{where}.fanout_cap", f"must be ≥ 1, got {lib.fanout_cap}")
     if lib.pipeline_chunks < 1:
         raise ConfigError(f"{where}.pipeline_chunks", f"must be ≥ 1, got {lib.pipeline_chunks}")
+    validate_expansion(name, lib, fab)
     for tier, kib in lib.unit_KiB.items():
         if tier not in TIER_ORDER or not kib > 0:
             raise ConfigError(f"{where}.unit_KiB.{tier}", f"bad unit {kib!r} for tier '{tier}'",
@@ -269,6 +290,48 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     if lib.partitioning == Partitioning.balanced and lib.mover == Mover.vector_cores and not lib.unit_KiB:
         raise ConfigError(f"{where}.unit_KiB", "balanced partitioning needs transfer unit sizes",
                           "e.g. unit_KiB: {die: 256, node: 256, supernode: 512}")
+
+
+def resolved_mover(lib: LibraryConfig) -> tuple[Mover, Trigger]:
+    """The data mover and trigger an expansion mode implies (custom: as configured).
+
+    HCCL documentation (HCCL_OP_EXPANSION_MODE; architecture brief §2.4 in the HCCL repository):
+    AI_CPU mode runs the algorithm on the AI CPU, which submits task descriptors the scheduler runs
+    on the communication hardware (SDMA inside a supernode), holding no compute core; AIV mode runs
+    and moves on the vector cores.
+    """
+    if lib.expansion_mode == ExpansionMode.ai_cpu:
+        return Mover.sdma, Trigger.aicpu
+    if lib.expansion_mode == ExpansionMode.aiv:
+        return Mover.vector_cores, Trigger.device
+    return lib.mover, lib.trigger
+
+
+def validate_expansion(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
+    where = f"library.{name}"
+    mode = lib.expansion_mode
+    defaults = LibraryConfig()
+    mover, trigger = resolved_mover(lib)
+    if mode != ExpansionMode.custom:
+        # an explicitly set mover/trigger that contradicts the mode is a mistake, not a preference
+        for key, want in (("mover", mover), ("trigger", trigger)):
+            got = getattr(lib, key)
+            if got != want and got != getattr(defaults, key):
+                raise ConfigError(f"{where}.{key}", f"{key}={got.value} contradicts expansion_mode={mode.value} "
+                                  f"(which moves with {mover.value}, trigger {trigger.value})",
+                                  f"drop {where}.{key} or set {where}.expansion_mode=custom")
+    if mover == Mover.sdma and fab.die.sdma.engines <= 0:
+        raise ConfigError(f"{where}.expansion_mode", f"expansion_mode={mode.value} moves data with SDMA but "
+                          f"fabric '{fab.name}' has none", "use expansion_mode=aiv or a fabric with SDMA engines")
+    if mover == Mover.sdma and trigger.value not in fab.die.sdma.launch_us:
+        raise ConfigError(f"{where}.trigger", f"no SDMA launch cost for trigger '{trigger.value}'",
+                          f"add fabric.die.sdma.launch_us.{trigger.value}")
+    if mover == Mover.sdma and trigger.value not in fab.die.sdma.descriptor_us:
+        raise ConfigError(f"{where}.trigger", f"no SDMA descriptor cost for trigger '{trigger.value}'",
+                          f"add fabric.die.sdma.descriptor_us.{trigger.value}")
+    if not 0 < lib.sdma_submit_cores <= fab.die.vector_cores:
+        raise ConfigError(f"{where}.sdma_submit_cores", f"{lib.sdma_submit_cores} is outside "
+                          f"1..{fab.die.vector_cores}", "use at most the die's vector cores")
 
 
 def world_size(fab: FabricConfig) -> int:
