@@ -249,10 +249,10 @@ class LibraryModel:
         if self.mover == Mover.vector_cores:
             holds = self._core_holds(self._cores(cores))
             min_t = self.core_schedule(plan, cores).makespan_s
+            phases += delay("sync", sync_s)
         else:
             loads.append(("all", R["sdma"], moved / fab.sdma_Bps))
             holds, min_t = self._sdma_submission(plan, loads, cores, phases, sync_s)
-        phases += delay("sync", sync_s)
         phases.append(Phase("wire", loads=tuple(loads), holds=holds, min_time_s=min_t,
                             wire_bytes=plan.group_wire_bytes, hbm_bytes=hbm * n,
                             copy_bytes=overlapped_copy * n))
@@ -260,12 +260,12 @@ class LibraryModel:
 
     def _sdma_submission(self, plan: alg.WirePlan, loads: list[tuple[str, int, float]], cores: int | None,
                          phases: list[Phase], sync_s: float) -> tuple[tuple[tuple[str, int, float], ...], float]:
-        """Append the SDMA start (trigger launch, first descriptors, engine start-up) to `phases`;
-        return the wire phase's holds and minimum time while the remaining descriptors are written
-        (the writing overlaps the algorithm's synchronised steps and the transfer).
+        """Append the SDMA start (trigger launch, first descriptors, engine start-up) and the
+        algorithm's synchronised steps to `phases`; return the wire phase's holds and minimum time
+        while the remaining descriptors are written (the writing overlaps the steps and the transfer).
 
         A device trigger holds its submitting cores while they write: fully until every core's
-        first doorbell, then — as a fluid average over the transfer — for the rest of the writing.
+        first doorbell, then — as a fluid average over the steps and the transfer — for the rest.
         """
         fab = self.fabric
         trig = self.trigger.value
@@ -277,7 +277,12 @@ class LibraryModel:
         else:
             phases += delay("launch", launch)
         phases += delay("launch", fab.sdma_startup_s)
-        rest = sub.rest_s - sync_s
+        during_sync = min(sub.rest_s, sync_s)
+        if self.trigger == Trigger.device and during_sync > 0:
+            phases.append(Phase("sync", holds=self._core_holds(sub.agents, during_sync / sync_s), min_time_s=sync_s))
+        else:
+            phases += delay("sync", sync_s)
+        rest = sub.rest_s - during_sync
         if rest <= 0:
             return (), 0.0
         wire_s = max(s for _, _, s in loads)
