@@ -260,36 +260,35 @@ class LibraryModel:
 
     def _sdma_submission(self, plan: alg.WirePlan, loads: list[tuple[str, int, float]], cores: int | None,
                          phases: list[Phase], sync_s: float) -> tuple[tuple[tuple[str, int, float], ...], float]:
-        """Append the SDMA start (trigger launch, first descriptors, engine start-up) and the
-        algorithm's synchronised steps to `phases`; return the wire phase's holds and minimum time
-        while the remaining descriptors are written (the writing overlaps the steps and the transfer).
+        """Append the SDMA start (trigger launch, every agent's first descriptor, engine start-up) and
+        the algorithm's synchronised steps to `phases`; return the wire phase's holds and minimum
+        time while the remaining descriptors are written (the transfer cannot end before them).
 
-        A device trigger holds its submitting cores while they write: fully until every core's
-        first doorbell, then — as a fluid average over the steps and the transfer — for the rest.
+        Device trigger (StrataCL §4.4): a step's readiness flags come first, then the vector cores
+        write that step's descriptors, holding the cores while they write — fully until their first
+        doorbells, then (a fluid average) over the engine start-up and the transfer. AI CPU / host
+        triggers (HCCL's AI_CPU expansion) queue the tasks ahead: writing overlaps the steps, and
+        holds no AI core.
         """
         fab = self.fabric
         trig = self.trigger.value
-        units = {t: self.cfg.unit_KiB[name] * 1024 for t, name in enumerate(_TIERS) if name in self.cfg.unit_KiB}
+        units = {t: self.cfg.unit_KiB[name] * 1024 for t, name in enumerate(_TIERS)
+                 if name in self.cfg.unit_KiB}
         sub = sdma.submission(plan, fab, trig, min(self.cfg.sdma_submit_cores, self._cores(cores)), units)
-        launch = fab.sdma_launch_s[trig] + sub.first_s
+        start = fab.sdma_launch_s[trig] + sub.first_s + fab.sdma_startup_s
+        during = min(sub.rest_s, fab.sdma_startup_s)  # the agents go on writing while engines start
+        rest = sub.rest_s - during
         if self.trigger == Trigger.device:
-            phases.append(Phase("launch", holds=self._core_holds(sub.agents), min_time_s=launch))
-        else:
-            phases += delay("launch", launch)
-        phases += delay("launch", fab.sdma_startup_s)
-        during_sync = min(sub.rest_s, sync_s)
-        if self.trigger == Trigger.device and during_sync > 0:
-            phases.append(Phase("sync", holds=self._core_holds(sub.agents, during_sync / sync_s), min_time_s=sync_s))
-        else:
             phases += delay("sync", sync_s)
-        rest = sub.rest_s - during_sync
-        if rest <= 0:
-            return (), 0.0
-        wire_s = max(s for _, _, s in loads)
-        holds = ()
-        if self.trigger == Trigger.device:
-            holds = self._core_holds(sub.agents, min(1.0, rest / wire_s) if wire_s > 0 else 1.0)
-        return holds, rest
+            frac = (sub.first_s + during) / start if start > 0 else 0.0
+            phases.append(Phase("launch", holds=self._core_holds(sub.agents, frac), min_time_s=start))
+            if rest <= 0:
+                return (), 0.0
+            wire_s = max(s for _, _, s in loads)
+            return self._core_holds(sub.agents, min(1.0, rest / wire_s) if wire_s > 0 else 1.0), rest
+        phases += delay("launch", start) + delay("sync", sync_s)
+        rest -= min(rest, sync_s)
+        return (), max(rest, 0.0)
 
     def p2p_phases(self, tier_index: int, nbytes: float, total_bytes: float,
                    cores: int | None = None) -> list[Phase]:
