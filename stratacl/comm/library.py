@@ -280,8 +280,9 @@ class LibraryModel:
         rest = sub.rest_s - during
         if self.trigger == Trigger.device:
             phases += delay("sync", sync_s)
-            frac = (sub.first_s + during) / start if start > 0 else 0.0
-            phases.append(Phase("launch", holds=self._core_holds(sub.agents, frac), min_time_s=start))
+            if start > 0:  # (a zero-length activity would have nothing to integrate)
+                frac = (sub.first_s + during) / start
+                phases.append(Phase("launch", holds=self._core_holds(sub.agents, frac), min_time_s=start))
             if rest <= 0:
                 return (), 0.0
             wire_s = max(s for _, _, s in loads)
