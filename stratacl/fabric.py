@@ -75,6 +75,14 @@ class Fabric:
         self.cores_shared = die.cores_shared
         self.sdma_Bps = die.sdma.engines * die.sdma.engine_GBps * 1e9
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
+        # SDMA submission: seconds to write one descriptor per trigger, bytes one descriptor moves,
+        # engine start-up after the first doorbell (stratacl/comm/sdma.py)
+        self.sdma_descriptor_s = {k: v * 1e-6 for k, v in die.sdma.descriptor_us.items()}
+        self.sdma_descriptor_bytes = die.sdma.descriptor_KiB * 1024
+        self.sdma_startup_s = die.sdma.startup_us * 1e-6
+        # a core group (Ascend split architecture: 1 AIC + 2 AIV on a 910C die) is what a mixed
+        # kernel's block runs on
+        self.aiv_per_group = die.vector_cores / die.cube_cores
 
     # ------------------------------------------------------------------ placement
     def check_ranks(self, n: int, field: str) -> None:

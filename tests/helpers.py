@@ -16,7 +16,7 @@ from types import ModuleType
 from hydra import compose, initialize_config_dir
 
 from stratacl.comm.library import LibraryModel
-from stratacl.config import RunConfig, to_object
+from stratacl.config import ExpansionMode, RunConfig, to_object
 from stratacl.fabric import Fabric
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +38,8 @@ def make_library(fabric: Fabric, preset: str = "hccl", **knobs: object) -> Libra
     """A library preset from conf/library with knob overrides (e.g. data_path=DataPath.pool)."""
     cfg = compose_run([f"library=[{preset}]", f"baseline={preset}"])
     lib_cfg = cfg.library[preset]
+    if ("mover" in knobs or "trigger" in knobs) and "expansion_mode" not in knobs:
+        knobs["expansion_mode"] = ExpansionMode.custom  # an explicit mover overrides the preset's mode
     for key, value in knobs.items():
         setattr(lib_cfg, key, value)
     return LibraryModel(preset, lib_cfg, fabric)

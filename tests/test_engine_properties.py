@@ -27,6 +27,9 @@ def traces(draw, chain: bool = False) -> Trace:  # noqa: ANN001
     tr = Trace(world_size=WORLD)
     tr.add_family("g", [range(0, 4), range(4, 8)])
     tr.add_family("w", [range(WORLD)])
+    if draw(st.booleans()):  # a per-stream core split (compute and comm kernels obey it)
+        tr.limit_stream("a", draw(st.integers(1, 24)), draw(st.integers(2, 48)))
+        tr.limit_stream("b", draw(st.integers(1, 24)), draw(st.integers(2, 48)))
     n_ops = draw(st.integers(1, 10))
     for i in range(n_ops):
         stream = "s" if chain else draw(st.sampled_from(["a", "b", "c"]))
@@ -34,8 +37,10 @@ def traces(draw, chain: bool = False) -> Trace:  # noqa: ANN001
         kind = draw(st.sampled_from(["compute", "collective", "p2p", "memcpy"]))
         if kind == "compute":
             ranks = draw(st.sampled_from([range(4), range(4, 8), range(8), [0], [5]]))
-            tr.compute(ranks, flops=draw(FLOPS), hbm_bytes=draw(BYTES),
-                       core=draw(st.sampled_from(["cube", "vector"])), stream=stream, deps=deps)
+            core = draw(st.sampled_from(["cube", "vector", "mixed"]))
+            extra = {"vector_flops": draw(FLOPS)} if core == "mixed" else {}
+            tr.compute(ranks, flops=draw(FLOPS), hbm_bytes=draw(BYTES), core=core, stream=stream, deps=deps,
+                       block_dim=draw(st.integers(0, 24)), **extra)
         elif kind == "collective":
             comm = draw(st.sampled_from(["g", "w", "g[0]"]))
             coll = draw(st.sampled_from(["allreduce", "allgather", "reducescatter", "alltoall", "broadcast"]))
@@ -53,7 +58,9 @@ def traces(draw, chain: bool = False) -> Trace:  # noqa: ANN001
 
 
 def _libs(fabric: Fabric):  # noqa: ANN202
+    # AI_CPU (SDMA, staged), device-triggered SDMA without a core split, AIV with held cores
     return [make_library(fabric, "hccl"), make_library(fabric, "stratacl"),
+            make_library(fabric, "hccl", mover=Mover.vector_cores, data_path=DataPath.pool),
             make_library(fabric, "hccl", mover=Mover.sdma, data_path=DataPath.pool)]
 
 
@@ -121,3 +128,14 @@ def test_solve_memo_only_saves_solver_time(cm384, monkeypatch) -> None:  # noqa:
     assert len(fills) - with_memo > with_memo  # the memo answered most shared solves
     np.testing.assert_allclose(fresh.start, memo.start, rtol=1e-12, atol=0)
     np.testing.assert_allclose(fresh.end, memo.end, rtol=1e-12, atol=0)
+
+
+@SETTINGS
+@given(tr=traces(chain=True), aic=st.integers(1, 24), aiv=st.integers(2, 48))
+def test_a_core_limit_never_speeds_a_chain_up(cm384, tr: Trace, aic: int, aiv: int) -> None:  # noqa: ANN001
+    tr.limit_stream("s", aic, aiv)  # every op of the chain runs on stream "s"
+    for preset in ("hccl", "stratacl_no_sdma"):
+        split = simulate(tr, make_library(cm384, preset, stream_core_split=True), check=True)
+        whole = simulate(tr, make_library(cm384, preset, stream_core_split=False), check=True)
+        assert split.max_violation < 1e-9 and split.work_error < 1e-7
+        assert whole.makespan_s <= split.makespan_s * (1 + 1e-12)

@@ -105,7 +105,7 @@ class Replay:
         self.env = simpy.Environment()
         self.fluid = FluidSystem(self.env, check=self.check)
         self.runtime = self.library.runtime(trace)
-        self.compute = ComputeLowering(self.fabric)
+        self.compute = ComputeLowering(self.fabric, self.library.core_limits(trace))
         self._rec = self.fluid.recorder = self._recorder() if self.record_utilisation else None
         self._start = np.full(n, np.nan)
         self._end = np.full(n, np.nan)
