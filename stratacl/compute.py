@@ -17,7 +17,7 @@ def lower_compute(op: Op, fabric: Fabric) -> list[Phase]:
     flops = max(op.flops)
     hbm = max(op.hbm_bytes)
     core = R["cube"] if op.core == "cube" else R["vec"]
-    peak = fabric.cube_flops if op.core == "cube" else fabric.vector_flops
+    peak = fabric.cube_peak(op.dtype) if op.core == "cube" else fabric.vector_flops
     loads = []
     if flops > 0:
         loads.append(("all", core, flops / peak))
@@ -51,7 +51,7 @@ class ComputeLowering:
         self._cache: dict[tuple, list[Phase]] = {}
 
     def lower(self, op: Op) -> list[Phase]:
-        key = (op.kind, op.ranks, op.nbytes, op.flops, op.hbm_bytes, op.core, op.fixed_time_s)
+        key = (op.kind, op.ranks, op.nbytes, op.flops, op.hbm_bytes, op.core, op.fixed_time_s, op.dtype)
         hit = self._cache.get(key)
         if hit is None:
             fn = lower_compute if op.kind == "compute" else lower_memcpy

@@ -55,6 +55,7 @@ class Op:
     hbm_bytes: Vec = (0.0,)
     core: str = "cube"
     fixed_time_s: float = 0.0
+    dtype: str = ""  # compute: numeric format of a cube op's matmuls ("" = bf16); picks the die's peak
     # collective: type, communicator family (or one communicator), bytes per rank (nccl-tests)
     coll: str = ""
     comm: str = ""
@@ -286,7 +287,7 @@ class Trace:
             raise TraceError(f"trace file {path} has corrupt metadata: {exc}") from None
         trace = cls(world_size=world, communicators=comms, meta=meta, buffers=buffers)
         expected = {f.name for f in fields(Op)}
-        optional = {"moe_mode": ""}  # columns added after format 1 was written: their default
+        optional = {"moe_mode": "", "dtype": ""}  # columns added after format 1 was written: their default
         text = {f.name for f in fields(Op) if f.type in ("str", str)}
         try:  # a corrupt schema or page can fail anywhere from the column names to the values
             missing = expected - set(table.column_names) - set(optional)

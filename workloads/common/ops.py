@@ -16,16 +16,18 @@ from workloads.common.cost import Cost
 
 
 def add_compute(tr: Trace, ranks: Iterable[int], cost: Cost, *, name: str, stream: str = "main",
-                deps: Sequence[int] = (), scale: np.ndarray | float | None = None) -> list[int]:
+                deps: Sequence[int] = (), scale: np.ndarray | float | None = None,
+                dtype: str = "") -> list[int]:
     """Append `cost` on `ranks` as trace ops; returns their ids (cube op first, vector op if any).
 
     `scale` multiplies every component, per rank when it is a vector (uneven work such as routed
-    experts on hot dies). The vector op is named `<name>.vec`.
+    experts on hot dies). The vector op is named `<name>.vec`. `dtype`: the numeric format of the
+    matmuls (picks the die's cube peak; "" = bf16).
     """
     k = 1.0 if scale is None else scale
     ranks = tuple(ranks)
     ops = [tr.compute(ranks, flops=cost.cube_flops * k, hbm_bytes=cost.hbm_bytes * k, core="cube",
-                      stream=stream, deps=list(deps), name=name)]
+                      stream=stream, deps=list(deps), name=name, dtype=dtype)]
     if cost.vector_flops > 0:
         ops.append(tr.compute(ranks, flops=cost.vector_flops * k, core="vector", stream=stream,
                               deps=[ops[0]], name=f"{name}.vec"))

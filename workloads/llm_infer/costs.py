@@ -16,6 +16,9 @@ import numpy as np
 from stratacl.errors import ConfigError
 from workloads.common.cost import Cost
 from workloads.modelcost import ModelCosts
+from workloads.modelcost.costs import ATTENTION_CORE_FORMAT
+
+CORE = ".core"  # suffix of an attention type's core part when it runs in another format
 
 DECODE_BATCH = (1, 8, 32, 128, 512)  # sequences per die
 DECODE_CONTEXT = (1024, 8192)  # cached tokens per sequence
@@ -44,6 +47,12 @@ class ServingCosts:
             if self.experts and self.experts % ep:
                 raise ConfigError(f"workload.layout.{field}", f"EP {ep} does not divide the model's "
                                   f"{self.experts} routed experts", "choose a divisor of the expert count")
+        # format each layer type's matmuls run in; an attention layer whose projections are
+        # quantised keeps its core (scores, values) in bf16: priced as a separate `<type>.core`
+        self.dtypes = mc.matmul_formats()
+        self.split_core = {t for t in dict.fromkeys(self.attn_plan) if self.dtypes[t] != ATTENTION_CORE_FORMAT}
+        for t in self.split_core:
+            self.dtypes[t + CORE] = ATTENTION_CORE_FORMAT
         self._memo: dict[tuple, dict[str, Cost]] = {}
 
     def _measure(self, tokens: int, context: int, phase: str) -> dict[str, Cost]:
@@ -53,7 +62,14 @@ class ServingCosts:
             ep = self.decode_ep if phase == "decode" else self.prefill_ep
             seq = min(tokens, self.seq_len) if phase == "prefill" else None
             raw = self.mc.costs_for_shape(tokens, context=context, phase=phase, ep=ep, seq_len=seq)
-            hit = self._memo[key] = {t: c.cost for t, c in raw.items()}
+            hit = {t: c.cost for t, c in raw.items()}
+            if self.split_core:
+                cores = self.mc.attention_cores(tokens, context=context, phase=phase, ep=ep, seq_len=seq)
+                for t in self.split_core:
+                    core = Cost(float(cores[t].cube_flops)) if t in cores else Cost()
+                    hit[t] = hit[t] - core
+                    hit[t + CORE] = core
+            self._memo[key] = hit
         return hit
 
     def decode(self, batch: float, context: float) -> dict[str, Cost]:

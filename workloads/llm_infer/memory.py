@@ -25,8 +25,8 @@ class DieMemory:
 
 
 def weight_bytes_per_die(mc: ModelCosts, ep: int) -> float:
-    counts = mc.param_counts(tp=1, ep=ep)
-    return float(sum(v["per_tp_ep_shard"] for v in counts.values()) * mc.dtype_bytes)
+    """Weights of one die's shard, each weight class in its numeric format (workload.model.quant)."""
+    return float(sum(mc.weight_bytes_by_role(tp=1, ep=ep).values()))
 
 
 def activation_workspace(mc: ModelCosts, tokens: int) -> float:

@@ -31,7 +31,8 @@ def model_ref(cfg: LlmTrainConfig) -> ModelRef:
     overrides = dict(cfg.model_overrides)
     if cfg.num_layers:
         overrides["num_hidden_layers"] = int(cfg.num_layers)
-    return ModelRef(preset=cfg.model, overrides=overrides, dtype_bytes=cfg.dtype_bytes, attention=cfg.attention)
+    return ModelRef(preset=cfg.model, overrides=overrides, dtype_bytes=cfg.dtype_bytes, attention=cfg.attention,
+                    quant=cfg.quant)
 
 
 def model_costs(cfg: LlmTrainConfig) -> tuple[ModelCosts, ModelCosts]:
