@@ -69,6 +69,13 @@ class RequestsConfig:
     output_sigma: float = knob(0.6, ge=0)
 
 
+class ExpertPlacement(StrEnum):
+    """How experts sit on EP dies (workloads/common/placement.py)."""
+
+    contiguous = "contiguous"  # expert e on die e // (experts / ep); ep must divide the experts
+    eplb = "eplb"  # EPLB-style: redundant replicas of hot experts, balanced packing, shared-expert replicas
+
+
 @dataclass
 class LayoutConfig:
     prefill_instances: int = knob(2, ge=1)
@@ -77,6 +84,12 @@ class LayoutConfig:
     decode_instances: int = knob(8, ge=1)
     decode_dp: int = knob(16, ge=1)
     decode_ep: int = knob(16, ge=1)
+    expert_placement: ExpertPlacement = ExpertPlacement.contiguous
+    # slots per die = (routed + redundant + shared replicas) / EP (eplb placement only)
+    prefill_redundant_experts: int = knob(0, ge=0)  # extra replicas of the hottest experts
+    prefill_shared_expert_replicas: int = knob(0, ge=0)  # dies serving the shared expert (0 = every die, locally)
+    decode_redundant_experts: int = knob(0, ge=0)
+    decode_shared_expert_replicas: int = knob(0, ge=0)
 
 
 @dataclass

@@ -22,7 +22,8 @@ from stratacl.trace import Trace
 from stratacl.workload_api import RunContext
 from workloads.common.cost import Cost
 from workloads.common.ops import add_compute
-from workloads.common.routing import copies_matrix, expert_weights, route
+from workloads.common.placement import copies
+from workloads.common.routing import expert_weights, route
 from workloads.llm_infer.costs import CORE, ServingCosts
 
 # Shape buckets: the memoisation granularity of iteration traces. Each bucket is one trace
@@ -166,17 +167,17 @@ class IterationModel:
                 for m in range(mbs):
                     last[m] = [self._compute(tr, ranks, cost[ffn], cs, last[m], f"L{li}.{ffn}.mb{m}", dtype=ffn)]
                 continue
-            routed = [self._routing_sample(n, max(1, math.ceil(rows)), mode, li * mbs + m) for m in range(mbs)]
+            routed = [self._routing_sample(phase, n, max(1, math.ceil(rows)), mode, li * mbs + m) for m in range(mbs)]
             for m, (disp, _) in enumerate(routed):
                 peer = disp * self.dispatch_bytes
                 last[m] = [tr.collective("dispatch", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
                                          stream=xs, deps=last[m], buffer="dispatch", moe_mode=mode,
                                          name=f"L{li}.dispatch.mb{m}")]
-            for m, (_, per_expert) in enumerate(routed):
-                load = per_expert.sum(axis=0)
-                scale = load / load.mean() if load.mean() > 0 else np.ones(n)  # skew: hot dies
-                last[m] = [self._compute(tr, ranks, cost["moe"], cs, last[m], f"L{li}.moe.mb{m}", scale,
-                                         dtype="moe")]
+            for m, (_, load) in enumerate(routed):
+                # each die's experts: the rows the placement sent it (skew: hot dies) and its weights
+                var, scale, weights = c.moe_per_die(phase, cost["moe"], max(1, math.ceil(rows)), load)
+                last[m] = [self._compute(tr, ranks, var, cs, last[m], f"L{li}.moe.mb{m}", scale,
+                                         dtype="moe", hbm_extra=weights)]
             for m, (disp, _) in enumerate(routed):
                 peer = disp.T * self.combine_bytes
                 last[m] = [tr.collective("combine", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
@@ -213,22 +214,25 @@ class IterationModel:
                    name=f"{name}.r{k}")
 
     def _compute(self, tr: Trace, ranks: range, cost: Cost, stream: str, deps: list[int], name: str,
-                 scale: np.ndarray | None = None, *, dtype: str) -> int:
+                 scale: np.ndarray | None = None, *, dtype: str, hbm_extra: np.ndarray | float = 0.0) -> int:
         """`dtype`: the layer type whose matmul format the cube op runs in."""
         return add_compute(tr, ranks, cost, name=name, stream=stream, deps=deps, scale=scale,
-                           dtype=self.costs.dtypes.get(dtype, ""))[-1]
+                           dtype=self.costs.dtypes.get(dtype, ""), hbm_extra=hbm_extra)[-1]
 
-    def _routing_sample(self, n: int, tokens: int, mode: str, index: int) -> tuple[np.ndarray, np.ndarray]:
-        key = (n, tokens, mode)
+    def _routing_sample(self, phase: str, n: int, tokens: int, mode: str, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(token copies between dies, weighted expert rows per die) of one routing draw, through
+        the phase's expert placement."""
+        key = (phase, n, tokens, mode)
         samples = self._routing.get(key)
         if samples is None:
             rng = np.random.default_rng([self.seed, n, tokens, 0 if mode == "ht" else 1])
             samples = []
+            pl = self.costs.placement[phase]
             for _ in range(ROUTING_SAMPLES):
-                choice = route(tokens, n, self.costs.experts, self.costs.top_k, self.weights, rng)
-                per_expert = copies_matrix(choice, n, self.costs.experts, per_expert=True)
-                disp = per_expert if mode == "ll" else copies_matrix(choice, n, self.costs.experts, False)
-                samples.append((disp, per_expert))
+                choice = route(tokens, n, self.costs.experts, self.costs.top_k, self.weights, rng, placed=True)
+                dest, weight = pl.destinations(choice)
+                disp, rows = copies(dest, weight, n, per_expert=mode == "ll")
+                samples.append((disp, rows))
             self._routing[key] = samples
         return samples[index % ROUTING_SAMPLES]
 
