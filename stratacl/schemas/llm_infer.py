@@ -103,9 +103,27 @@ class SchedulerConfig:
     mtp_acceptance: float = knob(0.85, ge=0, le=1)  # DeepSeek-V3 report §5.4.3: 85-90 % second-token acceptance
 
 
+class ServingMode(StrEnum):
+    """What the serving workload measures."""
+
+    serve = "serve"  # request-level serving: arrivals, scheduler, latency percentiles
+    fixed = "fixed"  # one decode and one prefill iteration at fixed shapes (workloads/llm_infer/fixed.py)
+
+
+@dataclass
+class FixedShapeConfig:
+    """Shapes of `mode=fixed` (per die)."""
+
+    decode_batch_per_die: int = knob(48, ge=1)  # sequences per die in a decode step
+    context: int = knob(4096, ge=1)  # cached tokens per decoding sequence
+    prefill_tokens_per_die: int = knob(4096, ge=1)  # prompt tokens per die in a prefill iteration
+
+
 @dataclass
 class LlmInferConfig(WorkloadConfig):
     name: str = "llm_infer"
+    mode: ServingMode = ServingMode.serve
+    fixed: FixedShapeConfig = field(default_factory=FixedShapeConfig)
     model: ModelRef = field(default_factory=ModelRef)
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     requests: RequestsConfig = field(default_factory=RequestsConfig)

@@ -110,7 +110,8 @@ def eplb(shares: np.ndarray, ep: int, top_k: int, redundant: int = 0, shared_rep
         raise ConfigError(f"{field}.*_redundant_experts", f"an expert would need {reps.max()} replicas "
                           f"on {ep} dies", "fewer redundant experts or a larger EP size")
     items = [(load[e] / reps[e], e) for e in range(experts) for _ in range(reps[e])]
-    items += [(shared_weight / shared_replicas, experts)] * shared_replicas
+    if shared_replicas:
+        items += [(shared_weight / shared_replicas, experts)] * shared_replicas
     items.sort(key=lambda x: (-x[0], x[1]))
     die_load = np.zeros(ep)
     die_used = np.zeros(ep, dtype=np.int64)

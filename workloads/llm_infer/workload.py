@@ -16,6 +16,7 @@ from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.model import model_costs
 from workloads.common.routing import expert_weights
 from workloads.llm_infer.costs import ServingCosts
+from workloads.llm_infer.fixed import run_fixed
 from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, IterationModel, bucket
 from workloads.llm_infer.memory import die_memory
 from workloads.llm_infer.requests import Requests, describe, generate
@@ -27,7 +28,7 @@ def estimate(cfg: LlmInferConfig) -> RunSize:
     """Requests generated for the run and the saturation run (arrivals are drawn for 1.5× the
     expected count plus 50, as requests.generate does)."""
     r = cfg.requests
-    if r.arrival == "csv":
+    if r.arrival == "csv" or cfg.mode == "fixed":
         return RunSize()  # a user's table: its rows are already bounded by the file
     n = r.rate * r.duration_s * 1.5 + 50
     if cfg.saturation_rate > 0:
@@ -132,6 +133,8 @@ def run(ctx: RunContext) -> WorkloadResult:
     first_decode = lay.prefill_instances * lay.prefill_dp  # decode instances follow the prefill ones
     iters = IterationModel(ctx, costs, cfg, kv_bytes_per_token=kv_tok,
                            decode_dies=tuple(range(first_decode, first_decode + lay.decode_dp)))
+    if cfg.mode == "fixed":
+        return run_fixed(ctx, cfg, costs, iters, kv_tok)
     sat_reqs = generate(cfg.requests, ctx.seed, rate=cfg.saturation_rate) if cfg.saturation_rate > 0 else None
     req_frames, iter_frames, metrics, timelines = [], [], {}, {}
     for library in ctx.libraries:
