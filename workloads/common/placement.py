@@ -10,7 +10,7 @@ Slots = routed experts + redundant replicas + shared-expert replicas, spread ove
   least-loaded die with a free slot that does not already hold that expert.
 
 A token routed to a replicated expert goes to one of its replicas; successive tokens cycle over
-the replicas, so each replica gets an even share of that expert's tokens. With shared-expert
+the replicas, so each replica gets an even share (±1) of that expert's tokens. With shared-expert
 replicas every token also sends one copy to a shared-expert die (cycled likewise) instead of
 running the shared expert locally.
 """
@@ -72,11 +72,16 @@ class Placement:
         weights in routed-expert-row units (1, or `shared_weight` for the shared copy)."""
         ep, tokens, k = choice.shape
         dies, n = self._table()
-        tok = np.arange(ep * tokens).reshape(ep, tokens, 1)
         chosen = choice
         if not self.shared_local:
             chosen = np.concatenate([choice, np.full((ep, tokens, 1), self.experts)], axis=2)
-        idx = (tok + np.arange(chosen.shape[2])) % n[chosen]  # cycle over each expert's replicas
+        # the i-th copy to expert e (in token order) goes to replica i mod replicas(e): an even split
+        flat = chosen.ravel()
+        order = np.argsort(flat, kind="stable")
+        first = np.searchsorted(flat[order], flat[order])
+        occ = np.empty_like(flat)
+        occ[order] = np.arange(flat.size) - first
+        idx = (occ % n[flat]).reshape(chosen.shape)
         weight = np.ones(chosen.shape)
         if not self.shared_local:
             weight[..., -1] = self.shared_weight
