@@ -49,8 +49,10 @@ def hf_config(ref: ModelRef, *, field: str = "workload.model",
 
 
 def model_costs(ref: ModelRef, cache_dir: str = "", routing: RoutingModel | None = None, *,
-                field: str = "workload.model", preset_field: str = "workload.model.preset") -> ModelCosts:
+                field: str = "workload.model", preset_field: str = "workload.model.preset",
+                quant_field: str = "workload.model.quant") -> ModelCosts:
     """Measured costs of the referenced model (`cache_dir`: on-disk cache, "" = none)."""
+    resolve(ref.quant, dict(ref.formats), field=quant_field)  # bad formats name their own field
     overrides = OmegaConf.to_container(OmegaConf.create(dict(ref.overrides)), resolve=True)  # plain, for the key
     key = json.dumps({"preset": ref.preset, "model_type": ref.model_type, "config_json": ref.config_json,
                       "overrides": overrides, "dtype_bytes": ref.dtype_bytes, "attention": str(ref.attention),
@@ -62,7 +64,7 @@ def model_costs(ref: ModelRef, cache_dir: str = "", routing: RoutingModel | None
 @lru_cache(maxsize=8)
 def _model_costs(key: str, cache_dir: str, routing: RoutingModel, field: str, preset_field: str) -> ModelCosts:
     ref = ModelRef(**json.loads(key))
-    formats = resolve(ref.quant, dict(ref.formats), field=f"{field}.quant")
+    formats = resolve(ref.quant, dict(ref.formats))
     hf = hf_config(ref, field=field, preset_field=preset_field)
     try:
         return ModelCosts(hf, dtype_bytes=ref.dtype_bytes, routing=routing, cache_dir=cache_dir or None,

@@ -106,6 +106,10 @@ def eplb(shares: np.ndarray, ep: int, top_k: int, redundant: int = 0, shared_rep
         raise ConfigError(f"{field}.*_ep", f"EP {ep} exceeds the {slots} expert slots "
                           f"({experts} routed + {redundant} redundant + {shared_replicas} shared replicas)",
                           "add redundant experts or shared-expert replicas, or lower the EP size")
+    if redundant > experts * (ep - 1) or shared_replicas > ep:
+        raise ConfigError(f"{field}.*_redundant_experts", f"{redundant} redundant experts / {shared_replicas} "
+                          f"shared replicas cannot sit on {ep} dies (one replica of an expert per die)",
+                          "fewer replicas or a larger EP size")
     cap = math.ceil(slots / ep)
     load = top_k * np.asarray(shares, dtype=float)  # rows per token of the whole instance
     reps = np.ones(experts, dtype=np.int64)

@@ -38,7 +38,7 @@ def model_ref(cfg: LlmTrainConfig) -> ModelRef:
 def model_costs(cfg: LlmTrainConfig) -> tuple[ModelCosts, ModelCosts]:
     """(uniform-routing costs, Zipf-probe costs) for the configured model, cached per process."""
     ref = model_ref(cfg)
-    fields = {"field": "workload.model_overrides", "preset_field": "workload.model"}
+    fields = {"field": "workload.model_overrides", "preset_field": "workload.model", "quant_field": "workload.quant"}
     return load_model_costs(ref, **fields), load_model_costs(ref, routing=_PROBE, **fields)
 
 
