@@ -124,7 +124,8 @@ class LlmInferConfig(WorkloadConfig):
     name: str = "llm_infer"
     mode: ServingMode = ServingMode.serve
     fixed: FixedShapeConfig = field(default_factory=FixedShapeConfig)
-    model: ModelRef = field(default_factory=ModelRef)
+    # served W8A8 as on Ascend (conf/workload/llm_infer.yaml; workloads/common/quant.py)
+    model: ModelRef = field(default_factory=lambda: ModelRef(quant="w8a8"))
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     requests: RequestsConfig = field(default_factory=RequestsConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
