@@ -57,13 +57,14 @@ def lower_compute(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> 
     flops = max(op.flops)
     hbm = max(op.hbm_bytes)
     loads: list[tuple[str, int, float]] = []
+    cube_peak = fabric.cube_peak(op.dtype)  # the matmuls' numeric format picks the die's peak
     if op.core == "mixed":
-        t_group = max(flops / fabric.cube_flops, max(op.vector_flops) / fabric.vector_flops)
+        t_group = max(flops / cube_peak, max(op.vector_flops) / fabric.vector_flops)
         if t_group > 0:
             loads += [("all", R["cube"], t_group), ("all", R["vec"], t_group)]
         t_core = t_group
     else:
-        unit, peak = (R["cube"], fabric.cube_flops) if op.core == "cube" else (R["vec"], fabric.vector_flops)
+        unit, peak = (R["cube"], cube_peak) if op.core == "cube" else (R["vec"], fabric.vector_flops)
         t_core = flops / peak
         if t_core > 0:
             loads.append(("all", unit, t_core))
@@ -106,7 +107,7 @@ class ComputeLowering:
     def lower(self, op: Op) -> list[Phase]:
         limit = self.stream_cores.get(op.stream, NO_LIMIT)
         key = (op.kind, op.ranks, op.nbytes, op.flops, op.hbm_bytes, op.core, op.fixed_time_s,
-               op.vector_flops, op.block_dim, limit)
+               op.vector_flops, op.block_dim, limit, op.dtype)
         hit = self._cache.get(key)
         if hit is None:
             if op.kind == "compute":

@@ -69,6 +69,9 @@ class DieConfig:
     hbm_GB: float = knob(MISSING, gt=0)
     hbm_GBps: float = knob(MISSING, gt=0)
     cube_TFLOPs: float = knob(MISSING, gt=0)  # dense BF16
+    # dense cube peak of other numeric formats (int8, fp8, int4, fp4, fp16); a format not listed
+    # runs widened to the next format the die has (stratacl.fabric.FORMAT_FALLBACK)
+    cube_TFLOPs_by_format: dict[str, float] = knob(factory=dict, gt=0)
     vector_TFLOPs: float = knob(MISSING, gt=0)
     vector_core_move_GBps: float = knob(MISSING, gt=0)  # bytes/s one vector core moves to a remote die
     cores_shared: bool = False  # GPUs: SMs do both matmul and communication (holds hit both)

@@ -62,6 +62,7 @@ class Op:
     fixed_time_s: float = 0.0
     vector_flops: Vec = (0.0,)
     block_dim: int = 0
+    dtype: str = ""  # compute: numeric format of a cube op's matmuls ("" = bf16); picks the die's peak
     # collective: type, communicator family (or one communicator), bytes per rank (nccl-tests)
     coll: str = ""
     comm: str = ""
@@ -84,7 +85,7 @@ class Op:
 _VEC_FIELDS = ("flops", "hbm_bytes", "nbytes", "peer_bytes", "vector_flops")
 # columns added after format 1 was first written: traces saved before them load with these values
 # columns added after format 1 was first written, with the value older files mean
-_LATE_COLUMNS = {"vector_flops": [0.0], "block_dim": 0, "moe_mode": ""}
+_LATE_COLUMNS = {"vector_flops": [0.0], "block_dim": 0, "moe_mode": "", "dtype": ""}
 _INT_TUPLE_FIELDS = ("ranks", "deps", "src", "dst")
 
 

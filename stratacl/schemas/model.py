@@ -27,3 +27,7 @@ class ModelRef:
     overrides: dict[str, Any] = field(default_factory=dict)  # transformers config fields (it checks them)
     dtype_bytes: int = knob(2, ge=1)  # weights / KV / activations (bf16)
     attention: AttentionKernels = AttentionKernels.production
+    # numeric formats per tensor class (workloads/common/quant.py): a preset (bf16, w8a8, fp8,
+    # w4a8; "" = every class in dtype_bytes, dispatch int8 + scales) and per-class overrides
+    quant: str = ""
+    formats: dict[str, str] = field(default_factory=dict)

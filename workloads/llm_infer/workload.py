@@ -14,23 +14,34 @@ from stratacl.metrics import percentile
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.model import model_costs
+from workloads.common.routing import expert_weights
 from workloads.llm_infer.costs import ServingCosts
+from workloads.llm_infer.fixed import run_fixed
 from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, IterationModel, bucket
 from workloads.llm_infer.memory import die_memory
 from workloads.llm_infer.requests import Requests, describe, generate
 from workloads.llm_infer.serving import ServingSim
+from workloads.modelcost import ModelCosts
 
 
 def estimate(cfg: LlmInferConfig) -> RunSize:
     """Requests generated for the run and the saturation run (arrivals are drawn for 1.5× the
     expected count plus 50, as requests.generate does)."""
     r = cfg.requests
-    if r.arrival == "csv":
+    if r.arrival == "csv" or cfg.mode == "fixed":
         return RunSize()  # a user's table: its rows are already bounded by the file
     n = r.rate * r.duration_s * 1.5 + 50
     if cfg.saturation_rate > 0:
         n += cfg.saturation_rate * r.duration_s * 1.5 + 50
     return RunSize(requests=int(n))
+
+
+def serving_costs(mc: ModelCosts, cfg: LlmInferConfig, seed: int) -> ServingCosts:
+    """Per-die costs on the configured layout; an EPLB placement balances the run's expert popularity."""
+    e = int(mc.moe_info().get("n_routed_experts", 0))
+    shares = expert_weights(e, cfg.skew, cfg.zipf_s, seed=seed) if e else None
+    return ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, cfg.requests.input_mean,
+                        layout=cfg.layout, shares=shares)
 
 
 def validate_layout(cfg: LlmInferConfig, world: int) -> None:
@@ -61,9 +72,9 @@ def serve(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: Iter
     ctx.progress.phase(f"{what} {library}", total=float(reqs.arrival_s.max(initial=0.0)), unit="sim s")
     sched = cfg.scheduler
     reserve = max(sched.activation_reserve_tokens, 1)
-    mem_d = die_memory(costs.mc, costs.decode_ep, reserve, lib, ctx.fabric.hbm_bytes, "decode")
+    mem_d = die_memory(costs.mc, costs.decode_ep, reserve, lib, ctx.fabric.hbm_bytes, "decode", costs)
     die_memory(costs.mc, costs.prefill_ep, max(reserve, sched.prefill_token_budget), lib, ctx.fabric.hbm_bytes,
-               "prefill")
+               "prefill", costs)
     biggest = kv_tok * float((reqs.input_tokens + reqs.output_tokens).max()) if len(reqs) else 0.0
     if biggest > mem_d.kv_bytes:
         raise ConfigError("workload.requests.input_max", f"a {biggest / 1e9:.1f} GB KV footprint does not fit "
@@ -115,13 +126,15 @@ def run(ctx: RunContext) -> WorkloadResult:
     ctx.progress.phase("model costs", total=1, unit="model")
     mc = model_costs(cfg.model, cfg.cache_dir)
     ctx.progress(1)
-    costs = ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, cfg.requests.input_mean)
+    costs = serving_costs(mc, cfg, ctx.seed)
     kv_tok = float(mc.kv_bytes_per_token())
     reqs = generate(cfg.requests, ctx.seed)
     lay = cfg.layout
     first_decode = lay.prefill_instances * lay.prefill_dp  # decode instances follow the prefill ones
     iters = IterationModel(ctx, costs, cfg, kv_bytes_per_token=kv_tok,
                            decode_dies=tuple(range(first_decode, first_decode + lay.decode_dp)))
+    if cfg.mode == "fixed":
+        return run_fixed(ctx, cfg, costs, iters, kv_tok)
     sat_reqs = generate(cfg.requests, ctx.seed, rate=cfg.saturation_rate) if cfg.saturation_rate > 0 else None
     req_frames, iter_frames, metrics, timelines = [], [], {}, {}
     for library in ctx.libraries:
