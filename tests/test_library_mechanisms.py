@@ -10,7 +10,7 @@ from helpers import make_library
 
 from stratacl.comm import partition
 from stratacl.comm.library import DEFAULT_UNIT_KiB, staging_bytes
-from stratacl.config import Algorithm, DataPath, Mover, Partitioning
+from stratacl.config import Algorithm, DataPath, ExpansionMode, Mover, Partitioning
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
 from stratacl.trace import Trace
@@ -233,8 +233,10 @@ def test_staged_data_path_adds_its_copies_at_hbm_rate(cm384, coll) -> None:  # n
     """The data_path knob alone: staged = pool + copy-in + copy-out, each a device copy that reads
     and writes HBM (2 bytes of traffic per byte) at the die's HBM bandwidth."""
     n, size = 32, 64 * 2**20  # fits one 200 MB buffer round: the algorithm runs once either way
-    staged = make_library(cm384, "hccl", algorithm=Algorithm.ring)
-    pool = make_library(cm384, "hccl", algorithm=Algorithm.ring, data_path=DataPath.pool)
+    # AIV mode and no copy-engine cap: the copies run in-kernel at the die's HBM rate
+    knobs = dict(algorithm=Algorithm.ring, expansion_mode=ExpansionMode.aiv, copy_GBps=0.0)
+    staged = make_library(cm384, "hccl", **knobs)
+    pool = make_library(cm384, "hccl", data_path=DataPath.pool, **knobs)
     assert staged.cfg.data_path == DataPath.staged and staged.cfg.copy_GBps == 0  # copies at HBM rate
     a, b = _one(staged, coll, n, size), _one(pool, coll, n, size)
     copied = STAGED_BYTES[coll](size, n)
