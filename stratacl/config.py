@@ -87,6 +87,8 @@ class Algorithm(StrEnum):
     pairwise = "pairwise"
     rhd = "rhd"
     auto = "auto"
+    hccl = "hccl"  # HCCL's own A3 selection: hierarchical / grouped algorithms (comm/hierarchical.py)
+    hierarchical = "hierarchical"  # intra-server (double) ring + inter-server level 1, at every size
 
 
 class Partitioning(StrEnum):
@@ -136,6 +138,9 @@ class LibraryConfig:
     # does not remove staging for reducescatter and only partly for ring allreduce)
     stage_anyway: dict[str, float] = field(default_factory=dict)
     moe_layout_exchange: bool = True  # MoE dispatch: exchange per-peer counts first (an extra step)
+    # algorithm=hccl: HCCL_ALGO's per-operator level-1 (inter-server) choice, e.g. {allreduce: ring,
+    # alltoall: pairwise}; operators not listed use HCCL's adaptive choice
+    hccl_algo: dict[str, str] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- workloads
@@ -255,9 +260,14 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     for coll, frac in lib.stage_anyway.items():
         if not 0 <= frac <= 1:
             raise ConfigError(f"{where}.stage_anyway.{coll}", f"fraction {frac} outside 0..1")
-    bad = [a for a in lib.auto_candidates if a not in ("ring", "mesh", "fullmesh", "rhd")]
+    bad = [a for a in lib.auto_candidates if a not in ("ring", "mesh", "fullmesh", "rhd", "hierarchical", "hccl")]
     if bad:
-        raise ConfigError(f"{where}.auto_candidates", f"unknown algorithms {bad}", "use ring, mesh, fullmesh, rhd")
+        raise ConfigError(f"{where}.auto_candidates", f"unknown algorithms {bad}",
+                          "use ring, mesh, fullmesh, rhd, hierarchical, hccl")
+    for op, algo in lib.hccl_algo.items():
+        if algo not in ("ring", "nhr", "nb", "rhd", "pipeline", "pairwise", "auto"):
+            raise ConfigError(f"{where}.hccl_algo.{op}", f"unknown level-1 algorithm '{algo}'",
+                              "use ring, nhr, nb, rhd, pipeline (alltoall: pairwise) or auto")
     if lib.fanout_cap < 1:
         raise ConfigError(f"{where}.fanout_cap", f"must be ≥ 1, got {lib.fanout_cap}")
     if lib.pipeline_chunks < 1:

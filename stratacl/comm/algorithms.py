@@ -37,6 +37,9 @@ class WirePlan:
     reduce_bytes: float = 0.0  # bytes the busiest die reduces (reads 2, writes 1)
     peers: int = 0  # distinct peers the busiest die exchanges with
     peer_work: tuple[tuple[float, int], ...] = ()  # busiest die: (bytes, tier index) per peer
+    # hierarchical plans: sub-plans run one after another (each its own sync + transfer phase);
+    # the fields above then hold their totals
+    stages: tuple[WirePlan, ...] = ()
 
     @property
     def wire_s(self) -> float:

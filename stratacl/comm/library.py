@@ -27,6 +27,7 @@ from functools import lru_cache
 import numpy as np
 
 from stratacl.comm import algorithms as alg
+from stratacl.comm import hierarchical as hier
 from stratacl.comm import partition
 from stratacl.comm.registration import RegistrationState
 from stratacl.config import Algorithm, DataPath, LibraryConfig, Mover, Partitioning, Trigger
@@ -82,6 +83,8 @@ class LibraryModel:
     # ------------------------------------------------------------------ algorithm choice
     def candidates(self, coll: str) -> list[str]:
         a = self.cfg.algorithm
+        if a == Algorithm.hccl or (a == Algorithm.hierarchical and coll in _EXCHANGES):
+            return ["hccl"]
         if a == Algorithm.auto:
             if coll in _EXCHANGES:
                 return ["fullmesh", "pairwise"] if "fullmesh" in (self.cfg.auto_candidates or ["fullmesh"]) \
@@ -106,6 +109,12 @@ class LibraryModel:
         plane = self.cfg.plane
         if n == 1:
             return alg.WirePlan(algorithm, 0, 0.0)
+        if algorithm == "hccl":
+            choice = self.hccl_choice(coll, size, tidx)
+            return hier.hccl_plan(choice, coll, size, tidx, self.fabric, plane, peer_bytes)
+        if algorithm == "hierarchical" and coll in ("allreduce", "allgather", "reducescatter", "broadcast"):
+            c = self.hccl_choice(coll, size, tidx, rules=False)
+            return hier.hccl_plan(c, coll, size, tidx, self.fabric, plane, peer_bytes)
         if algorithm == "rhd" and coll in ("allreduce", "allgather", "reducescatter") and n & (n - 1) == 0:
             return alg.rhd(coll, n, size, tidx, self.fabric, plane)
         if algorithm in ("ring", "rhd") and coll in ("allreduce", "allgather", "reducescatter", "broadcast"):
@@ -116,6 +125,21 @@ class LibraryModel:
             return alg.fullmesh(coll, n, size, tidx, self.fabric, plane, peer_bytes,
                                 steps_per_exchange=n - 1, algorithm="mesh")
         return alg.fullmesh(coll, n, size, tidx, self.fabric, plane, peer_bytes)
+
+    def hccl_choice(self, coll: str, size: float, tidx: np.ndarray, rules: bool = True) -> hier.HcclChoice:
+        """HCCL's selection on A3 for this op on a communicator (tier matrix): server split from
+        the tiers, AIV rules in AIV expansion mode, HCCL_ALGO's level-1 override per operator.
+        `rules=False`: the hierarchical ring executor at any size (no small-count / AIV paths)."""
+        n = tidx.shape[0]
+        split = hier.split_servers(tidx)
+        servers, paired = (split[0], split[1]) if split else ([list(range(n))], False)
+        op = {"alltoallv": "alltoall", "dispatch": "alltoall", "combine": "alltoall"}.get(coll, coll)
+        cfg = self.cfg
+        ccl = cfg.comm_buffer_MB * 1e6 if cfg.data_path == DataPath.staged else 200e6
+        return hier.select(coll, size, n, len(servers), len(servers[0]), paired,
+                           aiv=getattr(cfg, "expansion_mode", "") == "aiv",
+                           zerocopy=cfg.data_path != DataPath.staged,
+                           configured=cfg.hccl_algo.get(op, "auto"), ccl_bytes=ccl, rules=rules)
 
     # ------------------------------------------------------------------ pricing
     def collective_phases(self, coll: str, size: float, group: tuple[int, ...],
@@ -152,19 +176,22 @@ class LibraryModel:
         algo = self.chosen_algorithm(coll, size, group, peer_bytes)
         if len(group) < 2:
             return OpInfo(algo, 0.0)
-        plan = self.wire_plan(coll, size, group, peer_bytes, algo)
-        return OpInfo(algo, self.core_schedule(plan).spread)
+        plan = self.wire_plan(coll, size, group, peer_bytes, self._best(coll, size, group, peer_bytes)[2])
+        # a staged plan: the stage whose cores take longest decides the spread reported
+        sched = max((self.core_schedule(st) for st in (plan.stages or (plan,))), key=lambda c: c.makespan_s)
+        return OpInfo(algo, sched.spread)
 
     def _best(self, coll: str, size: float, group: tuple[int, ...],
-              peer_bytes: tuple[float, ...]) -> tuple[str, list[Phase]]:
-        best: tuple[str, list[Phase]] = ("", [])
+              peer_bytes: tuple[float, ...]) -> tuple[str, list[Phase], str]:
+        """(algorithm that runs, its phases, the candidate that produced it)."""
+        best: tuple[str, list[Phase], str] = ("", [], "")
         best_t = math.inf
         for algo in self.candidates(coll):
             plan = self.wire_plan(coll, size, group, peer_bytes, algo)
             phases = self._phases(coll, size, len(group), plan)
             t = sum(p.standalone_s() for p in phases)
             if t < best_t:
-                best, best_t = (algo, phases), t
+                best, best_t = (plan.algorithm or algo, phases, algo), t
         return best
 
     def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan) -> list[Phase]:
@@ -181,10 +208,12 @@ class LibraryModel:
             cin, cout = (frac * b for b in staging_bytes(coll, size, n))
         if cin > 0:  # with pipelining only the first chunk's copy is exposed
             phases.append(self._copy_phase(cin / chunks, n))
-        phases += delay("sync", plan.latency_s * rounds)
-        if plan.wire_s > 0:
-            overlapped = (cin + cout) * (chunks - 1) / chunks
-            phases += self._transfer_phases(plan, n, overlapped_copy=overlapped)
+        stages = plan.stages or (plan,)  # hierarchical plans: their stages in order
+        for st in stages:
+            phases += delay("sync", st.latency_s * rounds)
+            if st.wire_s > 0:
+                overlapped = (cin + cout) * (chunks - 1) / chunks / len(stages)
+                phases += self._transfer_phases(st, n, overlapped_copy=overlapped)
         if cout > 0:
             phases.append(self._copy_phase(cout / chunks, n))
         return merge_delays(phases)
