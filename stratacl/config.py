@@ -133,6 +133,8 @@ class LibraryConfig:
     # core partitioning (balanced): transfer unit per tier and cores one peer may use
     unit_KiB: dict[str, float] = field(default_factory=dict)  # per tier: die | node | supernode | scaleout
     fanout_cap: int = 4
+    refine_units_below: float = 0.0  # balanced: halve the units while fewer than this many per core
+    min_unit_KiB: float = 4.0  # balanced: the finest unit the policy generator cuts
     pipeline_chunks: int = 1  # staged: >1 overlaps the copies with the transfer in that many chunks
     # fraction of the staging copies a zero-copy path still does per collective (NCCL registration
     # does not remove staging for reducescatter and only partly for ring allreduce)
@@ -270,6 +272,8 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
                               "use ring, nhr, nb, rhd, pipeline (alltoall: pairwise) or auto")
     if lib.fanout_cap < 1:
         raise ConfigError(f"{where}.fanout_cap", f"must be ≥ 1, got {lib.fanout_cap}")
+    if lib.refine_units_below < 0 or not lib.min_unit_KiB > 0:
+        raise ConfigError(f"{where}.refine_units_below", "need refine_units_below ≥ 0 and min_unit_KiB > 0")
     if lib.pipeline_chunks < 1:
         raise ConfigError(f"{where}.pipeline_chunks", f"must be ≥ 1, got {lib.pipeline_chunks}")
     for tier, kib in lib.unit_KiB.items():

@@ -236,7 +236,8 @@ class LibraryModel:
             peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate))
             units.append(self.cfg.unit_KiB.get(_TIERS[tier.index], 256.0) * 1024)
         if self.cfg.partitioning == Partitioning.balanced:
-            return partition.balanced(peers, self.cfg.comm_cores, units, self.cfg.fanout_cap)
+            return partition.balanced(peers, self.cfg.comm_cores, units, self.cfg.fanout_cap,
+                                      self.cfg.refine_units_below, self.cfg.min_unit_KiB * 1024)
         return partition.uniform(peers, self.cfg.comm_cores)
 
     def _transfer_phases(self, plan: alg.WirePlan, n: int, overlapped_copy: float = 0.0) -> list[Phase]:
