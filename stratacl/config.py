@@ -59,6 +59,19 @@ class DieConfig:
 
 
 @dataclass
+class SwitchConfig:
+    """A two-tier switched scale-up network (fabric.fidelity=switch): per node `l1_per_node` L1
+    chips, one per sub-plane, each with `l2_per_plane` links up to that plane's L2 chips; every L2
+    chip has `l2_ports` ports (one per node). 0 L1 chips = no switch model."""
+
+    l1_per_node: int = 0
+    l2_per_plane: int = 0
+    l2_ports: int = 0
+    link_GBps: float = 0.0  # one L1↔L2 link, per direction
+    routing: str = "spray"  # spray: a node's inter-node bytes spread over all its uplinks
+
+
+@dataclass
 class FabricConfig:
     name: str = MISSING
     description: str = ""
@@ -68,6 +81,11 @@ class FabricConfig:
     # per-die port rate per direction, by plane: the ceiling of every tier's achievable β on it
     port_GBps: dict[str, float] = field(default_factory=dict)
     die: DieConfig = field(default_factory=DieConfig)
+    # die_ports: a die's port carries each tier's bytes at that tier's measured β (fast);
+    # switch: ports at their nominal rate shared by all flows, each flow capped at its tier's β,
+    # plus the switch's node uplink/downlink port groups (stratacl/fabric_switch.py)
+    fidelity: str = "die_ports"
+    switch: SwitchConfig = field(default_factory=SwitchConfig)
 
 
 # --------------------------------------------------------------------------- library
@@ -227,6 +245,20 @@ def validate_fabric(fab: FabricConfig) -> None:
                               f"lower it or raise fabric.port_GBps.{tier.plane}")
     for plane, rate in fab.port_GBps.items():
         _positive(rate, f"fabric.port_GBps.{plane}")
+    if fab.fidelity not in ("die_ports", "switch"):
+        raise ConfigError("fabric.fidelity", f"unknown fidelity '{fab.fidelity}'", "use die_ports or switch")
+    sw = fab.switch
+    if fab.fidelity == "switch":
+        if sw.l1_per_node <= 0 or sw.l2_per_plane <= 0 or not sw.link_GBps > 0:
+            raise ConfigError("fabric.switch", f"fabric '{fab.name}' has no switch model",
+                              "set fabric.switch.l1_per_node, l2_per_plane, l2_ports, link_GBps "
+                              "or use fabric.fidelity=die_ports")
+        if sw.l2_ports < topo.nodes // topo.supernodes:
+            raise ConfigError("fabric.switch.l2_ports", f"{sw.l2_ports} L2 ports cannot reach "
+                              f"{topo.nodes // topo.supernodes} nodes of a supernode",
+                              "one L2 port per node of the supernode")
+        if sw.routing != "spray":
+            raise ConfigError("fabric.switch.routing", f"unknown routing '{sw.routing}'", "use spray")
     die = fab.die
     for key in ("cube_cores", "vector_cores", "hbm_GB", "hbm_GBps", "cube_TFLOPs", "vector_TFLOPs",
                 "vector_core_move_GBps"):

@@ -14,10 +14,12 @@ import numpy as np
 
 from stratacl.config import TIER_ORDER, FabricConfig, validate_fabric, world_size
 from stratacl.errors import ConfigError
+from stratacl.fabric_switch import SwitchModel
 
 # Per-die fluid resources. Ports are per direction and per plane; cores and DMA engines are held
 # or shared; HBM is shared bandwidth.
-RESOURCES = ("sio_tx", "sio_rx", "ub_tx", "ub_rx", "rdma_tx", "rdma_rx", "hbm", "vec", "cube", "sdma")
+RESOURCES = ("sio_tx", "sio_rx", "ub_tx", "ub_rx", "rdma_tx", "rdma_rx", "hbm", "vec", "cube", "sdma",
+             "l1_up", "l1_down")  # last two: a node's switch uplinks / downlinks (fidelity=switch)
 R = {name: i for i, name in enumerate(RESOURCES)}
 
 
@@ -72,6 +74,9 @@ class Fabric:
         self.core_move_Bps = die.vector_core_move_GBps * 1e9
         self.cores_shared = die.cores_shared
         self.sdma_Bps = die.sdma.engines * die.sdma.engine_GBps * 1e9
+        self.port_Bps = {p: r * 1e9 for p, r in cfg.port_GBps.items()}
+        self.fidelity = cfg.fidelity
+        self.switch = SwitchModel(cfg.switch, self.dies_per_node) if cfg.fidelity == "switch" else None
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
 
     # ------------------------------------------------------------------ placement

@@ -282,7 +282,7 @@ def level0_plan(kind: str, coll: str, k: int, size: float, tidx0: np.ndarray, fa
                      "double_ring")
     if kind == "mesh":
         c = "allgather" if coll == "scatter" else coll
-        return alg.fullmesh(c, k, size, tidx0, fabric, plane, algorithm="mesh")
+        return alg.fullmesh(c, k, size, tidx0, fabric, plane)  # one-shot mesh inside the server
     return rings(coll, k, size, tidx0, fabric, plane, [list(range(k))], "ring")
 
 

@@ -50,6 +50,8 @@ _IN_OUT = {
 _EXCHANGES = ("alltoall", "alltoallv", "dispatch", "combine")
 COUNT_BYTES = 4  # one int32 token count per peer in the MoE layout exchange
 _TIERS = ("die", "node", "supernode", "scaleout")
+# plans whose flows to all peers run at once (the switch model paces them by the slowest flow)
+_CONCURRENT = ("fullmesh", "hccl:mesh", "hccl:direct_fullmesh", "direct_fullmesh", "mesh_aiv")
 
 
 def staging_bytes(coll: str, size: float, n: int) -> tuple[float, float]:
@@ -240,13 +242,41 @@ class LibraryModel:
                                       self.cfg.refine_units_below, self.cfg.min_unit_KiB * 1024)
         return partition.uniform(peers, self.cfg.comm_cores)
 
+    def _port_loads(self, plan: alg.WirePlan, n: int) -> tuple[dict[str, float], dict[str, float], float,
+                                                               list[tuple[str, int, float]]]:
+        """Port seconds per plane (tx, rx), the flows' pace and the switch port-group loads.
+
+        die_ports: the plan's seconds at tier β, no pace. switch: bytes at the port's nominal rate;
+        the pace is the slowest flow at its tier β — all peers at once for a one-step exchange, the
+        plan's lockstep steps otherwise; a node's uplinks and downlinks carry the inter-node bytes
+        of the node's members (the busiest die's, an upper bound for rings)."""
+        fab = self.fabric
+        if fab.switch is None:
+            return plan.tx_s, plan.rx_s, 0.0, []
+        tiers = [(b, fab.tier(t, self.cfg.plane)) for b, t in plan.peer_work]
+        per_plane: dict[str, float] = {}
+        for b, tier in tiers:
+            per_plane[tier.plane] = per_plane.get(tier.plane, 0.0) + b
+        scale = plan.send_bytes / max(sum(per_plane.values()), 1e-300)  # peer_work of one exchange
+        ports = {p: b * scale / fab.port_Bps[p] for p, b in per_plane.items()}
+        concurrent = plan.algorithm in _CONCURRENT
+        pace = max((b * scale / t.beta_Bps for b, t in tiers), default=0.0) if concurrent else plan.wire_s
+        inter = sum(b * scale for b, t in tiers if t.index >= 2 and t.plane == "ub")
+        switch: list[tuple[str, int, float]] = []
+        if inter > 0:
+            up = fab.switch.uplink_seconds(inter, min(n, fab.dies_per_node))
+            switch = [("sw", R["l1_up"], up), ("sw", R["l1_down"], up)]
+        rx = {p: s * plan.recv_bytes / max(plan.send_bytes, 1e-300) for p, s in ports.items()}
+        return ports, rx, pace, switch
+
     def _transfer_phases(self, plan: alg.WirePlan, n: int, overlapped_copy: float = 0.0) -> list[Phase]:
         fab = self.fabric
         cfg = self.cfg
-        loads: list[tuple[str, int, float]] = []
-        for p, s in plan.tx_s.items():
+        tx_s, rx_s, pace, switch = self._port_loads(plan, n)
+        loads: list[tuple[str, int, float]] = list(switch)
+        for p, s in tx_s.items():
             loads.append(("all", R[f"{p}_tx"], s))
-        for p, s in plan.rx_s.items():
+        for p, s in rx_s.items():
             loads.append(("all", R[f"{p}_rx"], s))
         # senders read, receivers write, reductions read two operands and write one
         hbm = plan.send_bytes + plan.recv_bytes + 2 * plan.reduce_bytes + 2 * overlapped_copy
@@ -269,13 +299,14 @@ class LibraryModel:
                 phases += delay("launch", launch)
             loads.append(("all", R["sdma"], moved / fab.sdma_Bps))
             holds, min_t = (), 0.0
-        phases.append(Phase("wire", loads=tuple(loads), holds=holds, min_time_s=min_t,
+        phases.append(Phase("wire", loads=tuple(loads), holds=holds, min_time_s=max(min_t, pace),
                             wire_bytes=plan.group_wire_bytes, hbm_bytes=hbm * n,
                             copy_bytes=overlapped_copy * n))
         return phases
 
-    def p2p_phases(self, tier_index: int, nbytes: float, total_bytes: float) -> list[Phase]:
-        """Send/recv of `nbytes` per pair (the slowest pair); staged libraries copy on both ends."""
+    def p2p_phases(self, tier_index: int, nbytes: float, total_bytes: float, per_node: int = 1) -> list[Phase]:
+        """Send/recv of `nbytes` per pair (the slowest pair); staged libraries copy on both ends.
+        `per_node`: most pairs whose sender (or receiver) shares a node (switch port groups)."""
         tier = self.fabric.tier(tier_index, self.cfg.plane)
         plan = alg.WirePlan("p2p", 1, tier.alpha_s + tier.sync_s, {tier.plane: nbytes / tier.beta_Bps},
                             {tier.plane: nbytes / tier.beta_Bps}, nbytes, nbytes, total_bytes, 0.0, 1,
@@ -289,7 +320,8 @@ class LibraryModel:
             phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1), 0.0, "src"))
         phases += delay("sync", plan.latency_s)
         overlapped = 2 * copy * (chunks - 1) / chunks
-        phases += [_p2p_roles(p, total_bytes) for p in self._transfer_phases(plan, 1, overlapped)]
+        phases += [_p2p_roles(replace(p, copy_bytes=p.copy_bytes / per_node), total_bytes)
+                   for p in self._transfer_phases(plan, per_node, overlapped)]
         if copy > 0:
             phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1), 0.0, "dst"))
         return merge_delays(phases)
@@ -309,6 +341,10 @@ def _p2p_roles(p: Phase, total_bytes: float, only: str = "") -> Phase:
         name = _RES_NAME[r]
         if name == "hbm":
             loads += [("src", r, s / 2), ("dst", r, s / 2)]  # the sender reads, the receiver writes
+        elif name == "l1_up":
+            loads.append(("sw_src", r, s))
+        elif name == "l1_down":
+            loads.append(("sw_dst", r, s))
         else:
             loads.append(("dst" if name.endswith("_rx") else "src", r, s))
     holds = tuple(("src", r, h) for _, r, h in p.holds)
@@ -379,7 +415,9 @@ class LibraryRuntime:
         sizes = np.full(len(op.src), sizes[0]) if sizes.size == 1 else sizes
         # the slowest pair paces the SPMD op
         worst = max(range(len(sizes)), key=lambda i: sizes[i] / fab.tier(int(tiers[i]), plane).beta_Bps)
-        phases = self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()))
+        dpn = fab.dies_per_node
+        per_node = max(int(np.bincount(np.asarray(ends) // dpn).max()) for ends in (op.src, op.dst))
+        phases = self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()), per_node)
         return phases, 1, OpInfo(algorithm="p2p", core_spread=0.0)
 
 

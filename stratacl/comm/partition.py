@@ -93,24 +93,25 @@ def lpt(peers: list[PeerWork], cores: int, unit_bytes: list[float], fanout_cap: 
     first, at most `fanout_cap` units of one peer per stripe (REFERENCE §4: a per-stripe fan-out
     cap per peer, so no peer is hammered by all cores at once); within a stripe the largest unit
     goes to the least-loaded core. A unit costs its start-up α unless it is its core's first."""
-    queues: list[tuple[float, float, int, int]] = []  # (-unit time, α, units left, peer)
+    queues: list[tuple[float, float, float, int, int]] = []  # (-τ, move, α, units left, peer)
     for j, (w, u) in enumerate(zip(peers, unit_bytes, strict=True)):
         if w.nbytes <= 0:
             continue
         n = max(1, math.ceil(w.nbytes / u))
-        queues.append((-(w.nbytes / n / w.rate_Bps), w.alpha_s, n, j))
-    heapq.heapify(queues)  # peers by their unit size, largest first
+        move = w.nbytes / n / w.rate_Bps
+        queues.append((-(move + w.alpha_s), move, w.alpha_s, n, j))
+    heapq.heapify(queues)  # peers by their unit cost τ = α + s/r, largest first
     loads = [0.0] * cores
     core_heap = [(0.0, c) for c in range(cores)]
     while queues:
         stripe: list[tuple[float, float]] = []
-        later: list[tuple[float, float, int, int]] = []
+        later: list[tuple[float, float, float, int, int]] = []
         while queues and len(stripe) < cores:
-            neg, alpha, left, j = heapq.heappop(queues)
+            tau, move, alpha, left, j = heapq.heappop(queues)
             take = min(left, fanout_cap, cores - len(stripe))
-            stripe += [(-neg, alpha)] * take
+            stripe += [(move, alpha)] * take
             if left > take:
-                later.append((neg, alpha, left - take, j))
+                later.append((tau, move, alpha, left - take, j))
         for q in later:
             heapq.heappush(queues, q)
         for move, alpha in stripe:  # already largest first

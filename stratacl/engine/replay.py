@@ -151,7 +151,8 @@ class Replay:
 
     def _recorder(self) -> UtilisationRecorder:
         dies = sorted({r for op in self.trace.ops for r in op.ranks})
-        return UtilisationRecorder(self.fluid, self.trace.world_size, np.asarray(dies, dtype=np.int64))
+        extra = self.trace.world_size // self.fabric.dies_per_node + 1 if self.fabric.switch else 0
+        return UtilisationRecorder(self.fluid, self.trace.world_size + extra, np.asarray(dies, dtype=np.int64))
 
     # ------------------------------------------------------------------ op lifecycle
     def _start_op(self, i: int) -> None:
@@ -212,7 +213,16 @@ class Replay:
             if op.kind == "p2p":
                 roles["src"] = self._intern(op.src)
                 roles["dst"] = self._intern(op.dst)
+            if self.fabric.switch is not None:  # switch port groups: one pseudo-die per node
+                roles["sw"] = self._intern(self._nodes(op.ranks))
+                if op.kind == "p2p":
+                    roles["sw_src"] = self._intern(self._nodes(op.src))
+                    roles["sw_dst"] = self._intern(self._nodes(op.dst))
         return roles
+
+    def _nodes(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        """Pseudo-dies (after the trace's ranks) standing for the nodes' switch port groups."""
+        return tuple(sorted({self.trace.world_size + self.fabric.switch.node_of(r) for r in ranks}))
 
     def _intern(self, ranks: tuple[int, ...]) -> int:
         hit = self._by_tuple.get(ranks)  # equal tuples (ops of one group) share the lookup
