@@ -161,6 +161,13 @@ class LibraryConfig:
     # algorithm=hccl: HCCL_ALGO's per-operator level-1 (inter-server) choice, e.g. {allreduce: ring,
     # alltoall: pairwise}; operators not listed use HCCL's adaptive choice
     hccl_algo: dict[str, str] = field(default_factory=dict)
+    # the host in the loop: operators ("coll" or "coll:mode") whose arguments the host must read
+    # first (host arrays, a CPU wait for received counts): a device→host copy + host round trip
+    # each, and a graph split in a captured step
+    host_sync: list[str] = field(default_factory=list)
+    host_roundtrip_us: float = 0.0  # device→host copy of the counts + host handling + relaunch
+    graph_launch_us: float = 0.0  # launching one captured graph (REFERENCE §2: 0.6-0.8 ms)
+    moe_signal_rtts: float = 0.0  # dispatch/combine: extra round trips of remote-atomic signalling
 
 
 # --------------------------------------------------------------------------- workloads
@@ -298,6 +305,15 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     if bad:
         raise ConfigError(f"{where}.auto_candidates", f"unknown algorithms {bad}",
                           "use ring, mesh, fullmesh, rhd, hierarchical, hccl")
+    for key in ("host_roundtrip_us", "graph_launch_us", "moe_signal_rtts"):
+        if getattr(lib, key) < 0:
+            raise ConfigError(f"{where}.{key}", "must be ≥ 0")
+    for entry in lib.host_sync:
+        coll, _, mode = entry.partition(":")
+        if coll not in ("allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "broadcast",
+                        "dispatch", "combine") or mode not in ("", "ht", "ll"):
+            raise ConfigError(f"{where}.host_sync", f"unknown operator '{entry}'",
+                              "use a collective name, optionally with :ht or :ll (dispatch:ht)")
     for op, algo in lib.hccl_algo.items():
         if algo not in ("ring", "nhr", "nb", "rhd", "pipeline", "pairwise", "auto"):
             raise ConfigError(f"{where}.hccl_algo.{op}", f"unknown level-1 algorithm '{algo}'",

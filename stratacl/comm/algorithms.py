@@ -40,6 +40,9 @@ class WirePlan:
     # hierarchical plans: sub-plans run one after another (each its own sync + transfer phase);
     # the fields above then hold their totals
     stages: tuple[WirePlan, ...] = ()
+    # MoE: separate windows each peer's payload lands in, aligned with peer_work (LL: one per
+    # expert of the peer hit; HT: one packed window); empty = one per peer
+    peer_copies: tuple[int, ...] = ()
 
     @property
     def wire_s(self) -> float:

@@ -99,10 +99,15 @@ class LibraryModel:
         return [a.value]
 
     def wire_plan(self, coll: str, size: float, group: tuple[int, ...],
-                  peer_bytes: tuple[float, ...] = (), algorithm: str | None = None) -> alg.WirePlan:
+                  peer_bytes: tuple[float, ...] = (), algorithm: str | None = None,
+                  moe: tuple = ()) -> alg.WirePlan:
+        """`moe` = (mode, bytes per token copy, experts per rank) of a dispatch/combine."""
         tidx = self.fabric.group_tiers(group)
         algo = algorithm or self.candidates(coll)[0]
-        return self._plan(coll, size, len(group), tidx.tobytes(), peer_bytes, algo)
+        plan = self._plan(coll, size, len(group), tidx.tobytes(), peer_bytes, algo)
+        if moe and plan.peer_work:
+            plan = replace(plan, peer_copies=moe_windows(plan, *moe))
+        return plan
 
     @lru_cache(maxsize=65536)  # noqa: B019 - one model per run
     def _plan(self, coll: str, size: float, n: int, tkey: bytes, peer_bytes: tuple[float, ...],
@@ -145,19 +150,55 @@ class LibraryModel:
 
     # ------------------------------------------------------------------ pricing
     def collective_phases(self, coll: str, size: float, group: tuple[int, ...],
-                          peer_bytes: tuple[float, ...] = (), moe_mode: str = "") -> list[Phase]:
+                          peer_bytes: tuple[float, ...] = (), moe_mode: str = "",
+                          moe_shape: tuple[float, int] = ()) -> list[Phase]:
         """Static phases of one collective on one communicator (registration is added at run
         time by the runtime). With algorithm=auto, the fastest candidate on an idle fabric.
 
         An HT-mode MoE dispatch first exchanges per-peer token counts (DeepEP's notify step, part
         of its dispatch call): receivers need them to lay out a packed receive buffer. LL-mode
         kernels write into fixed per-expert slots and skip it (`moe_layout_exchange` turns the
-        step off for a library that derives the layout otherwise)."""
-        phases = self._best(coll, size, group, peer_bytes)[1]
+        step off for a library that derives the layout otherwise).
+
+        `moe_shape` = (bytes per token copy, experts per rank): an LL kernel writes each peer's
+        copies into one window per expert hit, each its own start-up (`moe_windows`). A library
+        that signals completion with remote atomics pays `moe_signal_rtts` round trips; one whose
+        operator needs the host first (`host_sync`) pays a device→host copy and host round trip."""
+        moe = (moe_mode, *moe_shape) if moe_mode and moe_shape else ()
+        phases = self._best(coll, size, group, peer_bytes, moe)[1]
         if coll == "dispatch" and moe_mode == "ht" and self.cfg.moe_layout_exchange and len(group) > 1:
             counts = self._best("alltoall", COUNT_BYTES * len(group), group, ())[1]
             phases = merge_delays([*counts, *phases])
+        if coll in ("dispatch", "combine") and self.cfg.moe_signal_rtts > 0 and len(group) > 1:
+            far = self.fabric.tier(int(self.fabric.group_tiers(group).max()), self.cfg.plane)
+            phases = merge_delays([*phases, *delay("sync", self.cfg.moe_signal_rtts * 2 * far.alpha_s)])
+        if self.needs_host(coll, moe_mode) and len(group) > 1:
+            phases = merge_delays([*delay("host", self.cfg.host_roundtrip_us * 1e-6), *phases])
         return phases
+
+    # ------------------------------------------------------------------ the host in the loop
+    def needs_host(self, coll: str, moe_mode: str = "") -> bool:
+        """Whether the operator needs the host before it can start (its arguments are host arrays
+        or its receive layout is read back by the CPU), per the library's documentation."""
+        hs = self.cfg.host_sync
+        return coll in hs or (bool(moe_mode) and f"{coll}:{moe_mode}" in hs)
+
+    def graph_capturable(self, coll: str, moe_mode: str = "") -> bool:
+        """A step containing this operator can be captured and replayed as one graph."""
+        return not self.needs_host(coll, moe_mode)
+
+    def step_host_overhead_s(self, host_syncs: int) -> float:
+        """Host-side cost of one model step (e.g. a decode iteration) whose graph has `host_syncs`
+        operators that need the host: a fully device-driven step is one captured graph (one
+        graph launch, REFERENCE §2: 0.6–0.8 ms); each host-synchronising operator splits the
+        graph — one more graph launch — and adds its device→host round trip."""
+        launch = self.cfg.graph_launch_us * 1e-6
+        return (host_syncs + 1) * launch + host_syncs * self.cfg.host_roundtrip_us * 1e-6
+
+    def moe_step_host_overhead_s(self, moe_layers: int, moe_mode: str) -> float:
+        """`step_host_overhead_s` for a step with `moe_layers` dispatch + combine pairs."""
+        syncs = moe_layers * (self.needs_host("dispatch", moe_mode) + self.needs_host("combine", moe_mode))
+        return self.step_host_overhead_s(syncs)
 
     @property
     def cost_depends_on_mapping(self) -> bool:
@@ -184,12 +225,12 @@ class LibraryModel:
         return OpInfo(algo, sched.spread)
 
     def _best(self, coll: str, size: float, group: tuple[int, ...],
-              peer_bytes: tuple[float, ...]) -> tuple[str, list[Phase], str]:
+              peer_bytes: tuple[float, ...], moe: tuple = ()) -> tuple[str, list[Phase], str]:
         """(algorithm that runs, its phases, the candidate that produced it)."""
         best: tuple[str, list[Phase], str] = ("", [], "")
         best_t = math.inf
         for algo in self.candidates(coll):
-            plan = self.wire_plan(coll, size, group, peer_bytes, algo)
+            plan = self.wire_plan(coll, size, group, peer_bytes, algo, moe)
             phases = self._phases(coll, size, len(group), plan)
             t = sum(p.standalone_s() for p in phases)
             if t < best_t:
@@ -232,10 +273,14 @@ class LibraryModel:
         fab = self.fabric
         peers = []
         units = []
-        for nbytes, t in plan.peer_work:
+        copies = plan.peer_copies or (1,) * len(plan.peer_work)
+        # a one-step exchange ends with a completion flag written to every peer: one more small
+        # write, with its own start-up, on the core serving that peer (many-peer synchronisation)
+        flag = 1 if plan.algorithm in _CONCURRENT else 0
+        for (nbytes, t), c in zip(plan.peer_work, copies, strict=True):
             tier = fab.tier(t, self.cfg.plane)
             rate = min(fab.core_move_Bps, tier.beta_Bps)
-            peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate))
+            peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate, c + flag))
             units.append(self.cfg.unit_KiB.get(_TIERS[tier.index], 256.0) * 1024)
         if self.cfg.partitioning == Partitioning.balanced:
             return partition.balanced(peers, self.cfg.comm_cores, units, self.cfg.fanout_cap,
@@ -330,6 +375,20 @@ class LibraryModel:
         return LibraryRuntime(self, trace)
 
 
+def moe_windows(plan: alg.WirePlan, mode: str, bytes_per_copy: float, experts_per_rank: int) -> tuple[int, ...]:
+    """Windows each peer's MoE payload lands in. HT (normal kernels): one packed window per peer,
+    laid out from the count exchange. LL: fixed per-expert slots, one window per expert of the
+    peer that the copies hit — c copies spread over E experts hit E·(1 − (1 − 1/E)^c) of them."""
+    if mode != "ll" or bytes_per_copy <= 0:
+        return (1,) * len(plan.peer_work)
+    e = max(1, experts_per_rank)
+    out = []
+    for nbytes, _ in plan.peer_work:
+        c = nbytes / bytes_per_copy
+        out.append(max(1, round(e * (1 - (1 - 1 / e) ** c)) if e > 1 else 1))
+    return tuple(out)
+
+
 def _p2p_roles(p: Phase, total_bytes: float, only: str = "") -> Phase:
     """Point-to-point: the sender's tx port, engines and cores; the receiver's rx port; HBM on both
     (or everything on one end with `only`, e.g. a staging copy)."""
@@ -399,13 +458,22 @@ class LibraryRuntime:
             if key in seen:
                 continue
             seen.add(key)
-            phases = self.model.collective_phases(op.coll, size, g, op.peer_bytes, op.moe_mode)
+            phases = self.model.collective_phases(op.coll, size, g, op.peer_bytes, op.moe_mode,
+                                                  self._moe_shape(op))
             t = sum(p.standalone_s() for p in phases)
             if t > best_t:
                 best, best_t, best_group = phases, t, g
         info = self.model.op_info(op.coll, size, tuple(best_group), op.peer_bytes)
         # accounting fields count bytes over the whole op (all groups)
         return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1, info
+
+    def _moe_shape(self, op: Op) -> tuple[float, int]:
+        """(bytes per token copy, experts per rank) a MoE workload declares in trace.meta["moe"]
+        for its dispatch/combine ops; () when it does not."""
+        meta = self.trace.meta.get("moe") if op.moe_mode else None
+        if not meta:
+            return ()
+        return float(meta["bytes_per_copy"][op.coll]), int(meta["experts_per_rank"])
 
     def _lower_p2p(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
         fab = self.fabric

@@ -23,6 +23,7 @@ class PeerWork:
     nbytes: float
     alpha_s: float  # per-unit start-up cost on this tier
     rate_Bps: float  # bytes/s one core moves to this peer
+    copies: int = 1  # separate windows the payload lands in (MoE LL: one per expert), each a start-up
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +54,13 @@ def uniform(peers: list[PeerWork], cores: int) -> CoreSchedule:
         c = 0
         for j, w in enumerate(peers):
             k = base + (1 if j < extra else 0)
-            per_core = w.nbytes / k / w.rate_Bps
+            per_core = w.nbytes / k / w.rate_Bps + (math.ceil(w.copies / k) - 1) * w.alpha_s
             loads[c:c + k] = per_core
             c += k
     else:
         for j, w in enumerate(peers):  # more peers than cores: deal peers round-robin
-            loads[j % cores] += (w.alpha_s if j >= cores else 0.0) + w.nbytes / w.rate_Bps
+            starts = w.copies - 1 + (1 if j >= cores else 0)
+            loads[j % cores] += starts * w.alpha_s + w.nbytes / w.rate_Bps
     return CoreSchedule(tuple(loads))
 
 
@@ -85,7 +87,8 @@ def balanced(peers: list[PeerWork], cores: int, unit_bytes: list[float], fanout_
 
 
 def _units(peers: list[PeerWork], unit_bytes: list[float]) -> int:
-    return sum(max(1, math.ceil(w.nbytes / u)) for w, u in zip(peers, unit_bytes, strict=True) if w.nbytes > 0)
+    return sum(max(1, w.copies, math.ceil(w.nbytes / u))
+               for w, u in zip(peers, unit_bytes, strict=True) if w.nbytes > 0)
 
 
 def lpt(peers: list[PeerWork], cores: int, unit_bytes: list[float], fanout_cap: int) -> CoreSchedule:
@@ -97,7 +100,7 @@ def lpt(peers: list[PeerWork], cores: int, unit_bytes: list[float], fanout_cap: 
     for j, (w, u) in enumerate(zip(peers, unit_bytes, strict=True)):
         if w.nbytes <= 0:
             continue
-        n = max(1, math.ceil(w.nbytes / u))
+        n = max(1, w.copies, math.ceil(w.nbytes / u))
         move = w.nbytes / n / w.rate_Bps
         queues.append((-(move + w.alpha_s), move, w.alpha_s, n, j))
     heapq.heapify(queues)  # peers by their unit cost τ = α + s/r, largest first

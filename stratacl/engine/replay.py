@@ -119,6 +119,7 @@ class Replay:
         self._events = 0
         self._role_cache: list[dict[str, int] | None] = [None] * n
         self._by_tuple: dict[tuple[int, ...], int] = {}
+        self._node_cache: dict[tuple[int, ...], tuple[int, ...]] = {}
         # collect first: an op with no phases ends at once and may release later roots
         for i in [i for i in range(n) if self._waiting[i] == 0]:
             self._start_op(i)
@@ -222,7 +223,11 @@ class Replay:
 
     def _nodes(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
         """Pseudo-dies (after the trace's ranks) standing for the nodes' switch port groups."""
-        return tuple(sorted({self.trace.world_size + self.fabric.switch.node_of(r) for r in ranks}))
+        hit = self._node_cache.get(ranks)
+        if hit is None:
+            dpn, base = self.fabric.dies_per_node, self.trace.world_size
+            hit = self._node_cache[ranks] = tuple(sorted({base + r // dpn for r in ranks}))
+        return hit
 
     def _intern(self, ranks: tuple[int, ...]) -> int:
         hit = self._by_tuple.get(ranks)  # equal tuples (ops of one group) share the lookup
