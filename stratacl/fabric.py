@@ -76,7 +76,8 @@ class Fabric:
         self.sdma_Bps = die.sdma.engines * die.sdma.engine_GBps * 1e9
         self.port_Bps = {p: r * 1e9 for p, r in cfg.port_GBps.items()}
         self.fidelity = cfg.fidelity
-        self.switch = SwitchModel(cfg.switch, self.dies_per_node) if cfg.fidelity == "switch" else None
+        self.switch = SwitchModel(cfg.switch, self.dies_per_node, self.port_Bps.get("ub", 0.0)) \
+            if cfg.fidelity == "switch" else None
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
 
     # ------------------------------------------------------------------ placement

@@ -22,11 +22,14 @@ from stratacl.config import SwitchConfig
 
 
 class SwitchModel:
-    def __init__(self, cfg: SwitchConfig, dies_per_node: int) -> None:
+    def __init__(self, cfg: SwitchConfig, dies_per_node: int, port_Bps: float) -> None:
         self.cfg = cfg
         self.dies_per_node = dies_per_node
         self.links_per_node = cfg.l1_per_node * cfg.l2_per_plane
         self.uplink_Bps = self.links_per_node * cfg.link_GBps * 1e9  # a node's uplinks, one direction
+        # non-blocking: the uplinks carry all the node's die ports can send, so their constraint
+        # can never bind and is left out (exactly); a tapered Clos keeps it
+        self.blocking = self.uplink_Bps < dies_per_node * port_Bps * (1 - 1e-9)
 
     def node_of(self, die: int) -> int:
         return die // self.dies_per_node

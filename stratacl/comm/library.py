@@ -252,11 +252,13 @@ class LibraryModel:
         if cin > 0:  # with pipelining only the first chunk's copy is exposed
             phases.append(self._copy_phase(cin / chunks, n))
         stages = plan.stages or (plan,)  # hierarchical plans: their stages in order
+        staged: list[Phase] = []
         for st in stages:
-            phases += delay("sync", st.latency_s * rounds)
+            staged += delay("sync", st.latency_s * rounds)
             if st.wire_s > 0:
                 overlapped = (cin + cout) * (chunks - 1) / chunks / len(stages)
-                phases += self._transfer_phases(st, n, overlapped_copy=overlapped)
+                staged += self._transfer_phases(st, n, overlapped_copy=overlapped)
+        phases += _fold_stages(staged) if len(stages) > 1 else staged
         if cout > 0:
             phases.append(self._copy_phase(cout / chunks, n))
         return merge_delays(phases)
@@ -308,7 +310,7 @@ class LibraryModel:
         pace = max((b * scale / t.beta_Bps for b, t in tiers), default=0.0) if concurrent else plan.wire_s
         inter = sum(b * scale for b, t in tiers if t.index >= 2 and t.plane == "ub")
         switch: list[tuple[str, int, float]] = []
-        if inter > 0:
+        if inter > 0 and fab.switch.blocking:
             up = fab.switch.uplink_seconds(inter, min(n, fab.dies_per_node))
             switch = [("sw", R["l1_up"], up), ("sw", R["l1_down"], up)]
         rx = {p: s * plan.recv_bytes / max(plan.send_bytes, 1e-300) for p, s in ports.items()}
@@ -373,6 +375,32 @@ class LibraryModel:
 
     def runtime(self, trace: Trace) -> LibraryRuntime:
         return LibraryRuntime(self, trace)
+
+
+def _fold_stages(phases: list[Phase]) -> list[Phase]:
+    """Events scale with ops: the sync delays and wire transfers of a staged plan's stages fold
+    into one delay and one wire activity — loads summed, min time the sum of the stages' own
+    times — which is exact on an idle fabric (stages run back to back) and shares the ports in
+    proportion under contention. Other activities (SDMA descriptor writes) keep their place."""
+    delays = [p for p in phases if p.is_delay]
+    wires = [p for p in phases if not p.is_delay and p.category == "wire"]
+    others = [p for p in phases if not p.is_delay and p.category != "wire"]
+    if len(wires) < 2:
+        return phases
+    loads: dict[tuple[str, int], float] = {}
+    for w in wires:
+        for role, r, sec in w.loads:
+            loads[(role, r)] = loads.get((role, r), 0.0) + sec
+    holds: dict[tuple[str, int], float] = {}
+    for w in wires:
+        for role, r, h in w.holds:
+            holds[(role, r)] = max(holds.get((role, r), 0.0), h)
+    wire = Phase("wire", loads=tuple((k[0], k[1], v) for k, v in loads.items()),
+                 holds=tuple((k[0], k[1], v) for k, v in holds.items()),
+                 min_time_s=sum(w.standalone_s() for w in wires),
+                 wire_bytes=sum(w.wire_bytes for w in wires), hbm_bytes=sum(w.hbm_bytes for w in wires),
+                 copy_bytes=sum(w.copy_bytes for w in wires))
+    return merge_delays([*delays, *others, wire])
 
 
 def moe_windows(plan: alg.WirePlan, mode: str, bytes_per_copy: float, experts_per_rank: int) -> tuple[int, ...]:

@@ -214,7 +214,7 @@ class Replay:
             if op.kind == "p2p":
                 roles["src"] = self._intern(op.src)
                 roles["dst"] = self._intern(op.dst)
-            if self.fabric.switch is not None:  # switch port groups: one pseudo-die per node
+            if self.fabric.switch is not None and self.fabric.switch.blocking:  # one pseudo-die per node
                 roles["sw"] = self._intern(self._nodes(op.ranks))
                 if op.kind == "p2p":
                     roles["sw_src"] = self._intern(self._nodes(op.src))
