@@ -58,6 +58,7 @@ def test_ll_windows_cost_start_ups_on_vector_cores(cm384) -> None:  # noqa: ANN0
     plan = lib.wire_plan("dispatch", size, g, flat, moe=("ll", 7680.0, 8))
     assert set(plan.peer_copies) == {3}  # 4 copies over 8 experts hit 8·(1 − (7/8)^4) = 3.3 of them
     assert windows > packed
+    assert lib.transfer_windows(plan) == 31 * 3 + 31  # windows + one completion flag per peer
 
 
 def test_the_host_in_the_loop(cm384) -> None:  # noqa: ANN001

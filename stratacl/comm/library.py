@@ -289,6 +289,14 @@ class LibraryModel:
                                       self.cfg.refine_units_below, self.cfg.min_unit_KiB * 1024)
         return partition.uniform(peers, self.cfg.comm_cores)
 
+    def transfer_windows(self, plan: alg.WirePlan) -> int:
+        """Separate remote writes the busiest die issues for a plan: one per peer window (MoE LL:
+        per expert hit) plus a completion flag per peer of a one-step exchange. The core schedule
+        prices each with a start-up; an SDMA lowering needs one descriptor (chain) per window."""
+        copies = plan.peer_copies or (1,) * len(plan.peer_work)
+        flag = 1 if plan.algorithm in _CONCURRENT else 0
+        return int(sum(copies)) + flag * len(plan.peer_work)
+
     def _port_loads(self, plan: alg.WirePlan, n: int) -> tuple[dict[str, float], dict[str, float], float,
                                                                list[tuple[str, int, float]]]:
         """Port seconds per plane (tx, rx), the flows' pace and the switch port-group loads.
