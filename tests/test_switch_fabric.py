@@ -49,7 +49,7 @@ def test_fan_out_fills_the_port_a_single_flow_cannot() -> None:
     # an all-to-all over 32 dies: every die sends to 31 peers at once; with 48 cores and SDMA-free
     # movers the port (not a flow's β) bounds it under the switch model
     size = 512 * 2**20
-    die = Fabric(compose_run().fabric)
+    die = Fabric(compose_run(["fabric.fidelity=die_ports"]).fabric)
     sw = _fabric()
 
     def t(fab: Fabric) -> float:
@@ -115,3 +115,18 @@ def test_switch_port_capacity_holds_under_random_traffic(tr: Trace, link: float)
         res = simulate(tr, make_library(fab, preset), check=True)
         assert res.max_violation < 1e-9, "no port or switch port group above capacity"
         assert res.work_error < 1e-7
+
+
+def test_rings_pace_at_their_hops_and_keep_the_sio_half() -> None:
+    # the A3 double ring puts half of every die's bytes on SIO: under the switch model the UB port
+    # carries half the ring's bytes at 196 GB/s and the ring still paces at its UB hop's β
+    die, sw = Fabric(compose_run(["fabric.fidelity=die_ports"]).fabric), _fabric()
+    g = tuple(range(16))
+    t = {}
+    for name, fab in (("die", die), ("sw", sw)):
+        lib = make_library(fab, "hccl_zerocopy", algorithm=Algorithm.hierarchical, comm_cores=48)
+        t[name] = sum(p.standalone_s() for p in lib.collective_phases("allgather", 2**30, g))
+        plan = lib.wire_plan("allgather", 2**30, g)
+    assert t["sw"] == pytest.approx(t["die"], rel=1e-12)  # one flow per hop: its β, not the port
+    ring = (plan.stages or (plan,))[0]
+    assert ring.port_bytes["ub"] == pytest.approx(ring.port_bytes["sio"]) == pytest.approx(ring.send_bytes / 2)

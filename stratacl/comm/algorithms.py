@@ -43,6 +43,9 @@ class WirePlan:
     # MoE: separate windows each peer's payload lands in, aligned with peer_work (LL: one per
     # expert of the peer hit; HT: one packed window); empty = one per peer
     peer_copies: tuple[int, ...] = ()
+    # bytes through each plane's port on that plane's busiest die, when peer_work (the flows of
+    # one die) does not say it (rings whose dies use different planes); empty = from peer_work
+    port_bytes: dict[str, float] = field(default_factory=dict)
 
     @property
     def wire_s(self) -> float:

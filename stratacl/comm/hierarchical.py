@@ -186,21 +186,24 @@ def rings(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plan
         steps, nbytes = n - 1, share
     else:
         raise ValueError(f"ring does not implement {coll}")
-    load = np.zeros((n, 4))  # per member, per tier index: port seconds
+    load = np.zeros((n, 4))  # per member, per tier index: port seconds at the ring's pace
+    moved = np.zeros((n, 4))  # per member, per tier index: bytes
     step_s = 0.0
-    work: dict[int, float] = {}
+    work: list[tuple[float, int]] = []  # a die's flows: one per ring, over member 0's hop
     for order in orders:
         hops = [fabric.tier(int(tidx[order[i], order[(i + 1) % n]]), plane) for i in range(n)]
         slow = min(hops, key=lambda t: t.beta_Bps)
         step_s = max(step_s, max(h.alpha_s + h.sync_s for h in hops))
         for i in range(n):
             load[order[i], hops[i].index] += nbytes / slow.beta_Bps
-        work[slow.index] = work.get(slow.index, 0.0) + nbytes
+            moved[order[i], hops[i].index] += nbytes
+        work.append((nbytes, hops[order.index(0)].index))
     tx = _plane_max(load, fabric, plane)
+    ports = _plane_max(moved, fabric, plane)
     red = (n - 1) * chunk * len(orders) if coll in alg.REDUCING else 0.0
     total = nbytes * len(orders)
     return alg.WirePlan(name, steps, steps * step_s, tx, dict(tx), total, total, total * n, red,
-                        2 * len(orders) if n > 2 else 1, tuple((b, t) for t, b in work.items()))
+                        2 * len(orders) if n > 2 else 1, tuple(work), port_bytes=ports)
 
 
 def _plane_max(load: np.ndarray, fabric: Fabric, plane: str) -> dict[str, float]:

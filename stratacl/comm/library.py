@@ -313,6 +313,8 @@ class LibraryModel:
         for b, tier in tiers:
             per_plane[tier.plane] = per_plane.get(tier.plane, 0.0) + b
         scale = plan.send_bytes / max(sum(per_plane.values()), 1e-300)  # peer_work of one exchange
+        if plan.port_bytes:  # rings: each plane's busiest die
+            per_plane, scale = plan.port_bytes, 1.0
         ports = {p: b * scale / fab.port_Bps[p] for p, b in per_plane.items()}
         concurrent = plan.algorithm in _CONCURRENT
         pace = max((b * scale / t.beta_Bps for b, t in tiers), default=0.0) if concurrent else plan.wire_s
