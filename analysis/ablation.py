@@ -16,7 +16,7 @@
 # %% [markdown]
 # # Ablation ladder: what each StrataCL mechanism buys
 #
-# REFERENCE.md §6: hccl → + JIT user-buffer registration (`hccl_jit`) → + registration-on-allocation
+# REFERENCE §6: hccl → + JIT user-buffer registration (`hccl_jit`) → + registration-on-allocation
 # and one-step full-mesh (`stratacl_no_partition`) → + balanced core partitioning
 # (`stratacl_no_sdma`) → + SDMA offload (`stratacl`). Two levels:
 # - **serving** (`+experiment=ablation_inference`): decode-step and prefill-iteration time split

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # LLM serving: throughput and tail latency vs request rate
 #
-# REFERENCE.md §6 "LLM inference": DeepSeek-V4-Flash served with prefill/decode disaggregation on
+# REFERENCE §6 "LLM inference": DeepSeek-V4-Flash served with prefill/decode disaggregation on
 # 192 dies (prefill DP32+EP32, decode EP16+DP16, TBO, MTP), request rates up to 15 req/s. Loads the
 # `workload=llm_infer` runs under `runs/` (or `$STRATACL_RUNS`) that sweep
 # `workload.requests.rate`; with none, first runs a sweep

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # MoE dispatch / combine: harness vs paper
 #
-# The MoE table of REFERENCE.md §5: EP32, 4096 tokens per rank in high-throughput (HT) mode and
+# The MoE table of REFERENCE §5: EP32, 4096 tokens per rank in high-throughput (HT) mode and
 # 128 in low-latency (LL) mode, hidden 7168, top-8; bus bandwidth in DeepEP's convention (bytes of
 # token copies a rank receives ÷ kernel time). Loads the `workload=moe` runs under `runs/` (or
 # `$STRATACL_RUNS`) that compare DeepEP, CANN EP, CANN EP zerocopy and StrataCL; with none, runs
@@ -35,7 +35,7 @@ from notebook_runs import has_libraries, runs_for, save  # noqa: E402
 from plots import grouped_bars  # noqa: E402
 
 LIBRARIES = ["deepep", "cann_ep", "cann_ep_zerocopy", "stratacl"]
-# REFERENCE.md §5 MoE table (StrataCL paper), busbw GB/s
+# REFERENCE §5 MoE table (StrataCL paper), busbw GB/s
 PAPER = pd.DataFrame(
     {"deepep": [61, 61, 50, 55], "cann_ep": [98, 85, 61, 68], "cann_ep_zerocopy": [106, 93, 82, 79],
      "stratacl": [130, 121, 107, 108]},

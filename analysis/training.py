@@ -16,7 +16,7 @@
 # %% [markdown]
 # # Training: LLM iteration time over training, DLRM iteration time vs cache and batch
 #
-# REFERENCE.md §6. **LLM training** (`workload=llm_train`, DeepSeek-V3.2 with FSDP × TP × EP):
+# REFERENCE §6. **LLM training** (`workload=llm_train`, DeepSeek-V3.2 with FSDP × TP × EP):
 # iteration time per sampled iteration per library, as expert load balance improves over
 # training. **Recsys training** (`workload=dlrm_train`): iteration time vs HBM embedding-cache size
 # and per-worker batch. Loads runs under `runs/` (or `$STRATACL_RUNS`); with none, runs

@@ -1,13 +1,16 @@
 """Typed config schema (Hydra structured configs) and semantic validation.
 
-The dataclasses are registered with Hydra's ConfigStore, so a wrong type in a YAML file or an
-override fails at compose time. `validate_run` then checks meaning (positive bandwidths, layouts
-that fit the fabric, known presets) before anything is simulated, naming the field and the fix.
+The dataclasses are registered with Hydra's ConfigStore, so a wrong type or an unknown choice
+(enums) in a YAML file or an override fails at compose time. Every numeric field declares its range
+(`knob(..., gt=0)`, stratacl/schemas/base.py); `validate_run` checks those ranges over the whole
+tree, then the cross-field meaning (β under the port rate, planes the fabric has, known presets),
+before anything is simulated, naming the field and the fix.
 Values live in `conf/`; the defaults here are only shapes, not calibration.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -16,44 +19,61 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from stratacl.errors import ConfigError
+from stratacl.schemas.base import check_ranges, knob  # (the package registers the workload schemas)
 
 # --------------------------------------------------------------------------- fabric
+
+
+class Plane(StrEnum):
+    """Physical network planes a die has ports on (one fluid port resource per plane and direction,
+    stratacl.fabric.RESOURCES). A fabric lists the planes it has in `port_GBps`."""
+
+    sio = "sio"  # Ascend die-to-die link inside a package
+    ub = "ub"  # Huawei Unified Bus scale-up (CloudMatrix384)
+    nvlink = "nvlink"  # NVIDIA NVLink / NVSwitch scale-up
+    rdma = "rdma"  # RoCE / InfiniBand scale-out NICs
 
 
 @dataclass
 class TierConfig:
     """One distance tier of the network: latency α and per-die bandwidth β over a plane."""
 
-    alpha_us: float = MISSING
-    beta_GBps: float = MISSING
-    plane: str = "ub"  # which per-die port the bytes cross: sio | ub | rdma
-    sync_us: float = 0.0  # flag write a synchronised algorithm step waits for on this tier
+    alpha_us: float = knob(MISSING, ge=0)
+    beta_GBps: float = knob(MISSING, gt=0)
+    plane: Plane = Plane.ub  # which per-die port the bytes cross
+    sync_us: float = knob(0.0, ge=0)  # flag write a synchronised algorithm step waits for on this tier
 
 
 @dataclass
 class TopologyConfig:
-    dies_per_npu: int = 1
-    npus_per_node: int = 8
-    nodes: int = 1
-    supernodes: int = 1  # nodes are split evenly among supernodes; beyond one is the scale-out tier
+    dies_per_npu: int = knob(1, ge=1)
+    npus_per_node: int = knob(8, ge=1)
+    nodes: int = knob(1, ge=1)
+    supernodes: int = knob(1, ge=1)  # nodes are split evenly among supernodes; beyond one is the scale-out tier
 
 
 @dataclass
 class SdmaConfig:
-    engines: int = 0  # DMA engines per die
-    engine_GBps: float = 0.0  # per-engine copy rate
-    launch_us: dict[str, float] = field(default_factory=dict)  # per trigger: host | aicpu | device
+    engines: int = knob(0, ge=0)  # DMA engines per die
+    engine_GBps: float = knob(0.0, ge=0)  # per-engine copy rate (> 0 when engines > 0)
+    launch_us: dict[str, float] = knob(factory=dict, ge=0)  # per trigger: host | aicpu | device
+    descriptor_us: dict[str, float] = knob(factory=dict, ge=0)  # per trigger: time to write one descriptor
+    descriptor_KiB: float = knob(1024.0, gt=0)  # most bytes one descriptor moves (larger payloads take several)
+    startup_us: float = knob(0.0, ge=0)  # engine start-up from the first doorbell to the first byte moving
 
 
 @dataclass
 class DieConfig:
-    cube_cores: int = MISSING
-    vector_cores: int = MISSING
-    hbm_GB: float = MISSING
-    hbm_GBps: float = MISSING
-    cube_TFLOPs: float = MISSING  # dense BF16
-    vector_TFLOPs: float = MISSING
-    vector_core_move_GBps: float = MISSING  # bytes/s one vector core moves to a remote die
+    cube_cores: int = knob(MISSING, ge=1)
+    vector_cores: int = knob(MISSING, ge=1)
+    hbm_GB: float = knob(MISSING, gt=0)
+    hbm_GBps: float = knob(MISSING, gt=0)
+    cube_TFLOPs: float = knob(MISSING, gt=0)  # dense BF16
+    # dense cube peak of other numeric formats (int8, fp8, int4, fp4, fp16); a format not listed
+    # runs widened to the next format the die has (stratacl.fabric.FORMAT_FALLBACK)
+    cube_TFLOPs_by_format: dict[str, float] = knob(factory=dict, gt=0)
+    vector_TFLOPs: float = knob(MISSING, gt=0)
+    vector_core_move_GBps: float = knob(MISSING, gt=0)  # bytes/s one vector core moves to a remote die
     cores_shared: bool = False  # GPUs: SMs do both matmul and communication (holds hit both)
     sdma: SdmaConfig = field(default_factory=SdmaConfig)
 
@@ -64,10 +84,10 @@ class SwitchConfig:
     chips, one per sub-plane, each with `l2_per_plane` links up to that plane's L2 chips; every L2
     chip has `l2_ports` ports (one per node). 0 L1 chips = no switch model."""
 
-    l1_per_node: int = 0
-    l2_per_plane: int = 0
-    l2_ports: int = 0
-    link_GBps: float = 0.0  # one L1↔L2 link, per direction
+    l1_per_node: int = knob(0, ge=0)
+    l2_per_plane: int = knob(0, ge=0)
+    l2_ports: int = knob(0, ge=0)
+    link_GBps: float = knob(0.0, ge=0)  # one L1↔L2 link, per direction
     routing: str = "spray"  # spray: a node's inter-node bytes spread over all its uplinks
 
 
@@ -79,7 +99,7 @@ class FabricConfig:
     # distance tiers, nearest first; keys: die (same package), node, supernode, scaleout
     tiers: dict[str, TierConfig] = field(default_factory=dict)
     # per-die port rate per direction, by plane: the ceiling of every tier's achievable β on it
-    port_GBps: dict[str, float] = field(default_factory=dict)
+    port_GBps: dict[Plane, float] = knob(factory=dict, gt=0)
     die: DieConfig = field(default_factory=DieConfig)
     # die_ports: a die's port carries each tier's bytes at that tier's measured β (fast);
     # switch: ports at their nominal rate shared by all flows, each flow capped at its tier's β,
@@ -125,39 +145,52 @@ class Trigger(StrEnum):
     device = "device"
 
 
+class ExpansionMode(StrEnum):
+    """HCCL_OP_EXPANSION_MODE: where the algorithm is expanded, which decides the data mover."""
+
+    custom = "custom"  # mover and trigger as configured
+    ai_cpu = "ai_cpu"  # AI CPU writes SDMA task descriptors: mover sdma, trigger aicpu, no AI core held
+    aiv = "aiv"  # vector cores run the algorithm and move the data: mover vector_cores
+
+
 @dataclass
 class LibraryConfig:
-    """A communication library as a point in the design space (DESIGN.md §3)."""
+    """A communication library as a point in the design space (docs/architecture.md)."""
 
     description: str = ""
     data_path: DataPath = DataPath.staged
     algorithm: Algorithm = Algorithm.ring
-    auto_candidates: list[str] = field(default_factory=list)  # algorithm=auto chooses among these
+    auto_candidates: list[Algorithm] = field(default_factory=list)  # algorithm=auto chooses among these
     partitioning: Partitioning = Partitioning.uniform
     mover: Mover = Mover.vector_cores
     trigger: Trigger = Trigger.aicpu
-    plane: str = "ub"  # ub | rdma: which network plane carries non-die traffic
-    comm_cores: int = 24  # vector cores a communication kernel holds
-    comm_buffer_MB: float = 200.0  # staged: size of each registered comm buffer (HCCL_BUFFSIZE)
-    comm_buffers: int = 2  # staged: buffers per communicator (in + out)
-    launch_us: float = 0.0  # fixed per-operator launch overhead on the critical path
-    copy_GBps: float = 0.0  # staged: device-to-device copy rate (0 = HBM-bound)
+    # the scale-up plane it uses beyond the die (ub on Ascend, nvlink on NVIDIA), or rdma: everything
+    # beyond the node over the NICs (DeepEP-style)
+    plane: Plane = Plane.ub
+    comm_cores: int = knob(24, ge=1)  # vector cores a communication kernel holds
+    comm_buffer_MB: float = knob(200.0, ge=0)  # staged: size of each registered comm buffer (HCCL_BUFFSIZE)
+    comm_buffers: int = knob(2, ge=0)  # staged: buffers per communicator (in + out)
+    launch_us: float = knob(0.0, ge=0)  # fixed per-operator launch overhead on the critical path
+    copy_GBps: float = knob(0.0, ge=0)  # staged: device-to-device copy rate (0 = HBM-bound)
     # memory the library holds per rank besides comm buffers (pool data path)
-    pool_GB: float = 0.0  # pre-registered pool
-    fragmentation_GB: dict[str, float] = field(default_factory=dict)  # per context: inference | training
+    pool_GB: float = knob(0.0, ge=0)  # pre-registered pool
+    fragmentation_GB: dict[str, float] = knob(factory=dict, ge=0)  # per context: inference | training
     # registration costs (jit_register: on the critical path at first use; on_alloc: asynchronous)
-    register_base_us: float = 0.0  # per buffer
-    register_per_peer_us: float = 0.0  # per peer mapping (serialised on the page-table lock)
+    register_base_us: float = knob(0.0, ge=0)  # per buffer
+    register_per_peer_us: float = knob(0.0, ge=0)  # per peer mapping (serialised on the page-table lock)
     # core partitioning (balanced): transfer unit per tier and cores one peer may use
-    unit_KiB: dict[str, float] = field(default_factory=dict)  # per tier: die | node | supernode | scaleout
-    fanout_cap: int = 4
-    refine_units_below: float = 0.0  # balanced: halve the units while fewer than this many per core
-    min_unit_KiB: float = 4.0  # balanced: the finest unit the policy generator cuts
-    pipeline_chunks: int = 1  # staged: >1 overlaps the copies with the transfer in that many chunks
+    unit_KiB: dict[str, float] = knob(factory=dict, gt=0)  # per tier: die | node | supernode | scaleout
+    fanout_cap: int = knob(4, ge=1)
+    refine_units_below: float = knob(0.0, ge=0)  # balanced: halve the units while fewer than this many per core
+    min_unit_KiB: float = knob(4.0, gt=0)  # balanced: the finest unit the policy generator cuts
+    pipeline_chunks: int = knob(1, ge=1)  # staged: >1 overlaps the copies with the transfer in that many chunks
     # fraction of the staging copies a zero-copy path still does per collective (NCCL registration
     # does not remove staging for reducescatter and only partly for ring allreduce)
-    stage_anyway: dict[str, float] = field(default_factory=dict)
+    stage_anyway: dict[str, float] = knob(factory=dict, ge=0, le=1)
     moe_layout_exchange: bool = True  # MoE dispatch: exchange per-peer counts first (an extra step)
+    expansion_mode: ExpansionMode = ExpansionMode.custom  # HCCL-style mode; not custom: sets mover/trigger
+    sdma_submit_cores: int = knob(1, ge=1)  # device-triggered SDMA: vector cores that write the descriptors
+    stream_core_split: bool = True  # run with the workload's per-stream core limits (False: all cores)
     # algorithm=hccl: HCCL_ALGO's per-operator level-1 (inter-server) choice, e.g. {allreduce: ring,
     # alltoall: pairwise}; operators not listed use HCCL's adaptive choice
     hccl_algo: dict[str, str] = field(default_factory=dict)
@@ -165,17 +198,9 @@ class LibraryConfig:
     # first (host arrays, a CPU wait for received counts): a device→host copy + host round trip
     # each, and a graph split in a captured step
     host_sync: list[str] = field(default_factory=list)
-    host_roundtrip_us: float = 0.0  # device→host copy of the counts + host handling + relaunch
-    graph_launch_us: float = 0.0  # launching one captured graph (REFERENCE §2: 0.6-0.8 ms)
-    moe_signal_rtts: float = 0.0  # dispatch/combine: extra round trips of remote-atomic signalling
-
-
-# --------------------------------------------------------------------------- workloads
-
-
-@dataclass
-class WorkloadConfig:
-    name: str = MISSING
+    host_roundtrip_us: float = knob(0.0, ge=0)  # device→host copy of the counts + host handling + relaunch
+    graph_launch_us: float = knob(0.0, ge=0)  # launching one captured graph (REFERENCE §2: 0.6-0.8 ms)
+    moe_signal_rtts: float = knob(0.0, ge=0)  # dispatch/combine: extra round trips of remote-atomic signalling
 
 
 # --------------------------------------------------------------------------- run
@@ -184,9 +209,19 @@ class WorkloadConfig:
 @dataclass
 class OutputConfig:
     timeline: bool = True  # write timeline.json (turn off for big sweeps)
-    timeline_max_ranks: int = 32  # per-rank tracks drawn for at most this many ranks
+    timeline_max_ranks: int = knob(32, ge=1)  # per-rank tracks drawn for at most this many ranks
     utilisation: bool = False  # write utilisation.parquet (resource utilisation of the timeline replays)
     progress: bool = True
+
+
+@dataclass
+class LimitsConfig:
+    """Run-size budgets checked from the config before any work starts (stratacl/limits.py).
+    Defaults fit the 2-core, 24 GiB machines this project targets; raise them on a bigger one."""
+
+    max_trace_ops: int = knob(2_000_000, ge=1)  # ops of the largest single trace (≈ 4 KB each in memory)
+    max_replayed_ops: int = knob(20_000_000, ge=1)  # op replays summed over traces and libraries (time)
+    max_requests: int = knob(2_000_000, ge=1)  # serving requests summed over the run's request sets
 
 
 @dataclass
@@ -195,9 +230,10 @@ class RunConfig:
     fabric: FabricConfig = MISSING
     library: dict[str, LibraryConfig] = field(default_factory=dict)
     baseline: str = "hccl"
-    seed: int = 0
+    seed: int = knob(0, ge=0)  # numpy seeds are non-negative
     resume: bool = False  # skip the job when its output dir already holds summary.json
     output: OutputConfig = field(default_factory=OutputConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
 
 def register_configs() -> None:
@@ -208,21 +244,16 @@ def register_configs() -> None:
 
 register_configs()
 
-# Workload schemas live one module each in stratacl/schemas/ and register themselves on import.
-import stratacl.schemas  # noqa: E402,F401
-
 # --------------------------------------------------------------------------- validation
+# Ranges of single fields are declared on the dataclasses (knob) and checked by check_ranges; the
+# checks below relate several fields.
 
-
-def _positive(value: float, field_name: str, fix: str = "use a value > 0") -> None:
-    if not value > 0:
-        raise ConfigError(field_name, f"must be positive, got {value!r}", fix)
+TIER_ORDER = ("die", "node", "supernode", "scaleout")
 
 
 def validate_fabric(fab: FabricConfig) -> None:
+    check_ranges(fab, "fabric")
     topo = fab.topology
-    for key in ("dies_per_npu", "npus_per_node", "nodes", "supernodes"):
-        _positive(getattr(topo, key), f"fabric.topology.{key}")
     if topo.nodes % topo.supernodes:
         raise ConfigError(
             "fabric.topology.supernodes",
@@ -234,24 +265,17 @@ def validate_fabric(fab: FabricConfig) -> None:
     for name, tier in fab.tiers.items():
         if name not in TIER_ORDER:
             raise ConfigError(f"fabric.tiers.{name}", "unknown tier", f"use one of {TIER_ORDER}")
-        _positive(tier.beta_GBps, f"fabric.tiers.{name}.beta_GBps")
-        if tier.sync_us < 0:
-            raise ConfigError(f"fabric.tiers.{name}.sync_us", f"negative {tier.sync_us}", "use ≥ 0")
-        if tier.alpha_us < 0:
-            raise ConfigError(f"fabric.tiers.{name}.alpha_us", f"negative latency {tier.alpha_us}", "use ≥ 0")
         if tier.plane not in fab.port_GBps:
             raise ConfigError(
                 f"fabric.tiers.{name}.plane",
                 f"plane '{tier.plane}' has no port rate",
-                f"add fabric.port_GBps.{tier.plane} or use one of {sorted(fab.port_GBps)}",
+                f"add fabric.port_GBps.{tier.plane} or use one of {_names(fab.port_GBps)}",
             )
         if tier.beta_GBps > fab.port_GBps[tier.plane]:
             raise ConfigError(f"fabric.tiers.{name}.beta_GBps",
                               f"{tier.beta_GBps} GB/s exceeds the {tier.plane} port rate "
                               f"{fab.port_GBps[tier.plane]} GB/s a die can drive",
                               f"lower it or raise fabric.port_GBps.{tier.plane}")
-    for plane, rate in fab.port_GBps.items():
-        _positive(rate, f"fabric.port_GBps.{plane}")
     if fab.fidelity not in ("die_ports", "switch"):
         raise ConfigError("fabric.fidelity", f"unknown fidelity '{fab.fidelity}'", "use die_ports or switch")
     sw = fab.switch
@@ -266,48 +290,43 @@ def validate_fabric(fab: FabricConfig) -> None:
                               "one L2 port per node of the supernode")
         if sw.routing != "spray":
             raise ConfigError("fabric.switch.routing", f"unknown routing '{sw.routing}'", "use spray")
-    die = fab.die
-    for key in ("cube_cores", "vector_cores", "hbm_GB", "hbm_GBps", "cube_TFLOPs", "vector_TFLOPs",
-                "vector_core_move_GBps"):
-        _positive(getattr(die, key), f"fabric.die.{key}")
-    if die.sdma.engines < 0:
-        raise ConfigError("fabric.die.sdma.engines", "negative engine count", "use ≥ 0")
-    if die.sdma.engines and not die.sdma.engine_GBps > 0:
+    if fab.die.sdma.engines and not fab.die.sdma.engine_GBps > 0:
         raise ConfigError("fabric.die.sdma.engine_GBps", "must be positive when engines > 0")
 
 
-TIER_ORDER = ("die", "node", "supernode", "scaleout")
+def _names(planes: Iterable[Plane]) -> list[str]:
+    return sorted(map(str, planes))
+
+
+def beyond_die_planes(fab: FabricConfig) -> list[str]:
+    """Planes the fabric's node, supernode and scale-out tiers run on: what a library can choose."""
+    return _names({t.plane for name, t in fab.tiers.items() if name != "die"})
 
 
 def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     where = f"library.{name}"
-    if lib.plane not in fab.port_GBps:
-        raise ConfigError(f"{where}.plane", f"fabric '{fab.name}' has no plane '{lib.plane}'",
-                          f"use one of {sorted(fab.port_GBps)}")
-    if not 0 < lib.comm_cores <= fab.die.vector_cores:
+    check_ranges(lib, where)
+    planes = beyond_die_planes(fab)
+    if lib.plane not in planes:
+        raise ConfigError(f"{where}.plane", f"fabric '{fab.name}' carries traffic beyond the die on "
+                          f"planes {planes}, not '{lib.plane}'", f"set {where}.plane to one of {planes}")
+    if lib.comm_cores > fab.die.vector_cores:
         raise ConfigError(f"{where}.comm_cores", f"{lib.comm_cores} is outside 1..{fab.die.vector_cores}",
                           "use at most the die's vector cores")
-    if lib.data_path == DataPath.staged:
-        _positive(lib.comm_buffer_MB, f"{where}.comm_buffer_MB", "staged libraries need a comm buffer")
+    if lib.data_path == DataPath.staged and not lib.comm_buffer_MB > 0:
+        raise ConfigError(f"{where}.comm_buffer_MB", f"must be positive, got {lib.comm_buffer_MB}",
+                          "staged libraries need a comm buffer")
     if lib.mover == Mover.sdma and fab.die.sdma.engines <= 0:
         raise ConfigError(f"{where}.mover", f"fabric '{fab.name}' has no SDMA engines",
                           "use mover=vector_cores or a fabric with fabric.die.sdma.engines > 0")
     if lib.mover == Mover.sdma and lib.trigger.value not in fab.die.sdma.launch_us:
         raise ConfigError(f"{where}.trigger", f"no SDMA launch cost for trigger '{lib.trigger.value}'",
                           f"add fabric.die.sdma.launch_us.{lib.trigger.value}")
-    for key in ("launch_us", "copy_GBps", "pool_GB", "register_base_us", "register_per_peer_us"):
-        if getattr(lib, key) < 0:
-            raise ConfigError(f"{where}.{key}", "must be ≥ 0")
-    for coll, frac in lib.stage_anyway.items():
-        if not 0 <= frac <= 1:
-            raise ConfigError(f"{where}.stage_anyway.{coll}", f"fraction {frac} outside 0..1")
-    bad = [a for a in lib.auto_candidates if a not in ("ring", "mesh", "fullmesh", "rhd", "hierarchical", "hccl")]
+    bad = [str(a) for a in lib.auto_candidates if a in (Algorithm.auto, Algorithm.pairwise)]
     if bad:
-        raise ConfigError(f"{where}.auto_candidates", f"unknown algorithms {bad}",
+        raise ConfigError(f"{where}.auto_candidates", f"{bad} cannot be auto candidates",
                           "use ring, mesh, fullmesh, rhd, hierarchical, hccl")
-    for key in ("host_roundtrip_us", "graph_launch_us", "moe_signal_rtts"):
-        if getattr(lib, key) < 0:
-            raise ConfigError(f"{where}.{key}", "must be ≥ 0")
+    validate_expansion(name, lib, fab)
     for entry in lib.host_sync:
         coll, _, mode = entry.partition(":")
         if coll not in ("allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "broadcast",
@@ -318,19 +337,54 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
         if algo not in ("ring", "nhr", "nb", "rhd", "pipeline", "pairwise", "auto"):
             raise ConfigError(f"{where}.hccl_algo.{op}", f"unknown level-1 algorithm '{algo}'",
                               "use ring, nhr, nb, rhd, pipeline (alltoall: pairwise) or auto")
-    if lib.fanout_cap < 1:
-        raise ConfigError(f"{where}.fanout_cap", f"must be ≥ 1, got {lib.fanout_cap}")
-    if lib.refine_units_below < 0 or not lib.min_unit_KiB > 0:
-        raise ConfigError(f"{where}.refine_units_below", "need refine_units_below ≥ 0 and min_unit_KiB > 0")
-    if lib.pipeline_chunks < 1:
-        raise ConfigError(f"{where}.pipeline_chunks", f"must be ≥ 1, got {lib.pipeline_chunks}")
-    for tier, kib in lib.unit_KiB.items():
-        if tier not in TIER_ORDER or not kib > 0:
-            raise ConfigError(f"{where}.unit_KiB.{tier}", f"bad unit {kib!r} for tier '{tier}'",
-                              f"positive KiB for tiers {TIER_ORDER}")
+    for tier in lib.unit_KiB:
+        if tier not in TIER_ORDER:
+            raise ConfigError(f"{where}.unit_KiB.{tier}", f"unknown tier '{tier}'", f"use tiers {TIER_ORDER}")
     if lib.partitioning == Partitioning.balanced and lib.mover == Mover.vector_cores and not lib.unit_KiB:
         raise ConfigError(f"{where}.unit_KiB", "balanced partitioning needs transfer unit sizes",
                           "e.g. unit_KiB: {die: 256, node: 256, supernode: 512}")
+
+
+def resolved_mover(lib: LibraryConfig) -> tuple[Mover, Trigger]:
+    """The data mover and trigger an expansion mode implies (custom: as configured).
+
+    HCCL documentation (HCCL_OP_EXPANSION_MODE; architecture brief §2.4 in the HCCL repository):
+    AI_CPU mode runs the algorithm on the AI CPU, which submits task descriptors the scheduler runs
+    on the communication hardware (SDMA inside a supernode), holding no compute core; AIV mode runs
+    and moves on the vector cores.
+    """
+    if lib.expansion_mode == ExpansionMode.ai_cpu:
+        return Mover.sdma, Trigger.aicpu
+    if lib.expansion_mode == ExpansionMode.aiv:
+        return Mover.vector_cores, Trigger.device
+    return lib.mover, lib.trigger
+
+
+def validate_expansion(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
+    where = f"library.{name}"
+    mode = lib.expansion_mode
+    defaults = LibraryConfig()
+    mover, trigger = resolved_mover(lib)
+    if mode != ExpansionMode.custom:
+        # an explicitly set mover/trigger that contradicts the mode is a mistake, not a preference
+        for key, want in (("mover", mover), ("trigger", trigger)):
+            got = getattr(lib, key)
+            if got != want and got != getattr(defaults, key):
+                raise ConfigError(f"{where}.{key}", f"{key}={got.value} contradicts expansion_mode={mode.value} "
+                                  f"(which moves with {mover.value}, trigger {trigger.value})",
+                                  f"drop {where}.{key} or set {where}.expansion_mode=custom")
+    if mover == Mover.sdma and fab.die.sdma.engines <= 0:
+        raise ConfigError(f"{where}.expansion_mode", f"expansion_mode={mode.value} moves data with SDMA but "
+                          f"fabric '{fab.name}' has none", "use expansion_mode=aiv or a fabric with SDMA engines")
+    if mover == Mover.sdma and trigger.value not in fab.die.sdma.launch_us:
+        raise ConfigError(f"{where}.trigger", f"no SDMA launch cost for trigger '{trigger.value}'",
+                          f"add fabric.die.sdma.launch_us.{trigger.value}")
+    if mover == Mover.sdma and trigger.value not in fab.die.sdma.descriptor_us:
+        raise ConfigError(f"{where}.trigger", f"no SDMA descriptor cost for trigger '{trigger.value}'",
+                          f"add fabric.die.sdma.descriptor_us.{trigger.value}")
+    if not 0 < lib.sdma_submit_cores <= fab.die.vector_cores:
+        raise ConfigError(f"{where}.sdma_submit_cores", f"{lib.sdma_submit_cores} is outside "
+                          f"1..{fab.die.vector_cores}", "use at most the die's vector cores")
 
 
 def world_size(fab: FabricConfig) -> int:
@@ -339,6 +393,8 @@ def world_size(fab: FabricConfig) -> int:
 
 
 def validate_run(cfg: RunConfig) -> None:
+    """Everything checkable before a simulation: every field's range, then cross-field meaning."""
+    check_ranges(cfg)
     validate_fabric(cfg.fabric)
     if not cfg.library:
         raise ConfigError("library", "no library selected", "e.g. library=[hccl,stratacl]")

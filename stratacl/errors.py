@@ -9,11 +9,14 @@ class ConfigError(HarnessError):
     """A config value is wrong. The message names the field and the fix."""
 
     def __init__(self, field: str, problem: str, fix: str = "") -> None:
-        self.field = field
-        msg = f"config field '{field}': {problem}"
-        if fix:
-            msg += f" — fix: {fix}"
-        super().__init__(msg)
+        # args keep the constructor's arguments so `type(e)(*e.args)` (simpy re-raising a process's
+        # exception, pickling across joblib workers) rebuilds the same error
+        super().__init__(field, problem, fix)
+        self.field, self.problem, self.fix = field, problem, fix
+
+    def __str__(self) -> str:
+        msg = f"config field '{self.field}': {self.problem}"
+        return f"{msg} — fix: {self.fix}" if self.fix else msg
 
 
 class TraceError(HarnessError):

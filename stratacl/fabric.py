@@ -1,4 +1,4 @@
-"""The fabric (DESIGN.md §2): dies with cores, HBM and DMA engines, distance tiers, placement.
+"""The fabric (docs/architecture.md): dies with cores, HBM and DMA engines, distance tiers, placement.
 
 Placement is contiguous: rank r runs on die r; die -> NPU -> node -> supernode by integer division.
 Every die has the same per-die resources; the engine keeps one fluid resource per (die, kind) and
@@ -12,15 +12,21 @@ from functools import lru_cache
 
 import numpy as np
 
-from stratacl.config import TIER_ORDER, FabricConfig, validate_fabric, world_size
+from stratacl.config import TIER_ORDER, FabricConfig, Plane, validate_fabric, world_size
 from stratacl.errors import ConfigError
 from stratacl.fabric_switch import SwitchModel
 
-# Per-die fluid resources. Ports are per direction and per plane; cores and DMA engines are held
+# Per-die fluid resources. Ports are per direction and per plane (every plane of the Plane enum,
+# whether or not a fabric uses it: an unused port is never loaded); cores and DMA engines are held
 # or shared; HBM is shared bandwidth.
-RESOURCES = ("sio_tx", "sio_rx", "ub_tx", "ub_rx", "rdma_tx", "rdma_rx", "hbm", "vec", "cube", "sdma",
-             "l1_up", "l1_down")  # last two: a node's switch uplinks / downlinks (fidelity=switch)
+PORTS = tuple(f"{plane}_{way}" for plane in Plane for way in ("tx", "rx"))
+# last two: a node's switch uplinks / downlinks (fidelity=switch), loaded by role "sw"
+RESOURCES = (*PORTS, "hbm", "vec", "cube", "sdma", "l1_up", "l1_down")
 R = {name: i for i, name in enumerate(RESOURCES)}
+# A matmul format the die has no cube peak for runs as the hardware would: its operands are
+# widened to the next wider format (fp4 -> fp8 -> bf16, int4 -> int8 -> bf16), e.g. FP8 weights
+# on the 910C, which has no FP8 cube format, are dequantised to bf16.
+FORMAT_FALLBACK = {"fp4": "fp8", "fp8": "bf16", "int4": "int8", "int8": "bf16", "fp16": "bf16", "fp32": "bf16"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +35,7 @@ class Tier:
     name: str
     alpha_s: float
     beta_Bps: float
-    plane: str  # sio | ub | rdma
+    plane: Plane
     sync_s: float = 0.0  # flag write a synchronised step waits for
 
 
@@ -68,6 +74,12 @@ class Fabric:
         self.hbm_Bps = die.hbm_GBps * 1e9
         self.hbm_bytes = die.hbm_GB * 1e9
         self.cube_flops = die.cube_TFLOPs * 1e12
+        self.cube_flops_by_format = {"bf16": self.cube_flops,
+                                     **{k: v * 1e12 for k, v in die.cube_TFLOPs_by_format.items()}}
+        bad = set(self.cube_flops_by_format) - set(FORMAT_FALLBACK) - {"bf16"}
+        if bad:
+            raise ConfigError("fabric.die.cube_TFLOPs_by_format", f"unknown formats {sorted(bad)}",
+                              f"use keys of {sorted(FORMAT_FALLBACK)}")
         self.vector_flops = die.vector_TFLOPs * 1e12
         self.vector_cores = die.vector_cores
         self.cube_cores = die.cube_cores
@@ -79,6 +91,25 @@ class Fabric:
         self.switch = SwitchModel(cfg.switch, self.dies_per_node, self.port_Bps.get("ub", 0.0)) \
             if cfg.fidelity == "switch" else None
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
+        # SDMA submission: seconds to write one descriptor per trigger, bytes one descriptor moves,
+        # engine start-up after the first doorbell (stratacl/comm/sdma.py)
+        self.sdma_descriptor_s = {k: v * 1e-6 for k, v in die.sdma.descriptor_us.items()}
+        self.sdma_descriptor_bytes = die.sdma.descriptor_KiB * 1024
+        self.sdma_startup_s = die.sdma.startup_us * 1e-6
+        # a core group (Ascend split architecture: 1 AIC + 2 AIV on a 910C die) is what a mixed
+        # kernel's block runs on
+        self.aiv_per_group = die.vector_cores / die.cube_cores
+
+    def cube_format(self, fmt: str) -> str:
+        """The format a matmul in `fmt` actually runs in on this die (itself, or widened)."""
+        fmt = fmt or "bf16"
+        while fmt not in self.cube_flops_by_format:
+            fmt = FORMAT_FALLBACK.get(fmt, "bf16")
+        return fmt
+
+    def cube_peak(self, fmt: str) -> float:
+        """Dense cube FLOP/s of a matmul in `fmt` ("" = bf16)."""
+        return self.cube_flops_by_format[self.cube_format(fmt)]
 
     # ------------------------------------------------------------------ placement
     def check_ranks(self, n: int, field: str) -> None:
@@ -95,13 +126,13 @@ class Fabric:
         same_sn = a // self.dies_per_supernode == b // self.dies_per_supernode
         return np.where(same_npu, 0, np.where(same_node, 1, np.where(same_sn, 2, 3)))
 
-    def tier(self, index: int, plane: str = "ub") -> Tier:
+    def tier(self, index: int, plane: Plane = Plane.ub) -> Tier:
         """The tier at a distance, for a library using `plane` for inter-node traffic.
 
         A library on the RDMA plane (DeepEP-style) keeps intra-node traffic on the scale-up links
-        and sends everything beyond the node over RoCE.
+        and sends everything beyond the node over RoCE; on any other plane each tier's own plane is used.
         """
-        if plane == "rdma" and index >= 2 and "scaleout" in self.tiers:
+        if plane == Plane.rdma and index >= 2 and "scaleout" in self.tiers:
             return self.tiers["scaleout"]
         t = self.tier_list[index]
         if t is None:  # e.g. single-die NPUs have no die tier: fall back to the next one out

@@ -1,4 +1,4 @@
-"""Load run directories into tidy pandas frames (DESIGN.md §5 → analysis/).
+"""Load run directories into tidy pandas frames (docs/architecture.md → analysis/).
 
 `load_runs("runs/multirun/2026-*")` finds every run below the given paths by its `summary.json`
 (single runs and multirun sweep points alike), reads the resolved config Hydra stored in

@@ -1,4 +1,4 @@
-"""CLI: `python -m stratacl.run workload=<name> [overrides]` (DESIGN.md §5).
+"""CLI: `python -m stratacl.run workload=<name> [overrides]` (docs/architecture.md).
 
 Composes the Hydra config, validates it, runs the workload once per selected library on the same
 trace and seed, prints a side-by-side table and writes the run directory: summary.json,
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import math
 import os
 import pkgutil
@@ -20,19 +21,26 @@ from pathlib import Path
 import hydra
 import pandas as pd
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from stratacl import limits
 from stratacl.comm.library import LibraryModel
 from stratacl.compare import metric_table, ratios
 from stratacl.config import RunConfig, to_object, validate_run
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError, HarnessError
 from stratacl.fabric import Fabric
+from stratacl.precheck import CONF, precheck
+from stratacl.precheck import one_line as precheck_one_line
+from stratacl.progress import Progress
 from stratacl.sweep_resume import skip_finished
 from stratacl.timeline import write_timeline
 from stratacl.workload_api import RunContext, Workload, WorkloadResult
+
+log = logging.getLogger("stratacl")
 
 OUTPUTS = ("summary.json", "results.parquet", "timeline.json", "utilisation.parquet")
 
@@ -52,6 +60,13 @@ def load_workload(name: str) -> Workload:
     return module.run
 
 
+def size_check(cfg: RunConfig) -> None:
+    """Refuse a run whose estimated size exceeds `limits` (the workload's `estimate(cfg)`)."""
+    estimate = getattr(importlib.import_module(f"workloads.{cfg.workload.name}"), "estimate", None)
+    if estimate is not None:
+        limits.check(estimate(cfg.workload), cfg.limits, len(cfg.library))
+
+
 def workloads_pkg_path() -> list[str]:
     import workloads
 
@@ -65,14 +80,20 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
     fabric = Fabric(cfg.fabric)
     libraries = {name: LibraryModel(name, lib, fabric) for name, lib in cfg.library.items()}
     workload = load_workload(cfg.workload.name)
-    bar = _progress_bar(cfg, len(libraries))
+    size_check(cfg)
+    log.info("run: workload %s, fabric %s (%d dies), libraries %s (baseline %s), seed %d, into %s",
+             cfg.workload.name, fabric.name, fabric.world, list(libraries), cfg.baseline, cfg.seed, out_dir)
+    progress = Progress(cfg.workload.name, enabled=cfg.output.progress)
     ctx = RunContext(cfg=cfg, fabric=fabric, libraries=libraries, baseline=cfg.baseline,
-                     seed=cfg.seed, progress=bar.update if bar else (lambda n: None))
+                     seed=cfg.seed, progress=progress)
     try:
         result = workload(ctx)
-    finally:
-        if bar:
-            bar.close()
+    except BaseException:
+        progress.close(failed=True)
+        raise
+    progress.close()
+    for note in result.notes:
+        log.info("note: %s", note)
     summary = {
         "workload": cfg.workload.name,
         "fabric": fabric.name,
@@ -84,6 +105,7 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
     if cfg.output.timeline or cfg.output.utilisation:
         result.timelines = _recorded(result.timelines, libraries)
     _write(out_dir, cfg, result, summary)
+    log.info("wrote %s in %.1f s", out_dir, time.perf_counter() - t0)
     if echo:
         _print_tables(result, summary)
         print(f"\nrun directory: {out_dir}  ({time.perf_counter() - t0:.1f} s)")
@@ -144,14 +166,6 @@ def _print_tables(result: WorkloadResult, summary: dict) -> None:
         print(f"note: {note}")
 
 
-def _progress_bar(cfg: RunConfig, total: int):  # noqa: ANN202
-    if not cfg.output.progress or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=cfg.workload.name, unit="lib", leave=False)
-
-
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 def main(dcfg: DictConfig) -> None:
     hc = HydraConfig.get()
@@ -160,15 +174,70 @@ def main(dcfg: DictConfig) -> None:
     if skip_finished(out_dir, bool(dcfg.get("resume", False))):
         return
     try:
+        _check_choices(hc.runtime.choices, list(hc.overrides.task))
         cfg = to_object(dcfg)
         execute(cfg, out_dir)
-    except (HarnessError, OmegaConfBaseException) as exc:
+    except KeyboardInterrupt:
+        _remove_outputs(out_dir)
+        log.info("interrupted")
+        print("interrupted: nothing written (summary.json absent)", file=sys.stderr)
+        sys.exit(130)
+    except EXPECTED as exc:
         _remove_outputs(out_dir)
         if multirun:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        log.info("failed: %s", exc)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         sys.exit(2)
 
 
+def run_overrides(overrides: list[str], out_dir: Path) -> tuple[int, str]:
+    """What `python -m stratacl.run <overrides>` does for one run, in process (tests, notebooks):
+    (exit code, the one-line error or "")."""
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            dcfg = compose("config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        return 2, f"error: {precheck_one_line(exc)}"
+    try:
+        execute(to_object(dcfg), out_dir, echo=False)
+    except EXPECTED as exc:
+        _remove_outputs(out_dir)
+        return 2, f"error: {_one_line(exc)}"
+    return 0, ""
+
+
+# Failures a user can cause and fix (a config value, an input file, a directory); anything else
+# is a bug and keeps its traceback.
+EXPECTED = (HarnessError, OmegaConfBaseException, OSError)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and not isinstance(exc, HarnessError):
+        where = f" '{exc.filename}'" if exc.filename else ""
+        return f"cannot use{where}: {exc.strerror or exc} — fix: check the path and its permissions"
+    return " ".join(str(exc).split())
+
+
+def _check_choices(choices: dict, overrides: list[str]) -> None:
+    """What Hydra composes without complaint but cannot be meant: a schema node chosen as a
+    workload, the same library twice."""
+    wl = str(choices.get("workload", ""))
+    if wl.endswith("_schema"):
+        raise ConfigError("workload", f"'{wl}' is a schema, not a workload",
+                          f"use workload={wl.removesuffix('_schema')}")
+    for ov in overrides:
+        key, _, value = ov.partition("=")
+        if key.lstrip("+~") == "library" and value.startswith("["):
+            names = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ConfigError("library", f"{dup} selected more than once",
+                                  "list each library once (override its knobs as library.<name>.<knob>=...)")
+
+
 if __name__ == "__main__":
+    precheck(sys.argv[1:])
     main()

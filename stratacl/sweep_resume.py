@@ -1,6 +1,6 @@
 """Resuming interrupted sweeps: a job whose output directory already holds `summary.json` is done.
 
-The CLI writes `summary.json` last and atomically (DESIGN.md §5), so its presence is a reliable
+The CLI writes `summary.json` last and atomically (docs/architecture.md), so its presence is a reliable
 "this point finished" marker. Rerunning a multirun with the same `hydra.sweep.dir` and
 `resume=true` makes every finished point return at once (Hydra still launches it and refreshes
 its `.hydra/` files, but nothing is simulated or rewritten); failed, killed or never-started

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from stratacl.engine.replay import SimResult
+from stratacl.fabric import PORTS
 from stratacl.phases import CATEGORIES
 from stratacl.trace import Op, Trace
 
@@ -32,7 +33,7 @@ RANK_PID = 1_000_000  # pid = library index × RANK_PID + rank
 COUNTER_PID = RANK_PID - 1  # per-library utilisation process (above any rank id)
 ENGINE_TID = {"sdma": 10_000, "cores": 20_000}  # + lane index; stream lanes are 0, 1, …
 ENGINE_NAME = {"sdma": "SDMA engines", "cores": "comm cores (vector)"}
-COUNTER_GROUPS = {"ports": ("sio_tx", "sio_rx", "ub_tx", "ub_rx", "rdma_tx", "rdma_rx"), "hbm": ("hbm",),
+COUNTER_GROUPS = {"ports": PORTS, "hbm": ("hbm",),
                   "cores": ("vec", "cube"), "sdma": ("sdma",)}
 
 

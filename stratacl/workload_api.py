@@ -8,7 +8,6 @@ never import `stratacl.engine` or `stratacl.comm`: what they may ask a library i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -17,6 +16,7 @@ import pandas as pd
 from stratacl.comm.library import LibraryModel
 from stratacl.engine.replay import SimResult, simulate
 from stratacl.fabric import Fabric
+from stratacl.progress import Progress
 from stratacl.trace import Trace
 
 
@@ -41,14 +41,15 @@ class RunContext:
     libraries: dict[str, LibraryModel]
     baseline: str
     seed: int
-    progress: Callable[[float], None] = lambda n: None  # advance a progress bar by n units
+    progress: Progress = field(default_factory=lambda: Progress("run", enabled=False))
 
     def simulate(self, trace: Trace, library: str) -> SimResult:
         """Replay `trace` with one selected library."""
         return simulate(trace, self.libraries[library])
 
     def replay_all(self, trace: Trace, progress: bool = False) -> dict[str, SimResult]:
-        """Replay the same trace once per selected library, in the run's order."""
+        """Replay the same trace once per selected library, in the run's order (advancing the
+        current progress phase by one per library with `progress`)."""
         out = {}
         for lib in self.libraries:
             out[lib] = self.simulate(trace, lib)

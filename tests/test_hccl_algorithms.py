@@ -24,7 +24,10 @@ def test_hierarchical_allreduce_matches_its_closed_form(cm384) -> None:  # noqa:
     n, k, size = 32, 16, 256 * MiB
     ring_stage = (k - 1) * STEP["node"] + (k - 1) * (size / 2 / k) / BETA["node"]
     inter_stage = 2 * STEP["supernode"] + 2 * (size / k / 2) / BETA["supernode"]
-    expected = LAUNCH + 2 * ring_stage + inter_stage
+    # AI_CPU expansion (SDMA mover): the AI CPU kernel starts once per operator (8 us), each stage's
+    # engines start after its first descriptor (2 us) and the engine start-up (1 us)
+    sdma_start = cm384.sdma_launch_s["aicpu"] + 3 * (cm384.sdma_descriptor_s["aicpu"] + cm384.sdma_startup_s)
+    expected = LAUNCH + 2 * ring_stage + inter_stage + sdma_start
     plan = lib.wire_plan("allreduce", size, tuple(range(n)))
     assert plan.algorithm == "hccl:double_ring+nhr" and len(plan.stages) == 3
     assert plan.steps == 2 * (k - 1) + 2

@@ -80,19 +80,20 @@ def test_prefill_trace_carries_layer_wise_kv_sends_that_conserve_bytes() -> None
 
     from stratacl.comm.library import LibraryModel
     from stratacl.workload_api import RunContext
-    from workloads.llm_infer.costs import ServingCosts, load_costs
+    from workloads.common.model import model_costs
+    from workloads.llm_infer.costs import ServingCosts
     from workloads.llm_infer.iteration import IterationModel
 
-    cfg = compose_run([*OVERRIDES[:-1], "library=[stratacl]", "baseline=stratacl"])
+    cfg = compose_run([*OVERRIDES[:-1], "library=[stratacl]", "baseline=stratacl", "workload.scheduler.tbo=false",
+                       "workload.scheduler.mtp=false", "workload.skew=uniform"])
     fab = Fabric(cfg.fabric)
     ctx = RunContext(cfg, fab, {"stratacl": LibraryModel("stratacl", cfg.library["stratacl"], fab)},
                      "stratacl", 0)
-    mc = load_costs(cfg.workload.model, "")
+    mc = model_costs(cfg.workload.model, "")
     costs = ServingCosts(mc, 4, 4, 1024)
     kv_tok = float(mc.kv_bytes_per_token())
     decode = (32, 33)
-    it = IterationModel(ctx, costs, False, False, 4, 4, "uniform", 0.0, 0.0, 0, 64,
-                        kv_bytes_per_token=kv_tok, decode_dies=decode)
+    it = IterationModel(ctx, costs, cfg.workload, kv_bytes_per_token=kv_tok, decode_dies=decode)
     tokens = 1024
     tr = it.trace("prefill", tokens, 0)
     kv = [op for op in tr.ops if op.stream == "kv"]
@@ -102,6 +103,6 @@ def test_prefill_trace_carries_layer_wise_kv_sends_that_conserve_bytes() -> None
     st = it.prefill("stratacl", tokens)
     assert st.kv_ready_s >= st.time_s - 1e-12
     # without destinations there is nothing to send, and the iteration itself is unchanged
-    bare = IterationModel(ctx, costs, False, False, 4, 4, "uniform", 0.0, 0.0, 0, 64)
+    bare = IterationModel(ctx, costs, cfg.workload)
     assert not [op for op in bare.trace("prefill", tokens, 0).ops if op.stream == "kv"]
     assert bare.prefill("stratacl", tokens).time_s == pytest.approx(st.time_s, rel=0.05)

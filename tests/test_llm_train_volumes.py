@@ -117,3 +117,12 @@ def test_routing_skew_is_seeded_and_decays(small) -> None:  # noqa: ANN001
     dispatch = next(op for op in a.ops if op.coll == "dispatch")
     allocs = np.atleast_1d(a.buffers[dispatch.buffer])
     assert (allocs >= 0).all()  # allocated by the router op, not before the trace
+
+
+def test_ep_buffers_are_allocated_when_the_kernel_group_before_them_starts(small) -> None:  # noqa: ANN001
+    """Splitting a kernel group into cube and vector ops does not move the allocation point of the
+    routed all-to-all buffers: the op before the all-to-all, or the first (cube) op of its group."""
+    _, _, _, trace = small
+    allocs = [trace.buffers[name] for name in {op.buffer for op in trace.ops if op.comm == "ep"}]
+    groups = [trace.ops[a] for (a,) in allocs if trace.ops[a].kind == "compute"]
+    assert groups and all(op.core == "cube" and trace.ops[op.id + 1].name == f"{op.name}.vec" for op in groups)

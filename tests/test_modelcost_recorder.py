@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
+from workloads.common.routing import RoutingModel
 from workloads.modelcost.recorder import record_collectives
 from workloads.modelcost.recorder_ep import moe_split_sizes, record_moe_collectives, routing_counts
-from workloads.modelcost.routing import RoutingModel
 
 HIDDEN, TOKENS, LAYERS = 64, 8, 2
 F32 = 4

@@ -15,7 +15,9 @@ from stratacl.trace import Trace
 
 PORT = 196e9  # UB port per die (2506.12708 §3.3.1)
 INTER = 150e9  # inter-node tier β (StrataCL Table 1)
-FIXED = 5e-6 + 2.1e-6 + 2.1e-6  # launch + inter-node α + flag sync of one p2p step
+# launch + inter-node α + flag sync of one p2p step + the SDMA start of hccl_zerocopy's AI_CPU
+# expansion: AI CPU kernel 8 us + first descriptor 2 us + engine start-up 1 us (conf/fabric)
+FIXED = 5e-6 + 2.1e-6 + 2.1e-6 + (8e-6 + 2e-6 + 1e-6)
 
 
 def _fabric(*overrides: str) -> Fabric:

@@ -10,10 +10,13 @@ dies, which contiguous groups do not).
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from stratacl.compare import pivot_table
 from stratacl.errors import ConfigError
+from stratacl.limits import RunSize
 from stratacl.metrics import algbw, busbw_factor
 from stratacl.schemas.collectives import CollectivesConfig
 from stratacl.trace import COLLECTIVES, Trace
@@ -31,6 +34,15 @@ def message_sizes(cfg: CollectivesConfig) -> list[int]:
         sizes.append(s)
         s *= cfg.step_factor
     return sizes
+
+
+def estimate(cfg: CollectivesConfig) -> RunSize:
+    """One trace of every (collective, size, run) point."""
+    sizes = 0
+    if 0 < cfg.min_bytes <= cfg.max_bytes and cfg.step_factor >= 2:
+        sizes = int(math.floor(math.log(cfg.max_bytes / cfg.min_bytes, cfg.step_factor) + 1e-9)) + 1
+    n = len(cfg.collectives) * sizes * (cfg.warmup + cfg.iters)
+    return RunSize(trace_ops=n, replayed_ops=n)
 
 
 def build_trace(cfg: CollectivesConfig, world: int) -> tuple[Trace, list[tuple[str, int]]]:
@@ -71,6 +83,7 @@ def run(ctx: RunContext) -> WorkloadResult:
     trace, points = build_trace(cfg, cfg.ranks)
     n = cfg.group_size or cfg.ranks
     frames, metrics, timelines = [], {}, {}
+    ctx.progress.phase("replay", total=len(ctx.libraries), unit="lib")
     for lib, res in ctx.replay_all(trace, progress=True).items():
         ops = res.op_frame(trace)
         ops["collective"] = [c for c, _, _ in points]

@@ -16,10 +16,17 @@ import pandas as pd
 
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
+from stratacl.limits import RunSize
 from stratacl.schemas.moe import MoeConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.routing import copies_matrix, expert_weights, route
+from workloads.common.routing import copies_matrix, expert_weights, route
+
+
+def estimate(cfg: MoeConfig) -> RunSize:
+    """Per mode one trace of gate, dispatch and combine per iteration."""
+    per_trace = 3 * (cfg.warmup + cfg.iters)
+    return RunSize(trace_ops=per_trace, replayed_ops=per_trace * len(cfg.modes))
 
 
 def build_trace(cfg: MoeConfig, mode: str, seed: int) -> tuple[Trace, list[dict]]:
@@ -72,8 +79,9 @@ def run(ctx: RunContext) -> WorkloadResult:
     frames: list[pd.DataFrame] = []
     metrics: dict[str, dict[str, float]] = {lib: {} for lib in ctx.libraries}
     timelines = {}
+    ctx.progress.phase("replay", total=len(traces) * len(ctx.libraries), unit="replay")
     for mode, (trace, points) in traces.items():
-        for lib, res in ctx.replay_all(trace).items():
+        for lib, res in ctx.replay_all(trace, progress=True).items():
             ops = res.op_frame(trace).set_index("op")
             pts = pd.DataFrame(points)
             pts["time_s"] = [ops.at[p, "end_s"] - ops.at[p, "start_s"] for p in pts["op"]]
@@ -88,7 +96,6 @@ def run(ctx: RunContext) -> WorkloadResult:
                 m[f"{kind}_{mode}_time_us"] = float(steady["time_s"].mean() * 1e6)
                 m[f"{kind}_{mode}_first_time_us"] = float(sub["time_s"].iloc[0] * 1e6)
             timelines.setdefault(lib, (trace, res))
-            ctx.progress(1 / len(traces))
     rows = pd.concat(frames, ignore_index=True)
     keys = [k for k in metrics[ctx.baseline] if k.endswith("busbw_GBps")]
     table = metric_table(metrics, ctx.baseline, keys).rename(columns={"metric": "busbw GB/s (DeepEP convention)"})

@@ -24,7 +24,7 @@ from stratacl.fabric import Fabric, Tier
 REDUCING = ("allreduce", "reducescatter", "combine")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WirePlan:
     algorithm: str
     steps: int  # synchronised logical steps
@@ -52,19 +52,18 @@ class WirePlan:
         return max(list(self.tx_s.values()) + list(self.rx_s.values()) + [0.0])
 
 
-def _tiers(tier_idx: np.ndarray, fabric: Fabric, plane: str) -> list[Tier]:
-    return [fabric.tier(int(t), plane) for t in range(4)]
+def _tiers(tidx: np.ndarray, fabric: Fabric, plane: str) -> dict[int, Tier]:
+    """The tiers a group's members are apart (tier index -> Tier), over `plane`. Only distances that
+    occur are looked up, so a fabric without e.g. a scale-out tier serves groups inside it."""
+    return {int(t): fabric.tier(int(t), plane) for t in np.unique(tidx)}
 
 
-def _per_plane(bytes_mat: np.ndarray, tidx: np.ndarray, tiers: list[Tier], axis: int) -> dict[str, float]:
+def _per_plane(bytes_mat: np.ndarray, tidx: np.ndarray, tiers: dict[int, Tier], axis: int) -> dict[str, float]:
     """Port seconds per plane on the busiest die: Σ_peers bytes/β over that plane's tiers."""
     out: dict[str, float] = {}
     secs_by_plane: dict[str, np.ndarray] = {}
-    for t in range(4):
+    for t, tier in tiers.items():
         mask = tidx == t
-        if not mask.any():
-            continue
-        tier = tiers[t]
         secs = np.where(mask, bytes_mat, 0.0).sum(axis=axis) / tier.beta_Bps
         secs_by_plane[tier.plane] = secs_by_plane.get(tier.plane, 0.0) + secs
     for plane, secs in secs_by_plane.items():
@@ -72,7 +71,7 @@ def _per_plane(bytes_mat: np.ndarray, tidx: np.ndarray, tiers: list[Tier], axis:
     return out
 
 
-def peer_matrix(coll: str, n: int, size: float, peer_bytes: tuple[float, ...]) -> np.ndarray:
+def peer_matrix(n: int, size: float, peer_bytes: tuple[float, ...]) -> np.ndarray:
     """Bytes each member sends each other member in one full-mesh exchange (row = sender)."""
     if peer_bytes:
         m = np.asarray(peer_bytes, dtype=float).reshape(n, n).copy()
@@ -98,8 +97,9 @@ def ring(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane
         raise ValueError(f"ring does not implement {coll}")
     red = (n - 1) * chunk if coll in REDUCING else 0.0
     secs = nbytes / slow.beta_Bps
-    return WirePlan("ring", steps, steps * step_s, {slow.plane: secs}, {slow.plane: secs}, nbytes,
-                    nbytes, nbytes * n, red, 2 if n > 2 else 1, ((nbytes, slow.index),))
+    return WirePlan(algorithm="ring", steps=steps, latency_s=steps * step_s, tx_s={slow.plane: secs},
+                    rx_s={slow.plane: secs}, send_bytes=nbytes, recv_bytes=nbytes, group_wire_bytes=nbytes * n,
+                    reduce_bytes=red, peers=2 if n > 2 else 1, peer_work=((nbytes, slow.index),))
 
 
 def fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
@@ -112,7 +112,7 @@ def fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, p
     """
     tiers = _tiers(tidx, fabric, plane)
     exchanges = 2 if coll in ("allreduce", "broadcast") else 1
-    m = peer_matrix(coll, n, size, peer_bytes)
+    m = peer_matrix(n, size, peer_bytes)
     off = ~np.eye(n, dtype=bool)
     step_s = max(tiers[int(t)].alpha_s + tiers[int(t)].sync_s for t in np.unique(tidx[off])) if n > 1 else 0.0
     tx = {p: s * exchanges for p, s in _per_plane(m, tidx, tiers, axis=1).items()}
@@ -121,15 +121,16 @@ def fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, p
     recv = float(m.sum(axis=0).max()) * exchanges
     red = recv / exchanges if coll in REDUCING else 0.0
     steps = exchanges * steps_per_exchange
-    return WirePlan(algorithm, steps, steps * step_s, tx, rx, send, recv, float(m.sum()) * exchanges,
-                    red, n - 1, _busiest_peer_work(m, tidx, tiers, exchanges))
+    return WirePlan(algorithm=algorithm, steps=steps, latency_s=steps * step_s, tx_s=tx, rx_s=rx,
+                    send_bytes=send, recv_bytes=recv, group_wire_bytes=float(m.sum()) * exchanges,
+                    reduce_bytes=red, peers=n - 1, peer_work=_busiest_peer_work(m, tidx, tiers, exchanges))
 
 
 def pairwise(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
              peer_bytes: tuple[float, ...] = ()) -> WirePlan:
     """n−1 synchronised steps; in step k member i sends its slice to member (i+k) mod n."""
     tiers = _tiers(tidx, fabric, plane)
-    m = peer_matrix(coll, n, size, peer_bytes)
+    m = peer_matrix(n, size, peer_bytes)
     idx = np.arange(n)
     latency = 0.0
     tx: dict[str, float] = {}
@@ -144,11 +145,12 @@ def pairwise(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, p
     send = float(m.sum(axis=1).max())
     recv = float(m.sum(axis=0).max())
     red = recv if coll in REDUCING else 0.0
-    return WirePlan("pairwise", n - 1, latency, tx, dict(tx), send, recv, float(m.sum()), red, n - 1,
-                    _busiest_peer_work(m, tidx, tiers, 1))
+    return WirePlan(algorithm="pairwise", steps=n - 1, latency_s=latency, tx_s=tx, rx_s=dict(tx),
+                    send_bytes=send, recv_bytes=recv, group_wire_bytes=float(m.sum()), reduce_bytes=red,
+                    peers=n - 1, peer_work=_busiest_peer_work(m, tidx, tiers, 1))
 
 
-def _busiest_peer_work(m: np.ndarray, tidx: np.ndarray, tiers: list[Tier],
+def _busiest_peer_work(m: np.ndarray, tidx: np.ndarray, tiers: dict[int, Tier],
                        exchanges: int) -> tuple[tuple[float, int], ...]:
     """(bytes, tier) per peer of the member that sends the most (it finishes last)."""
     i = int(np.argmax(m.sum(axis=1)))
@@ -176,5 +178,6 @@ def rhd(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane:
     far = int(tidx[0, 1 << (logn - 1)]) if logn else 0
     tx = {tiers[far].plane: secs * halves}
     red = nbytes if coll in REDUCING else 0.0
-    return WirePlan("rhd", logn * halves, latency * halves, tx, dict(tx), nbytes * halves, nbytes * halves,
-                    nbytes * halves * n, red, logn, ((nbytes * halves, tiers[far].index),))
+    return WirePlan(algorithm="rhd", steps=logn * halves, latency_s=latency * halves, tx_s=tx, rx_s=dict(tx),
+                    send_bytes=nbytes * halves, recv_bytes=nbytes * halves, group_wire_bytes=nbytes * halves * n,
+                    reduce_bytes=red, peers=logn, peer_work=((nbytes * halves, tiers[far].index),))

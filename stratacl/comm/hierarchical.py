@@ -202,8 +202,9 @@ def rings(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plan
     ports = _plane_max(moved, fabric, plane)
     red = (n - 1) * chunk * len(orders) if coll in alg.REDUCING else 0.0
     total = nbytes * len(orders)
-    return alg.WirePlan(name, steps, steps * step_s, tx, dict(tx), total, total, total * n, red,
-                        2 * len(orders) if n > 2 else 1, tuple(work), port_bytes=ports)
+    return alg.WirePlan(algorithm=name, steps=steps, latency_s=steps * step_s, tx_s=tx, rx_s=dict(tx),
+                        send_bytes=total, recv_bytes=total, group_wire_bytes=total * n, reduce_bytes=red,
+                        peers=2 * len(orders) if n > 2 else 1, peer_work=tuple(work), port_bytes=ports)
 
 
 def _plane_max(load: np.ndarray, fabric: Fabric, plane: str) -> dict[str, float]:
@@ -253,8 +254,9 @@ def log_steps(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, 
             p = fabric.tier(t, plane).plane
             tx[p] = tx.get(p, 0.0) + load[t]
     red = nbytes / halves if coll in alg.REDUCING else 0.0
-    return alg.WirePlan(name, steps * halves + extra, latency, tx, dict(tx), nbytes, nbytes,
-                        nbytes * n, red, steps, tuple((b, t) for t, b in work.items()))
+    return alg.WirePlan(algorithm=name, steps=steps * halves + extra, latency_s=latency, tx_s=tx,
+                        rx_s=dict(tx), send_bytes=nbytes, recv_bytes=nbytes, group_wire_bytes=nbytes * n,
+                        reduce_bytes=red, peers=steps, peer_work=tuple((b, t) for t, b in work.items()))
 
 
 def grouped_fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
@@ -349,10 +351,12 @@ def combine_stages(name: str, stages: list[alg.WirePlan], overlap: bool = False)
         for b, t in st.peer_work:
             work[t] = work.get(t, 0.0) + b
     return alg.WirePlan(
-        name, sum(s.steps for s in stages), sum(s.latency_s for s in stages), tx, rx,
-        sum(s.send_bytes for s in stages), sum(s.recv_bytes for s in stages),
-        sum(s.group_wire_bytes for s in stages), sum(s.reduce_bytes for s in stages),
-        max(s.peers for s in stages), tuple((b, t) for t, b in work.items()),
+        algorithm=name, steps=sum(s.steps for s in stages), latency_s=sum(s.latency_s for s in stages),
+        tx_s=tx, rx_s=rx, send_bytes=sum(s.send_bytes for s in stages),
+        recv_bytes=sum(s.recv_bytes for s in stages),
+        group_wire_bytes=sum(s.group_wire_bytes for s in stages),
+        reduce_bytes=sum(s.reduce_bytes for s in stages),
+        peers=max(s.peers for s in stages), peer_work=tuple((b, t) for t, b in work.items()),
         stages=() if overlap else tuple(stages))
 
 

@@ -1,4 +1,4 @@
-"""A communication library as a point in the design space (DESIGN.md §3), lowered to phases.
+"""A communication library as a point in the design space (docs/architecture.md), lowered to phases.
 
 `LibraryModel` holds the static choices and prices one collective on one communicator as a list
 of phases:
@@ -13,7 +13,10 @@ of phases:
   fastest of them for this size and group on an idle fabric.
 - mover: `vector_cores` hold `comm_cores` cores for the transfer, which cannot finish before the
   cores' makespan under the partitioning (partition.py); `sdma` moves data on DMA engines, cores
-  held only while a device trigger writes descriptors.
+  held only while a device trigger writes descriptors (sdma.py). `expansion_mode` (HCCL's AI_CPU /
+  AIV) picks mover and trigger. Staging copies run on the op's mover: SDMA memcpy tasks for SDMA
+  movers, the comm kernel's own vector cores otherwise; both load HBM.
+- stream core limits: a comm kernel on a limited stream holds at most the stream's vector cores.
 
 `LibraryRuntime` carries per-replay state (registrations) so the same trace replays per library.
 """
@@ -28,9 +31,18 @@ import numpy as np
 
 from stratacl.comm import algorithms as alg
 from stratacl.comm import hierarchical as hier
-from stratacl.comm import partition
+from stratacl.comm import partition, sdma
 from stratacl.comm.registration import RegistrationState
-from stratacl.config import Algorithm, DataPath, LibraryConfig, Mover, Partitioning, Trigger
+from stratacl.config import (
+    TIER_ORDER,
+    Algorithm,
+    DataPath,
+    LibraryConfig,
+    Mover,
+    Partitioning,
+    Trigger,
+    resolved_mover,
+)
 from stratacl.fabric import Fabric, R
 from stratacl.lowering import OpInfo
 from stratacl.phases import Phase, delay, merge_delays
@@ -49,7 +61,11 @@ _IN_OUT = {
 }
 _EXCHANGES = ("alltoall", "alltoallv", "dispatch", "combine")
 COUNT_BYTES = 4  # one int32 token count per peer in the MoE layout exchange
-_TIERS = ("die", "node", "supernode", "scaleout")
+# Balanced partitioning cuts each peer's payload into units of a tier-specific size
+# (`unit_KiB`). A tier a library leaves unsized gets its finest configured unit; a library with
+# no units at all (validation allows it with the SDMA mover, where units only shape the reported
+# core spread) gets DEFAULT_UNIT_KiB. ASSUMPTION: the die/node unit of conf/library/stratacl.yaml.
+DEFAULT_UNIT_KiB = 256.0
 # plans whose flows to all peers run at once (the switch model paces them by the slowest flow)
 _CONCURRENT = ("fullmesh", "hccl:mesh", "hccl:direct_fullmesh", "direct_fullmesh", "mesh_aiv")
 
@@ -65,6 +81,12 @@ class LibraryModel:
         self.name = name
         self.cfg = cfg
         self.fabric = fabric
+        self.mover, self.trigger = resolved_mover(cfg)
+
+    def core_limits(self, trace: Trace) -> dict[str, tuple[int, int]]:
+        """Per-stream core limits the deployment runs with under this library (the trace's, or none
+        when the preset drops the split: `stream_core_split`)."""
+        return dict(trace.stream_cores) if self.cfg.stream_core_split else {}
 
     # ------------------------------------------------------------------ memory
     def comm_memory_bytes(self, communicators: int = 1) -> float:
@@ -115,7 +137,7 @@ class LibraryModel:
         tidx = np.frombuffer(tkey, dtype=np.int64).reshape(n, n)
         plane = self.cfg.plane
         if n == 1:
-            return alg.WirePlan(algorithm, 0, 0.0)
+            return alg.WirePlan(algorithm=algorithm, steps=0, latency_s=0.0)
         if algorithm == "hccl":
             choice = self.hccl_choice(coll, size, tidx)
             return hier.hccl_plan(choice, coll, size, tidx, self.fabric, plane, peer_bytes)
@@ -151,9 +173,10 @@ class LibraryModel:
     # ------------------------------------------------------------------ pricing
     def collective_phases(self, coll: str, size: float, group: tuple[int, ...],
                           peer_bytes: tuple[float, ...] = (), moe_mode: str = "",
-                          moe_shape: tuple[float, int] = ()) -> list[Phase]:
+                          cores: int | None = None, moe_shape: tuple[float, int] = ()) -> list[Phase]:
         """Static phases of one collective on one communicator (registration is added at run
         time by the runtime). With algorithm=auto, the fastest candidate on an idle fabric.
+        `cores`: vector cores the comm kernel may use (a stream limit; default comm_cores).
 
         An HT-mode MoE dispatch first exchanges per-peer token counts (DeepEP's notify step, part
         of its dispatch call): receivers need them to lay out a packed receive buffer. LL-mode
@@ -165,9 +188,9 @@ class LibraryModel:
         that signals completion with remote atomics pays `moe_signal_rtts` round trips; one whose
         operator needs the host first (`host_sync`) pays a device→host copy and host round trip."""
         moe = (moe_mode, *moe_shape) if moe_mode and moe_shape else ()
-        phases = self._best(coll, size, group, peer_bytes, moe)[1]
+        phases = self._best(coll, size, group, peer_bytes, cores, moe)[1]
         if coll == "dispatch" and moe_mode == "ht" and self.cfg.moe_layout_exchange and len(group) > 1:
-            counts = self._best("alltoall", COUNT_BYTES * len(group), group, ())[1]
+            counts = self._best("alltoall", COUNT_BYTES * len(group), group, (), cores)[1]
             phases = merge_delays([*counts, *phases])
         if coll in ("dispatch", "combine") and self.cfg.moe_signal_rtts > 0 and len(group) > 1:
             far = self.fabric.tier(int(self.fabric.group_tiers(group).max()), self.cfg.plane)
@@ -209,35 +232,36 @@ class LibraryModel:
         return self.cfg.data_path == DataPath.on_alloc
 
     def chosen_algorithm(self, coll: str, size: float, group: tuple[int, ...],
-                         peer_bytes: tuple[float, ...] = ()) -> str:
-        return self._best(coll, size, group, peer_bytes)[0]
+                         peer_bytes: tuple[float, ...] = (), cores: int | None = None) -> str:
+        return self._best(coll, size, group, peer_bytes, cores)[0]
 
     def op_info(self, coll: str, size: float, group: tuple[int, ...],
-                peer_bytes: tuple[float, ...] = ()) -> OpInfo:
+                peer_bytes: tuple[float, ...] = (), cores: int | None = None) -> OpInfo:
         """The algorithm that runs and the spread of the comm cores' completion times under the
         library's core partitioning (as a vector-core mover would run this plan)."""
-        algo = self.chosen_algorithm(coll, size, group, peer_bytes)
+        algo = self.chosen_algorithm(coll, size, group, peer_bytes, cores)
         if len(group) < 2:
             return OpInfo(algo, 0.0)
-        plan = self.wire_plan(coll, size, group, peer_bytes, self._best(coll, size, group, peer_bytes)[2])
+        plan = self.wire_plan(coll, size, group, peer_bytes, self._best(coll, size, group, peer_bytes, cores)[2])
         # a staged plan: the stage whose cores take longest decides the spread reported
-        sched = max((self.core_schedule(st) for st in (plan.stages or (plan,))), key=lambda c: c.makespan_s)
+        sched = max((self.core_schedule(st, cores) for st in (plan.stages or (plan,))),
+                    key=lambda c: c.makespan_s)
         return OpInfo(algo, sched.spread)
 
-    def _best(self, coll: str, size: float, group: tuple[int, ...],
-              peer_bytes: tuple[float, ...], moe: tuple = ()) -> tuple[str, list[Phase], str]:
+    def _best(self, coll: str, size: float, group: tuple[int, ...], peer_bytes: tuple[float, ...],
+              cores: int | None = None, moe: tuple = ()) -> tuple[str, list[Phase], str]:
         """(algorithm that runs, its phases, the candidate that produced it)."""
         best: tuple[str, list[Phase], str] = ("", [], "")
         best_t = math.inf
         for algo in self.candidates(coll):
             plan = self.wire_plan(coll, size, group, peer_bytes, algo, moe)
-            phases = self._phases(coll, size, len(group), plan)
+            phases = self._phases(coll, size, len(group), plan, cores)
             t = sum(p.standalone_s() for p in phases)
             if t < best_t:
                 best, best_t = (plan.algorithm or algo, phases, algo), t
         return best
 
-    def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan) -> list[Phase]:
+    def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan, cores: int | None = None) -> list[Phase]:
         cfg = self.cfg
         phases: list[Phase] = delay("launch", cfg.launch_us * 1e-6)
         rounds, cin, cout = 1, 0.0, 0.0
@@ -250,27 +274,50 @@ class LibraryModel:
             frac = cfg.stage_anyway[coll]
             cin, cout = (frac * b for b in staging_bytes(coll, size, n))
         if cin > 0:  # with pipelining only the first chunk's copy is exposed
-            phases.append(self._copy_phase(cin / chunks, n))
+            phases.append(self._copy_phase(cin / chunks, n, cores))
         stages = plan.stages or (plan,)  # hierarchical plans: their stages in order
         staged: list[Phase] = []
-        for st in stages:
-            staged += delay("sync", st.latency_s * rounds)
+        for i, st in enumerate(stages):
+            sync_s = st.latency_s * rounds
             if st.wire_s > 0:
                 overlapped = (cin + cout) * (chunks - 1) / chunks / len(stages)
-                staged += self._transfer_phases(st, n, overlapped_copy=overlapped)
+                # one operator, one submitting agent: only the first stage pays the agent's launch
+                staged += self._transfer_phases(st, n, overlapped_copy=overlapped, cores=cores, sync_s=sync_s,
+                                                agent_running=i > 0)
+            else:
+                staged += delay("sync", sync_s)
         phases += _fold_stages(staged) if len(stages) > 1 else staged
         if cout > 0:
-            phases.append(self._copy_phase(cout / chunks, n))
+            phases.append(self._copy_phase(cout / chunks, n, cores))
         return merge_delays(phases)
 
-    def _copy_phase(self, nbytes: float, n: int) -> Phase:
-        """Device-to-device copy between a user buffer and a comm buffer (read + write HBM)."""
+    def _copy_phase(self, nbytes: float, n: int, cores: int | None = None) -> Phase:
+        """Device-to-device copy between a user buffer and a comm buffer (read + write HBM) on the
+        engine that does it: SDMA memcpy tasks for an SDMA mover (HCCL's AI_CPU executor issues
+        LocalCopy tasks), the comm kernel's vector cores for a vector-core mover (AIV kernels copy
+        in-kernel), which it holds meanwhile."""
         fab = self.fabric
         min_t = nbytes / (self.cfg.copy_GBps * 1e9) if self.cfg.copy_GBps > 0 else 0.0
-        return Phase("copy", loads=(("all", R["hbm"], 2 * nbytes / fab.hbm_Bps),), min_time_s=min_t,
+        loads: tuple[tuple[str, int, float], ...] = (("all", R["hbm"], 2 * nbytes / fab.hbm_Bps),)
+        holds: tuple[tuple[str, int, float], ...] = ()
+        if self.mover == Mover.sdma:
+            loads += (("all", R["sdma"], nbytes / fab.sdma_Bps),)
+        else:
+            holds = self._core_holds(self._cores(cores))
+        return Phase("copy", loads=loads, holds=holds, min_time_s=min_t,
                      hbm_bytes=2 * nbytes * n, copy_bytes=nbytes * n)
 
-    def core_schedule(self, plan: alg.WirePlan) -> partition.CoreSchedule:
+    def _cores(self, cores: int | None) -> int:
+        return self.cfg.comm_cores if cores is None else min(cores, self.cfg.comm_cores)
+
+    def _core_holds(self, cores: float, frac: float = 1.0) -> tuple[tuple[str, int, float], ...]:
+        """Vector cores a comm kernel holds (on GPUs the same SMs also run matmuls)."""
+        fab = self.fabric
+        held = cores / fab.vector_cores * frac
+        kinds = ("vec", "cube") if fab.cores_shared else ("vec",)
+        return tuple(("all", R[k], held) for k in kinds) if held > 0 else ()
+
+    def core_schedule(self, plan: alg.WirePlan, cores: int | None = None) -> partition.CoreSchedule:
         """How the comm cores of the busiest die share its per-peer payloads."""
         fab = self.fabric
         peers = []
@@ -279,15 +326,17 @@ class LibraryModel:
         # a one-step exchange ends with a completion flag written to every peer: one more small
         # write, with its own start-up, on the core serving that peer (many-peer synchronisation)
         flag = 1 if plan.algorithm in _CONCURRENT else 0
+        finest = min(self.cfg.unit_KiB.values(), default=DEFAULT_UNIT_KiB)
         for (nbytes, t), c in zip(plan.peer_work, copies, strict=True):
             tier = fab.tier(t, self.cfg.plane)
             rate = min(fab.core_move_Bps, tier.beta_Bps)
             peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate, c + flag))
-            units.append(self.cfg.unit_KiB.get(_TIERS[tier.index], 256.0) * 1024)
+            units.append(self.cfg.unit_KiB.get(tier.name, finest) * 1024)
+        ncores = self._cores(cores)
         if self.cfg.partitioning == Partitioning.balanced:
-            return partition.balanced(peers, self.cfg.comm_cores, units, self.cfg.fanout_cap,
+            return partition.balanced(peers, ncores, units, self.cfg.fanout_cap,
                                       self.cfg.refine_units_below, self.cfg.min_unit_KiB * 1024)
-        return partition.uniform(peers, self.cfg.comm_cores)
+        return partition.uniform(peers, ncores)
 
     def transfer_windows(self, plan: alg.WirePlan) -> int:
         """Separate remote writes the busiest die issues for a plan: one per peer window (MoE LL:
@@ -326,9 +375,12 @@ class LibraryModel:
         rx = {p: s * plan.recv_bytes / max(plan.send_bytes, 1e-300) for p, s in ports.items()}
         return ports, rx, pace, switch
 
-    def _transfer_phases(self, plan: alg.WirePlan, n: int, overlapped_copy: float = 0.0) -> list[Phase]:
+    def _transfer_phases(self, plan: alg.WirePlan, n: int, overlapped_copy: float = 0.0,
+                         cores: int | None = None, sync_s: float = 0.0, agent_running: bool = False) -> list[Phase]:
+        """[SDMA start] → the algorithm's synchronised steps (`sync_s`) → the wire phase.
+        `agent_running`: a later stage of a hierarchical plan, whose submitting agent (the AI CPU
+        kernel expanding the whole operator, or the AIV kernel) is already launched."""
         fab = self.fabric
-        cfg = self.cfg
         tx_s, rx_s, pace, switch = self._port_loads(plan, n)
         loads: list[tuple[str, int, float]] = list(switch)
         for p, s in tx_s.items():
@@ -339,48 +391,74 @@ class LibraryModel:
         hbm = plan.send_bytes + plan.recv_bytes + 2 * plan.reduce_bytes + 2 * overlapped_copy
         loads.append(("all", R["hbm"], hbm / fab.hbm_Bps))
         moved = max(plan.send_bytes, plan.recv_bytes)
-        core_kinds = ("vec", "cube") if fab.cores_shared else ("vec",)
-        held = cfg.comm_cores / fab.vector_cores
         phases: list[Phase] = []
-        if cfg.mover == Mover.vector_cores:
-            holds = tuple(("all", R[k], held) for k in core_kinds)
-            min_t = self.core_schedule(plan).makespan_s
+        if self.mover == Mover.vector_cores:
+            holds = self._core_holds(self._cores(cores))
+            min_t = self.core_schedule(plan, cores).makespan_s
+            phases += delay("sync", sync_s)
         else:
-            # device trigger: the cores write descriptors and ring the doorbell (held briefly);
-            # host / AI-CPU triggers build them off the device (no cores, but the launch is slower)
-            launch = fab.sdma_launch_s[cfg.trigger.value]
-            if cfg.trigger == Trigger.device:
-                phases.append(Phase("launch", holds=tuple(("all", R[k], held) for k in core_kinds),
-                                    min_time_s=launch))
-            else:
-                phases += delay("launch", launch)
             loads.append(("all", R["sdma"], moved / fab.sdma_Bps))
-            holds, min_t = (), 0.0
+            holds, min_t = self._sdma_submission(plan, loads, cores, phases, sync_s, agent_running)
         phases.append(Phase("wire", loads=tuple(loads), holds=holds, min_time_s=max(min_t, pace),
                             wire_bytes=plan.group_wire_bytes, hbm_bytes=hbm * n,
                             copy_bytes=overlapped_copy * n))
         return phases
 
-    def p2p_phases(self, tier_index: int, nbytes: float, total_bytes: float, per_node: int = 1) -> list[Phase]:
+    def _sdma_submission(self, plan: alg.WirePlan, loads: list[tuple[str, int, float]], cores: int | None,
+                         phases: list[Phase], sync_s: float,
+                         agent_running: bool = False) -> tuple[tuple[tuple[str, int, float], ...], float]:
+        """Append the SDMA start (trigger launch, every agent's first descriptor, engine start-up) and
+        the algorithm's synchronised steps to `phases`; return the wire phase's holds and minimum
+        time while the remaining descriptors are written (the transfer cannot end before them).
+
+        Device trigger (StrataCL §4.4): a step's readiness flags come first, then the vector cores
+        write that step's descriptors, holding the cores while they write — fully until their first
+        doorbells, then (a fluid average) over the engine start-up and the transfer. AI CPU / host
+        triggers (HCCL's AI_CPU expansion) queue the tasks ahead: writing overlaps the steps, and
+        holds no AI core.
+        """
+        fab = self.fabric
+        trig = self.trigger.value
+        units = {t: self.cfg.unit_KiB[name] * 1024 for t, name in enumerate(TIER_ORDER)
+                 if name in self.cfg.unit_KiB}
+        sub = sdma.submission(plan, fab, trig, min(self.cfg.sdma_submit_cores, self._cores(cores)), units)
+        start = (0.0 if agent_running else fab.sdma_launch_s[trig]) + sub.first_s + fab.sdma_startup_s
+        during = min(sub.rest_s, fab.sdma_startup_s)  # the agents go on writing while engines start
+        rest = sub.rest_s - during
+        if self.trigger == Trigger.device:
+            phases += delay("sync", sync_s)
+            if start > 0:  # (a zero-length activity would have nothing to integrate)
+                frac = (sub.first_s + during) / start
+                phases.append(Phase("launch", holds=self._core_holds(sub.agents, frac), min_time_s=start))
+            if rest <= 0:
+                return (), 0.0
+            wire_s = max(s for _, _, s in loads)
+            return self._core_holds(sub.agents, min(1.0, rest / wire_s) if wire_s > 0 else 1.0), rest
+        phases += delay("launch", start) + delay("sync", sync_s)
+        rest -= min(rest, sync_s)
+        return (), max(rest, 0.0)
+
+    def p2p_phases(self, tier_index: int, nbytes: float, total_bytes: float,
+                   cores: int | None = None, per_node: int = 1) -> list[Phase]:
         """Send/recv of `nbytes` per pair (the slowest pair); staged libraries copy on both ends.
         `per_node`: most pairs whose sender (or receiver) shares a node (switch port groups)."""
         tier = self.fabric.tier(tier_index, self.cfg.plane)
-        plan = alg.WirePlan("p2p", 1, tier.alpha_s + tier.sync_s, {tier.plane: nbytes / tier.beta_Bps},
-                            {tier.plane: nbytes / tier.beta_Bps}, nbytes, nbytes, total_bytes, 0.0, 1,
-                            ((nbytes, tier.index),))
+        wire_s = {tier.plane: nbytes / tier.beta_Bps}
+        plan = alg.WirePlan(algorithm="p2p", steps=1, latency_s=tier.alpha_s + tier.sync_s, tx_s=wire_s,
+                            rx_s=dict(wire_s), send_bytes=nbytes, recv_bytes=nbytes, group_wire_bytes=total_bytes,
+                            peers=1, peer_work=((nbytes, tier.index),))
         staged = self.cfg.data_path == DataPath.staged or "p2p" in self.cfg.stage_anyway
         frac = 1.0 if self.cfg.data_path == DataPath.staged else self.cfg.stage_anyway.get("p2p", 0.0)
         chunks = self.cfg.pipeline_chunks
         copy = frac * nbytes if staged else 0.0
         phases = delay("launch", self.cfg.launch_us * 1e-6)
         if copy > 0:
-            phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1), 0.0, "src"))
-        phases += delay("sync", plan.latency_s)
+            phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "src"))
         overlapped = 2 * copy * (chunks - 1) / chunks
-        phases += [_p2p_roles(replace(p, copy_bytes=p.copy_bytes / per_node), total_bytes)
-                   for p in self._transfer_phases(plan, per_node, overlapped)]
+        phases += [p if p.is_delay else _p2p_roles(replace(p, copy_bytes=p.copy_bytes / per_node), total_bytes)
+                   for p in self._transfer_phases(plan, per_node, overlapped, cores, plan.latency_s)]
         if copy > 0:
-            phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1), 0.0, "dst"))
+            phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "dst"))
         return merge_delays(phases)
 
     def runtime(self, trace: Trace) -> LibraryRuntime:
@@ -461,6 +539,12 @@ class LibraryRuntime:
         self.fabric = model.fabric
         self.registration = RegistrationState(model.cfg, trace.buffers)
         self._cache: dict[tuple, tuple[list[Phase], int, OpInfo]] = {}
+        self._limits = model.core_limits(trace)
+
+    def cores(self, op: Op) -> int | None:
+        """Vector cores the op's comm kernel may use: its stream's AIV limit (None: no limit)."""
+        lim = self._limits.get(op.stream)
+        return lim[1] if lim else None
 
     def observe_start(self, op: Op, now: float) -> None:
         self.registration.note_start(op.id, now)
@@ -477,7 +561,8 @@ class LibraryRuntime:
         return self._static(op)[2]
 
     def _static(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
-        key = (op.kind, op.coll, op.comm, op.ranks, op.nbytes, op.peer_bytes, op.src, op.dst, op.moe_mode)
+        key = (op.kind, op.coll, op.comm, op.ranks, op.nbytes, op.peer_bytes, op.src, op.dst, op.moe_mode,
+               self.cores(op))
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self._lower_p2p(op) if op.kind == "p2p" else self._lower_collective(op)
@@ -487,6 +572,7 @@ class LibraryRuntime:
         """Phases, the number of peers a rank maps (for registration) and the choices made."""
         groups = self.trace.op_groups(op)
         size = max(op.nbytes)
+        cores = self.cores(op)
         # groups of a family usually share a shape; price each distinct shape, keep the slowest
         best: list[Phase] = []
         best_t, best_group = -1.0, groups[0]
@@ -496,12 +582,12 @@ class LibraryRuntime:
             if key in seen:
                 continue
             seen.add(key)
-            phases = self.model.collective_phases(op.coll, size, g, op.peer_bytes, op.moe_mode,
+            phases = self.model.collective_phases(op.coll, size, g, op.peer_bytes, op.moe_mode, cores,
                                                   self._moe_shape(op))
             t = sum(p.standalone_s() for p in phases)
             if t > best_t:
                 best, best_t, best_group = phases, t, g
-        info = self.model.op_info(op.coll, size, tuple(best_group), op.peer_bytes)
+        info = self.model.op_info(op.coll, size, tuple(best_group), op.peer_bytes, cores)
         # accounting fields count bytes over the whole op (all groups)
         return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1, info
 
@@ -523,7 +609,8 @@ class LibraryRuntime:
         worst = max(range(len(sizes)), key=lambda i: sizes[i] / fab.tier(int(tiers[i]), plane).beta_Bps)
         dpn = fab.dies_per_node
         per_node = max(int(np.bincount(np.asarray(ends) // dpn).max()) for ends in (op.src, op.dst))
-        phases = self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()), per_node)
+        phases = self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()),
+                                       self.cores(op), per_node)
         return phases, 1, OpInfo(algorithm="p2p", core_spread=0.0)
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
-from stratacl.config import WorkloadConfig
+from stratacl.schemas.base import WorkloadConfig, knob
 
 
 @dataclass
@@ -14,16 +14,16 @@ class CollectivesConfig(WorkloadConfig):
     """Operator micro-benchmark: bus bandwidth vs message size, nccl-tests conventions."""
 
     name: str = "collectives"
-    ranks: int = 32
-    group_size: int = 0  # 0 = one communicator of all ranks; else ranks/group_size groups run at once
+    ranks: int = knob(32, ge=1)
+    group_size: int = knob(0, ge=0)  # 0 = one communicator of all ranks; else ranks/group_size groups run at once
     collectives: list[str] = field(
         default_factory=lambda: ["allreduce", "allgather", "reducescatter", "alltoall"]
     )
-    min_bytes: int = 64 * 1024
-    max_bytes: int = 1024**3
-    step_factor: int = 2  # sizes min, min·f, min·f², … up to max
-    warmup: int = 1  # runs per point before measuring (first-use registration lands here)
-    iters: int = 1  # measured runs per point (mean reported)
+    min_bytes: int = knob(64 * 1024, ge=1)
+    max_bytes: int = knob(1024**3, ge=1)
+    step_factor: int = knob(2, ge=2)  # sizes min, min·f, min·f², … up to max
+    warmup: int = knob(1, ge=0)  # runs per point before measuring (first-use registration lands here)
+    iters: int = knob(1, ge=1)  # measured runs per point (mean reported)
 
 
 ConfigStore.instance().store(group="workload", name="collectives_schema", node=CollectivesConfig)

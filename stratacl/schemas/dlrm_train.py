@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import StrEnum
 
 from hydra.core.config_store import ConfigStore
 
-from stratacl.config import WorkloadConfig
+from stratacl.schemas.base import WorkloadConfig, knob
 
 # Criteo Terabyte raw categorical cardinalities, 26 features (see conf/workload/dlrm_train.yaml).
 CRITEO_TB_ROWS = [
@@ -15,42 +16,51 @@ CRITEO_TB_ROWS = [
 ]
 
 
+class Sharding(StrEnum):
+    """TorchRec sharding types (workloads/dlrm_train/planner.py)."""
+
+    auto = "auto"  # table-wise where a table fits one die, row-wise otherwise
+    table_wise = "table_wise"
+    row_wise = "row_wise"
+    column_wise = "column_wise"
+
+
 @dataclass
 class DlrmTrainConfig(WorkloadConfig):
     """DLRM trained TorchRec-style: model-parallel embeddings, data-parallel dense part."""
 
     name: str = "dlrm_train"
-    ranks: int = 128
-    batch_per_worker: int = 1024
-    iterations: int = 3  # simulated back to back; the first is reported but metrics use the rest
+    ranks: int = knob(128, ge=1)
+    batch_per_worker: int = knob(1024, ge=1)
+    iterations: int = knob(3, ge=1)  # simulated back to back; the first is reported but metrics use the rest
     # model
-    dense_features: int = 13
-    rows_per_feature: list[int] = field(default_factory=lambda: list(CRITEO_TB_ROWS))
-    total_table_TiB: float = 7.0  # rows are scaled so the tables' weights total this
-    embedding_dim: int = 128
-    pooling_factors: list[int] = field(default_factory=lambda: [1])  # one value or one per feature
-    bottom_mlp: list[int] = field(default_factory=lambda: [512, 256, 128])
-    top_mlp: list[int] = field(default_factory=lambda: [1024, 1024, 512, 256, 1])
+    dense_features: int = knob(13, ge=1)
+    rows_per_feature: list[int] = knob(factory=lambda: list(CRITEO_TB_ROWS), ge=1)
+    total_table_TiB: float = knob(7.0, gt=0)  # rows are scaled so the tables' weights total this
+    embedding_dim: int = knob(128, ge=1)
+    pooling_factors: list[int] = knob(factory=lambda: [1], ge=1)  # one value or one per feature
+    bottom_mlp: list[int] = knob(factory=lambda: [512, 256, 128], ge=1)
+    top_mlp: list[int] = knob(factory=lambda: [1024, 1024, 512, 256, 1], ge=1)
     # dtypes (bytes)
-    table_dtype_bytes: int = 4
-    optimizer_state_bytes_per_row: int = 4  # row-wise Adagrad: one fp32 per row
-    compute_dtype_bytes: int = 2  # dense activations
-    param_dtype_bytes: int = 4  # dense parameters and gradients (the all-reduce)
-    dense_optimizer_states: int = 2  # Adam: two fp32 states per dense parameter
-    comm_dtype_bytes: int = 4  # pooled embeddings and their gradients on the wire
-    index_bytes: int = 8
-    length_bytes: int = 4
+    table_dtype_bytes: int = knob(4, ge=1)
+    optimizer_state_bytes_per_row: int = knob(4, ge=0)  # row-wise Adagrad: one fp32 per row
+    compute_dtype_bytes: int = knob(2, ge=1)  # dense activations
+    param_dtype_bytes: int = knob(4, ge=1)  # dense parameters and gradients (the all-reduce)
+    dense_optimizer_states: int = knob(2, ge=0)  # Adam: two fp32 states per dense parameter
+    comm_dtype_bytes: int = knob(4, ge=1)  # pooled embeddings and their gradients on the wire
+    index_bytes: int = knob(8, ge=1)
+    length_bytes: int = knob(4, ge=1)
     # sharding
-    sharding: str = "auto"  # auto | table_wise | row_wise | column_wise
-    column_shards: int = 4  # column_wise: shards per table
+    sharding: Sharding = Sharding.auto
+    column_shards: int = knob(4, ge=1)  # column_wise: shards per table
     # memory and cache
-    zipf_exponent: float = 1.05
-    cache_GB_per_die: float = 0.0  # 0 = all HBM left after reserves; > 0 caps the cache
-    runtime_reserve_GB: float = 2.0
-    host_dram_GB_per_die: float = 96.0
+    zipf_exponent: float = knob(1.05, gt=0)
+    cache_GB_per_die: float = knob(0.0, ge=0)  # 0 = all HBM left after reserves; > 0 caps the cache
+    runtime_reserve_GB: float = knob(2.0, ge=0)
+    host_dram_GB_per_die: float = knob(96.0, ge=0)
     # DDP gradient buckets
-    ddp_first_bucket_MB: float = 1.0
-    ddp_bucket_MB: float = 25.0
+    ddp_first_bucket_MB: float = knob(1.0, gt=0)
+    ddp_bucket_MB: float = knob(25.0, gt=0)
 
 
 ConfigStore.instance().store(group="workload", name="dlrm_train_schema", node=DlrmTrainConfig)

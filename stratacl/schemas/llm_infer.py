@@ -3,77 +3,140 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
 
 from hydra.core.config_store import ConfigStore
 
-from stratacl.config import WorkloadConfig
+from stratacl.schemas.base import WorkloadConfig, knob
+from stratacl.schemas.model import ModelRef  # re-exported: the shared model reference
 
 
-@dataclass
-class ModelRef:
-    """A transformers model: a conf/model/<name>.yaml preset, or a type/config.json + overrides."""
+class Arrival(StrEnum):
+    """Request arrival process (workloads/llm_infer/requests.py)."""
 
-    preset: str = "deepseek_v4_flash"  # conf/model/<preset>.yaml ("" = use model_type/config_json)
-    model_type: str = ""
-    config_json: str = ""
-    overrides: dict[str, Any] = field(default_factory=dict)
-    dtype_bytes: int = 2  # weights / KV / activations (bf16)
+    poisson = "poisson"
+    gamma = "gamma"  # renewal process with gamma gaps: CV² = burstiness
+    csv = "csv"  # replay a user's request table (requests.csv)
+    trace = "trace"  # a bundled public trace (requests.trace), time-scaled or as recorded
+
+
+class PublicTrace(StrEnum):
+    """Bundled request traces (workloads/llm_infer/traces/README.md: provenance and licences)."""
+
+    azure_conv = "azure_conv"  # Azure LLM inference 2023, conversation: short prompts
+    azure_code = "azure_code"  # Azure LLM inference 2023, coding
+    mooncake_conv = "mooncake_conv"  # Kimi (Mooncake, FAST 2025): long context, mean 12K prompt tokens
+
+
+class TraceTiming(StrEnum):
+    scaled = "scaled"  # arrival times scaled so the trace's mean rate equals requests.rate
+    recorded = "recorded"  # arrival times as recorded (requests.rate unused)
+
+
+class LengthDist(StrEnum):
+    """Distribution of prompt / output lengths, clipped to [min, max]."""
+
+    fixed = "fixed"
+    uniform = "uniform"
+    lognormal = "lognormal"
+
+
+class RouterSkew(StrEnum):
+    """Expert popularity of the router (workloads/routing.py)."""
+
+    uniform = "uniform"
+    zipf = "zipf"
 
 
 @dataclass
 class RequestsConfig:
-    arrival: str = "poisson"  # poisson | gamma | csv
-    rate: float = 10.0  # requests/s
-    burstiness: float = 1.0  # gamma shape⁻¹: 1 = Poisson, > 1 burstier
+    arrival: Arrival = Arrival.poisson
+    rate: float = knob(10.0, gt=0)  # requests/s
+    burstiness: float = knob(1.0, gt=0)  # gamma shape⁻¹: 1 = Poisson, > 1 burstier
     csv: str = ""  # arrival_s,input_tokens,output_tokens (arrival=csv)
-    duration_s: float = 60.0  # arrivals are generated over this window
-    input_dist: str = "lognormal"  # fixed | uniform | lognormal
-    input_mean: int = 2048
-    input_min: int = 128
-    input_max: int = 8192
-    input_sigma: float = 0.6  # lognormal σ
-    output_dist: str = "lognormal"
-    output_mean: int = 512
-    output_min: int = 16
-    output_max: int = 2048
-    output_sigma: float = 0.6
+    trace: PublicTrace = PublicTrace.azure_conv  # arrival=trace: which bundled trace
+    trace_timing: TraceTiming = TraceTiming.scaled  # arrival=trace: scale to `rate`, or as recorded
+    duration_s: float = knob(60.0, gt=0)  # arrivals are generated over this window
+    input_dist: LengthDist = LengthDist.lognormal
+    input_mean: int = knob(2048, ge=1)
+    input_min: int = knob(128, ge=1)
+    input_max: int = knob(8192, ge=1)
+    input_sigma: float = knob(0.6, ge=0)  # lognormal σ
+    output_dist: LengthDist = LengthDist.lognormal
+    output_mean: int = knob(512, ge=1)
+    output_min: int = knob(16, ge=1)
+    output_max: int = knob(2048, ge=1)
+    output_sigma: float = knob(0.6, ge=0)
+
+
+class ExpertPlacement(StrEnum):
+    """How experts sit on EP dies (workloads/common/placement.py)."""
+
+    contiguous = "contiguous"  # expert e on die e // (experts / ep); ep must divide the experts
+    eplb = "eplb"  # EPLB-style: redundant replicas of hot experts, balanced packing, shared-expert replicas
 
 
 @dataclass
 class LayoutConfig:
-    prefill_instances: int = 2
-    prefill_dp: int = 32  # attention data parallel per prefill instance (= dies)
-    prefill_ep: int = 32  # MoE expert parallel per prefill instance
-    decode_instances: int = 8
-    decode_dp: int = 16
-    decode_ep: int = 16
+    prefill_instances: int = knob(2, ge=1)
+    prefill_dp: int = knob(32, ge=1)  # attention data parallel per prefill instance (= dies)
+    prefill_ep: int = knob(32, ge=1)  # MoE expert parallel per prefill instance
+    decode_instances: int = knob(8, ge=1)
+    decode_dp: int = knob(16, ge=1)
+    decode_ep: int = knob(16, ge=1)
+    expert_placement: ExpertPlacement = ExpertPlacement.contiguous
+    # slots per die = (routed + redundant + shared replicas) / EP (eplb placement only)
+    prefill_redundant_experts: int = knob(0, ge=0)  # extra replicas of the hottest experts
+    prefill_shared_expert_replicas: int = knob(0, ge=0)  # dies serving the shared expert (0 = every die, locally)
+    decode_redundant_experts: int = knob(0, ge=0)
+    decode_shared_expert_replicas: int = knob(0, ge=0)
 
 
 @dataclass
 class SchedulerConfig:
-    prefill_token_budget: int = 8192  # tokens per die per prefill iteration (chunked prefill)
-    decode_max_batch: int = 256  # sequences per die, before the KV-memory cap
-    activation_reserve_tokens: int = 16384  # tokens per die whose activations stay reserved
+    prefill_token_budget: int = knob(8192, ge=1)  # tokens per die per prefill iteration (chunked prefill)
+    decode_max_batch: int = knob(0, ge=0)  # sequences per die (0 = limited by KV-cache memory only)
+    activation_reserve_tokens: int = knob(16384, ge=0)  # tokens per die whose activations stay reserved
     tbo: bool = True  # two-batch overlap in prefill and decode
-    tbo_min_tokens: int = 64  # per die: below this one micro-batch (splitting would re-read weights)
+    tbo_min_tokens: int = knob(64, ge=0)  # per die: below this one micro-batch (splitting would re-read weights)
     mtp: bool = True  # multi-token prediction (one draft token per step)
-    mtp_acceptance: float = 0.85  # DeepSeek-V3 report §5.4.3: 85-90 % second-token acceptance
+    mtp_acceptance: float = knob(0.85, ge=0, le=1)  # DeepSeek-V3 report §5.4.3: 85-90 % second-token acceptance
+
+
+class ServingMode(StrEnum):
+    """What the serving workload measures."""
+
+    serve = "serve"  # request-level serving: arrivals, scheduler, latency percentiles
+    fixed = "fixed"  # one decode and one prefill iteration at fixed shapes (workloads/llm_infer/fixed.py)
+
+
+@dataclass
+class FixedShapeConfig:
+    """Shapes of `mode=fixed` (per die)."""
+
+    decode_batch_per_die: int = knob(48, ge=1)  # sequences per die in a decode step
+    context: int = knob(4096, ge=1)  # cached tokens per decoding sequence
+    prefill_tokens_per_die: int = knob(4096, ge=1)  # prompt tokens per die in a prefill iteration
 
 
 @dataclass
 class LlmInferConfig(WorkloadConfig):
     name: str = "llm_infer"
-    model: ModelRef = field(default_factory=ModelRef)
+    mode: ServingMode = ServingMode.serve
+    fixed: FixedShapeConfig = field(default_factory=FixedShapeConfig)
+    # served W8A8 as on Ascend (conf/workload/llm_infer.yaml; workloads/common/quant.py)
+    model: ModelRef = field(default_factory=lambda: ModelRef(quant="w8a8"))
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     requests: RequestsConfig = field(default_factory=RequestsConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    skew: str = "zipf"  # expert popularity: uniform | zipf
-    zipf_s: float = 0.6  # mild routing skew of a trained router (ASSUMPTION, knob)
-    dispatch_scale_ratio: float = 0.0714  # dispatch: INT8 + scales = hidden·(1 + 512/7168) (REFERENCE §5)
-    remap_fraction: float = 0.04  # iterations whose MoE buffers outgrow their mapping (StrataCL §4.1: < 4 %)
-    saturation_rate: float = 0.0  # > 0: also run at this rate and report saturation throughput
-    warmup_s: float = 10.0  # requests arriving before this are excluded from the statistics
+    skew: RouterSkew = RouterSkew.zipf  # expert popularity
+    zipf_s: float = knob(0.6, ge=0)  # mild routing skew of a trained router (ASSUMPTION, knob)
+    # dispatch: INT8 + scales = hidden·(1 + 512/7168) (REFERENCE §5)
+    dispatch_scale_ratio: float = knob(0.0714, ge=0)
+    # iterations whose MoE buffers outgrow their mapping (StrataCL §4.1: < 4 %)
+    remap_fraction: float = knob(0.04, ge=0, le=1)
+    saturation_rate: float = knob(200.0, ge=0)  # > 0: also run at this rate and report saturation throughput
+    warmup_s: float = knob(10.0, ge=0)  # requests arriving before this are excluded from the statistics
     cache_dir: str = "runs/.cache/modelcost"  # disk cache of measured model costs ("" = off)
 
 

@@ -7,16 +7,17 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
-from stratacl.config import WorkloadConfig
+from stratacl.schemas.base import WorkloadConfig, knob
+from stratacl.schemas.model import AttentionKernels
 
 
 @dataclass
 class SkewScheduleConfig:
     """Expert-load skew over training: Zipf exponent end + (start − end)·exp(−iteration / decay)."""
 
-    start: float = 0.6
-    end: float = 0.05
-    decay_iters: float = 500.0
+    start: float = knob(0.6, ge=0)
+    end: float = knob(0.05, ge=0)
+    decay_iters: float = knob(500.0, gt=0)
 
 
 @dataclass
@@ -25,26 +26,28 @@ class LlmTrainConfig(WorkloadConfig):
 
     name: str = "llm_train"
     model: str = "deepseek_v32"  # conf/model/<model>.yaml
-    num_layers: int = 0  # 0 = the model's own depth; else overrides num_hidden_layers
+    num_layers: int = knob(0, ge=0)  # 0 = the model's own depth; else overrides num_hidden_layers
+    attention: AttentionKernels = AttentionKernels.production  # production sparse kernels | reference
     model_overrides: dict[str, Any] = field(default_factory=dict)  # extra transformers config fields
-    dies: int = 512
-    fsdp: int = 128
-    tp: int = 4
-    ep: int = 64  # formed over (fsdp × tp): ep/tp FSDP ranks × the whole TP group
-    global_batch: int = 512  # sequences per iteration
-    seq_len: int = 4096
-    dtype_bytes: int = 2  # compute / all-gather dtype (bf16)
-    master_dtype_bytes: int = 4  # sharded fp32 parameters
-    grad_dtype_bytes: int = 4  # reduce-scatter / sharded gradient dtype
-    optimizer_state_bytes: int = 8  # Adam exp_avg + exp_avg_sq in fp32
-    optimizer_flops_per_param: float = 12.0
+    dies: int = knob(512, ge=1)
+    fsdp: int = knob(128, ge=1)
+    tp: int = knob(4, ge=1)
+    ep: int = knob(64, ge=1)  # formed over (fsdp × tp): ep/tp FSDP ranks × the whole TP group
+    global_batch: int = knob(512, ge=1)  # sequences per iteration
+    seq_len: int = knob(4096, ge=1)
+    dtype_bytes: int = knob(2, ge=1)  # compute / all-gather dtype (bf16)
+    quant: str = ""  # numeric-format preset of the forward's tensors (workloads/common/quant.py; "" = dtype_bytes)
+    master_dtype_bytes: int = knob(4, ge=1)  # sharded fp32 parameters
+    grad_dtype_bytes: int = knob(4, ge=1)  # reduce-scatter / sharded gradient dtype
+    optimizer_state_bytes: int = knob(8, ge=0)  # Adam exp_avg + exp_avg_sq in fp32
+    optimizer_flops_per_param: float = knob(12.0, ge=0)
     recompute: bool = True  # full activation checkpointing per transformer block
     sequence_parallel: bool = True
     flash_attention: bool = True  # no S×S score matrices kept for backward
-    prefetch: int = 1  # FSDP units all-gathered ahead of the one computing
-    iterations: list[int] = field(default_factory=lambda: [0, 100, 500, 1000, 2000])
+    prefetch: int = knob(1, ge=0)  # FSDP units all-gathered ahead of the one computing
+    iterations: list[int] = knob(factory=lambda: [0, 100, 500, 1000, 2000], ge=0)
     skew: SkewScheduleConfig = field(default_factory=SkewScheduleConfig)
-    alloc_overhead_GB: float = 0.0  # allocator slack / runtime context per die
+    alloc_overhead_GB: float = knob(2.0, ge=0)  # allocator slack / runtime context per die
 
 
 ConfigStore.instance().store(group="workload", name="llm_train_schema", node=LlmTrainConfig)

@@ -3,29 +3,43 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from hydra.core.config_store import ConfigStore
 
-from stratacl.config import WorkloadConfig
+from stratacl.schemas.base import WorkloadConfig, knob
+
+
+class MoeMode(StrEnum):
+    ht = "ht"  # high throughput: tokens_ht per rank
+    ll = "ll"  # low latency: tokens_ll per rank
+
+
+class ExpertSkew(StrEnum):
+    """Expert popularity (workloads/routing.py)."""
+
+    uniform = "uniform"
+    zipf = "zipf"  # Zipf over experts with exponent zipf_s
+    histogram = "histogram"  # one weight per expert in `histogram`
 
 
 @dataclass
 class MoeConfig(WorkloadConfig):
     name: str = "moe"
-    ep: int = 32  # expert-parallel ranks
-    modes: list[str] = field(default_factory=lambda: ["ht", "ll"])  # high-throughput / low-latency
-    tokens_ht: int = 4096  # tokens per rank in high-throughput mode
-    tokens_ll: int = 128  # tokens per rank in low-latency mode
-    hidden: int = 7168
-    experts: int = 256
-    top_k: int = 8
-    dispatch_bytes_per_token: int = 7680  # INT8 hidden + FP32 scales
-    combine_bytes_per_token: int = 14336  # BF16 hidden
-    skew: str = "uniform"  # uniform | zipf | histogram
-    zipf_s: float = 1.0  # Zipf exponent over experts (skew=zipf)
-    histogram: list[float] = field(default_factory=list)  # per-expert weights (skew=histogram)
-    iters: int = 4  # measured iterations, each with a fresh routing sample
-    warmup: int = 1  # iterations before measuring (registration, first-use costs)
+    ep: int = knob(32, ge=1)  # expert-parallel ranks
+    modes: list[MoeMode] = field(default_factory=lambda: [MoeMode.ht, MoeMode.ll])
+    tokens_ht: int = knob(4096, ge=1)  # tokens per rank in high-throughput mode
+    tokens_ll: int = knob(128, ge=1)  # tokens per rank in low-latency mode
+    hidden: int = knob(7168, ge=1)
+    experts: int = knob(256, ge=1)
+    top_k: int = knob(8, ge=1)
+    dispatch_bytes_per_token: int = knob(7680, ge=1)  # INT8 hidden + FP32 scales
+    combine_bytes_per_token: int = knob(14336, ge=1)  # BF16 hidden
+    skew: ExpertSkew = ExpertSkew.uniform
+    zipf_s: float = knob(1.0, ge=0)  # Zipf exponent over experts (skew=zipf)
+    histogram: list[float] = knob(factory=list, ge=0)  # per-expert weights (skew=histogram)
+    iters: int = knob(4, ge=1)  # measured iterations, each with a fresh routing sample
+    warmup: int = knob(4, ge=0)  # iterations before measuring (registration, first-use costs)
 
 
 ConfigStore.instance().store(group="workload", name="moe_schema", node=MoeConfig)

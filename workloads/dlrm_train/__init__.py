@@ -6,6 +6,6 @@ Modules: `model` (torch DLRM + measured dense costs), `tables` (Criteo-like tabl
 volumes), `builder` (the trace), `analysis` (iteration split), `workload` (run).
 """
 
-from .workload import run
+from .workload import estimate, run
 
-__all__ = ["run"]
+__all__ = ["estimate", "run"]

@@ -16,8 +16,10 @@ import numpy as np
 
 from stratacl.schemas.dlrm_train import DlrmTrainConfig
 from stratacl.trace import Trace
+from workloads.common.cost import Cost
+from workloads.common.ops import add_compute
 
-from .model import DenseCosts, StageCost, embedding_cost
+from .model import DenseCosts, embedding_cost
 from .planner import Plan
 from .traffic import IterationTraffic
 
@@ -84,14 +86,10 @@ class _Builder:
         assert len(self.bt.iteration_of) == op + 1
         return op
 
-    def stage(self, name: str, cost: StageCost, deps: list[int]) -> int:
+    def stage(self, name: str, cost: Cost, deps: list[int]) -> int:
         """A dense stage: its matmuls on cube cores, then its elementwise work on vector cores."""
-        op = self._tag(self.tr.compute(self.ranks, flops=cost.cube_flops, hbm_bytes=cost.hbm_bytes,
-                                       core="cube", stream="main", name=name, deps=deps), "compute")
-        if cost.vector_flops > 0:
-            op = self._tag(self.tr.compute(self.ranks, flops=cost.vector_flops, core="vector",
-                                           stream="main", name=f"{name}_vec"), "compute")
-        return op
+        ops = add_compute(self.tr, self.ranks, cost, name=name, stream="main", deps=deps)
+        return [self._tag(op, "compute") for op in ops][-1]
 
     def vector(self, name: str, flops: object, hbm: object, deps: list[int]) -> int:
         return self._tag(self.tr.compute(self.ranks, flops=flops, hbm_bytes=hbm, core="vector",

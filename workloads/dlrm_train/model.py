@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from workloads.common.cost import Cost
 from workloads.modelcost.counter import OpCounter
 from workloads.modelcost.fakemodel import fakeify, torch_dtype
 
@@ -64,20 +65,13 @@ def build_meta(dense_in: int, rows: list[int], dim: int, bottom: list[int], top:
 
 
 @dataclass(frozen=True)
-class StageCost:
-    cube_flops: float
-    vector_flops: float
-    hbm_bytes: float
-
-
-@dataclass(frozen=True)
 class DenseCosts:
     """Per-rank costs of the data-parallel dense part at one per-worker batch."""
 
-    bottom_fwd: StageCost
-    top_fwd: StageCost  # interaction + top MLP + loss
-    top_bwd: StageCost
-    bottom_bwd: StageCost
+    bottom_fwd: Cost
+    top_fwd: Cost  # interaction + top MLP + loss
+    top_bwd: Cost
+    bottom_bwd: Cost
     params_bottom: tuple[int, ...]  # parameter numels, in registration order
     params_top: tuple[int, ...]
     activation_bytes: float  # tensors the forward leaves for backward (upper bound: all outputs)
@@ -113,9 +107,9 @@ def dense_costs(dense_in: int, n_features: int, dim: int, bottom: tuple[int, ...
         x.backward(x_top.grad)
     tot = counter.totals
 
-    def stage(tag: str) -> StageCost:
+    def stage(tag: str) -> Cost:
         t = tot[tag]
-        return StageCost(float(t.cube_flops), float(t.vector_flops), float(t.hbm_bytes))
+        return Cost(float(t.cube_flops), float(t.vector_flops), float(t.hbm_bytes))
 
     return DenseCosts(
         bottom_fwd=stage("bottom_fwd"), top_fwd=stage("top_fwd"), top_bwd=stage("top_bwd"),

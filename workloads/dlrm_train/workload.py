@@ -9,6 +9,7 @@ import pandas as pd
 
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
+from stratacl.limits import RunSize
 from stratacl.schemas.dlrm_train import DlrmTrainConfig
 from stratacl.workload_api import Library, RunContext, WorkloadResult
 
@@ -42,6 +43,14 @@ class LibraryRun:
     memory: DieMemory
     hit_rate: np.ndarray  # per die, lookup-weighted
     built: BuiltTrace
+
+
+def estimate(cfg: DlrmTrainConfig) -> RunSize:
+    """One trace of all iterations; per iteration a forward and a backward op per MLP stage, the
+    input/embedding all-to-alls, cache fetches and write-backs and the DDP buckets (an upper bound:
+    2·stages + 8; the default model gives 21)."""
+    per_iter = 2 * (len(cfg.bottom_mlp) + len(cfg.top_mlp)) + 8
+    return RunSize(trace_ops=per_iter * cfg.iterations, replayed_ops=per_iter * cfg.iterations)
 
 
 def _check(cfg: DlrmTrainConfig, fabric: Fabric) -> None:
@@ -106,6 +115,7 @@ def run(ctx: RunContext) -> WorkloadResult:
     setup = prepare(cfg, ctx.fabric, ctx.seed)
     samples = cfg.ranks * cfg.batch_per_worker
     frames, metrics, timelines = [], {}, {}
+    ctx.progress.phase("replay", total=len(ctx.libraries), unit="lib")
     for lib, model in ctx.libraries.items():
         lr = library_run(setup, model, ctx.seed)
         res = ctx.simulate(lr.built.trace, lib)

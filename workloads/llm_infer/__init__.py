@@ -7,6 +7,6 @@ on top of iteration times simulated on the fabric (iteration.py).
 
 from __future__ import annotations
 
-from workloads.llm_infer.workload import run
+from workloads.llm_infer.workload import estimate, run
 
-__all__ = ["run"]
+__all__ = ["estimate", "run"]

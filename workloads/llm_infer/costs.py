@@ -1,64 +1,39 @@
 """Per-layer costs and memory of the served model, from its transformers definition.
 
-Costs are measured by `workloads.modelcost` (real modules on fake tensors) at a few anchor
-shapes and interpolated piecewise-linearly in between (FLOPs and bytes are piecewise linear in
-batch and context for decode, near-linear between prefill anchors), so a run measures ~12 shapes
-however many shape buckets the scheduler visits. Measurements are cached on disk.
+Costs are measured by `workloads.modelcost` (real modules on fake tensors, loaded through
+`workloads.common.model`) at a few anchor shapes and interpolated piecewise-linearly in between
+(FLOPs and bytes are piecewise linear in batch and context for decode, near-linear between
+prefill anchors), so a run measures ~12 shapes however many shape buckets the scheduler visits.
+Measurements are cached on disk.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_infer import ModelRef
-from workloads.modelcost import LayerCost, ModelCosts, load_model_config
-from workloads.modelcost.config import CONF_MODEL_DIR, config_from_node
-from workloads.modelcost.errors import CostInputError, ModelConfigError
+from stratacl.schemas.llm_infer import LayoutConfig
+from workloads.common.cost import Cost
+from workloads.common.placement import Placement, contiguous, eplb
+from workloads.modelcost import ModelCosts
+from workloads.modelcost.costs import ATTENTION_CORE_FORMAT
+
+CORE = ".core"  # suffix of an attention type's core part when it runs in another format
 
 DECODE_BATCH = (1, 8, 32, 128, 512)  # sequences per die
 DECODE_CONTEXT = (1024, 8192)  # cached tokens per sequence
 PREFILL_TOKENS = (256, 1024, 4096, 16384)  # tokens per die per iteration
 
 
-@dataclass(frozen=True)
-class Cost:
-    cube_flops: float
-    vector_flops: float
-    hbm_bytes: float  # fused estimate: weights read + activations in/out + KV read/write
-
-
-def load_costs(ref: ModelRef, cache_dir: str) -> ModelCosts:
-    try:
-        if ref.preset:
-            node = OmegaConf.to_container(OmegaConf.load(_preset_path(ref.preset)), resolve=True)
-            node["overrides"] = {**(node.get("overrides") or {}), **dict(ref.overrides)}
-            hf = config_from_node(node, where=f"conf/model/{ref.preset}.yaml")
-        else:
-            hf = load_model_config(ref.model_type or None, dict(ref.overrides) or None, ref.config_json or None)
-        return ModelCosts(hf, dtype_bytes=ref.dtype_bytes, cache_dir=cache_dir or None)
-    except (ModelConfigError, CostInputError, FileNotFoundError, ValueError) as exc:
-        raise ConfigError("workload.model", str(exc), "use a conf/model preset, a transformers "
-                          "model_type or a config.json path") from None
-
-
-def _preset_path(name: str) -> Path:
-    path = Path(CONF_MODEL_DIR) / f"{name}.yaml"
-    if not path.is_file():
-        names = sorted(p.stem for p in Path(CONF_MODEL_DIR).glob("*.yaml"))
-        raise ConfigError("workload.model.preset", f"no model preset '{name}'", f"use one of {names}")
-    return path
-
-
 class ServingCosts:
     """Interpolated per-die layer costs for prefill and decode on one EP layout."""
 
-    def __init__(self, mc: ModelCosts, prefill_ep: int, decode_ep: int, seq_len: int) -> None:
+    def __init__(self, mc: ModelCosts, prefill_ep: int, decode_ep: int, seq_len: int, *,
+                 layout: LayoutConfig | None = None, shares: np.ndarray | None = None) -> None:
+        """`layout`: expert placement knobs (None: contiguous experts); `shares`: the expected
+        expert popularity an EPLB placement balances (None: uniform)."""
         self.mc = mc
         self.prefill_ep = prefill_ep
         self.decode_ep = decode_ep
@@ -71,21 +46,85 @@ class ServingCosts:
         self.experts = int(info.get("n_routed_experts", 0))
         self.top_k = int(info.get("top_k", 0))
         self.hidden = int(mc.cfg.hidden_size)
-        for ep, field in ((prefill_ep, "prefill_ep"), (decode_ep, "decode_ep")):
-            if self.experts and self.experts % ep:
-                raise ConfigError(f"workload.layout.{field}", f"EP {ep} does not divide the model's "
-                                  f"{self.experts} routed experts", "choose a divisor of the expert count")
+        self.placement: dict[str, Placement] = {}
+        if not self.experts:  # a dense model serves data-parallel: every die holds the whole model
+            self.prefill_ep = self.decode_ep = 1
+        else:
+            self._place(info, layout, shares)
+        # the EP size per-die costs are measured at: the placement's, or (ep not dividing the
+        # experts) the largest divisor of the expert count below it; `moe_per_die` rescales
+        self.measure_ep = {ph: _divisor_at_most(self.experts, ep) if self.experts else 1
+                           for ph, ep in (("prefill", self.prefill_ep), ("decode", self.decode_ep))}
+        # format each layer type's matmuls run in; an attention layer whose projections are
+        # quantised keeps its core (scores, values) in bf16: priced as a separate `<type>.core`
+        self.dtypes = mc.matmul_formats()
+        self.split_core = {t for t in dict.fromkeys(self.attn_plan) if self.dtypes[t] != ATTENTION_CORE_FORMAT}
+        for t in self.split_core:
+            self.dtypes[t + CORE] = ATTENTION_CORE_FORMAT
         self._memo: dict[tuple, dict[str, Cost]] = {}
 
     def _measure(self, tokens: int, context: int, phase: str) -> dict[str, Cost]:
         key = (tokens, context, phase)
         hit = self._memo.get(key)
         if hit is None:
-            ep = self.decode_ep if phase == "decode" else self.prefill_ep
+            ep = self.measure_ep[phase]
             seq = min(tokens, self.seq_len) if phase == "prefill" else None
             raw = self.mc.costs_for_shape(tokens, context=context, phase=phase, ep=ep, seq_len=seq)
-            hit = self._memo[key] = {t: _cost(c) for t, c in raw.items()}
+            hit = {t: c.cost for t, c in raw.items()}
+            if self.split_core:
+                cores = self.mc.attention_cores(tokens, context=context, phase=phase, ep=ep, seq_len=seq)
+                for t in self.split_core:
+                    core = Cost(float(cores[t].cube_flops)) if t in cores else Cost()
+                    hit[t] = hit[t] - core
+                    hit[t + CORE] = core
+            self._memo[key] = hit
         return hit
+
+    def _place(self, info: dict, layout: LayoutConfig | None, shares: np.ndarray | None) -> None:
+        """Expert placement per phase, and the per-layer expert weight bytes it moves around."""
+        e = self.experts
+        shares = np.full(e, 1.0 / e) if shares is None else np.asarray(shares, dtype=float)
+        inter = int(info.get("moe_intermediate", 0)) or 1
+        # shared-expert rows per token in routed-expert-row units (its width over a routed expert's)
+        self.shared_weight = int(info.get("n_shared_experts", 0)) * int(info.get("shared_intermediate", 0)) / inter
+        by_role = self.mc.weight_bytes_by_role(tp=1, ep=1)
+        n_moe = max(int(info.get("n_moe_layers", 0)), 1)
+        self.expert_bytes = by_role.get("moe_experts", 0.0) / (n_moe * e)  # one routed expert, one layer
+        self.shared_bytes = by_role.get("shared_experts", 0.0) / n_moe  # all shared experts, one layer
+        self.n_moe_layers = n_moe
+        kind = str(layout.expert_placement) if layout is not None else "contiguous"
+        for phase, ep in (("prefill", self.prefill_ep), ("decode", self.decode_ep)):
+            red = getattr(layout, f"{phase}_redundant_experts", 0) if layout is not None else 0
+            shr = getattr(layout, f"{phase}_shared_expert_replicas", 0) if layout is not None else 0
+            if kind == "contiguous":
+                if red or shr:
+                    raise ConfigError("workload.layout.expert_placement", f"{phase}: redundant experts and "
+                                      "shared-expert replicas need a balancing placement", "set it to eplb")
+                if e % ep:
+                    raise ConfigError(f"workload.layout.{phase}_ep", f"EP {ep} does not divide the model's "
+                                      f"{e} routed experts", "choose a divisor of the expert count, or "
+                                      "expert_placement=eplb with redundant experts / shared-expert replicas")
+                self.placement[phase] = contiguous(e, ep)
+            else:
+                if shr and not self.shared_weight:
+                    raise ConfigError(f"workload.layout.{phase}_shared_expert_replicas",
+                                      "the model has no shared expert", "set it to 0")
+                self.placement[phase] = eplb(shares, ep, self.top_k, red, shr, self.shared_weight)
+
+    def moe_per_die(self, phase: str, cost: Cost, tokens: float, rows: np.ndarray) -> tuple[Cost, np.ndarray, np.ndarray]:
+        """Per-die MoE work under the placement: (row-proportional part of `cost`, its per-die
+        scale, per-die expert weight bytes). `cost` was measured with `tokens` per die on
+        `measure_ep` dies; `rows`: weighted routed (and shared-replica) rows each die received."""
+        pl = self.placement[phase]
+        e_m = self.experts // self.measure_ep[phase]
+        measured_w = e_m * self.expert_bytes + self.shared_bytes
+        var = Cost(cost.cube_flops, cost.vector_flops, max(cost.hbm_bytes - measured_w, 0.0))
+        local_shared = tokens * self.shared_weight if pl.shared_local else 0.0
+        ref = tokens * self.top_k + local_shared
+        scale = (rows + local_shared) / ref if ref > 0 else np.ones(pl.ep)
+        shared = self.shared_bytes if pl.shared_local else pl.shared_slots_per_die() * self.shared_bytes
+        weights = pl.routed_slots_per_die() * self.expert_bytes + shared
+        return var, scale, np.broadcast_to(np.asarray(weights, dtype=float), (pl.ep,)).copy()
 
     def decode(self, batch: float, context: float) -> dict[str, Cost]:
         """Costs of a decode step of `batch` sequences per die with `context` cached tokens."""
@@ -93,23 +132,18 @@ class ServingCosts:
         w = (context - lo_c) / (hi_c - lo_c)
         at = [_interp(DECODE_BATCH, [self._measure(b, c, "decode") for b in DECODE_BATCH], batch)
               for c in DECODE_CONTEXT]
-        return {t: _lerp(at[0][t], at[1][t], w) for t in at[0]}
+        return {t: at[0][t].lerp(at[1][t], w) for t in at[0]}
 
     def prefill(self, tokens: float) -> dict[str, Cost]:
         return _interp(PREFILL_TOKENS, [self._measure(t, 0, "prefill") for t in PREFILL_TOKENS], tokens)
 
 
-def _cost(c: LayerCost) -> Cost:
-    return Cost(float(c.cube_flops), float(c.vector_flops), float(c.hbm_bytes_fused))
-
-
-def _lerp(a: Cost, b: Cost, w: float) -> Cost:
-    return Cost(*(max(0.0, x + w * (y - x)) for x, y in ((a.cube_flops, b.cube_flops),
-                (a.vector_flops, b.vector_flops), (a.hbm_bytes, b.hbm_bytes))))
+def _divisor_at_most(n: int, k: int) -> int:
+    return max(d for d in range(1, min(n, k) + 1) if n % d == 0)
 
 
 def _interp(xs: tuple[int, ...], values: list[dict[str, Cost]], x: float) -> dict[str, Cost]:
     """Piecewise-linear in x between anchors (linear extrapolation beyond the ends)."""
     i = int(np.clip(np.searchsorted(xs, x) - 1, 0, len(xs) - 2))
     w = (x - xs[i]) / (xs[i + 1] - xs[i])
-    return {t: _lerp(values[i][t], values[i + 1][t], w) for t in values[i]}
+    return {t: values[i][t].lerp(values[i + 1][t], w) for t in values[i]}

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from stratacl.errors import ConfigError
 from stratacl.workload_api import Library
+from workloads.common.cost import Cost
+from workloads.llm_infer.costs import ServingCosts
 from workloads.modelcost import ModelCosts
 
 COMMUNICATORS_PER_RANK = 2  # the EP communicator and the instance-wide (DP) one
@@ -24,9 +28,16 @@ class DieMemory:
         return self.hbm_bytes - self.weight_bytes - self.activation_bytes - self.library_bytes
 
 
-def weight_bytes_per_die(mc: ModelCosts, ep: int) -> float:
-    counts = mc.param_counts(tp=1, ep=ep)
-    return float(sum(v["per_tp_ep_shard"] for v in counts.values()) * mc.dtype_bytes)
+def weight_bytes_per_die(mc: ModelCosts, ep: int, costs: ServingCosts | None = None, phase: str = "") -> float:
+    """Weights of one die's shard, each weight class in its numeric format (workload.model.quant).
+    With `costs`, the experts follow its `phase` placement: the fullest die's slots (routed,
+    redundant and shared-expert replicas) plus the non-expert weights every die holds."""
+    if costs is None or not costs.experts:
+        return float(sum(mc.weight_bytes_by_role(tp=1, ep=ep).values()))
+    by_role = mc.weight_bytes_by_role(tp=1, ep=1)
+    rest = sum(v for k, v in by_role.items() if k not in ("moe_experts", "shared_experts"))
+    _, _, experts = costs.moe_per_die(phase, Cost(), 0.0, np.zeros(costs.placement[phase].ep))
+    return float(rest + costs.n_moe_layers * experts.max())
 
 
 def activation_workspace(mc: ModelCosts, tokens: int) -> float:
@@ -37,8 +48,8 @@ def activation_workspace(mc: ModelCosts, tokens: int) -> float:
 
 
 def die_memory(mc: ModelCosts, ep: int, reserve_tokens: int, library: Library, hbm_bytes: float,
-               role: str) -> DieMemory:
-    mem = DieMemory(hbm_bytes, weight_bytes_per_die(mc, ep), activation_workspace(mc, reserve_tokens),
+               role: str, costs: ServingCosts | None = None) -> DieMemory:
+    mem = DieMemory(hbm_bytes, weight_bytes_per_die(mc, ep, costs, role), activation_workspace(mc, reserve_tokens),
                     library.held_memory_bytes(COMMUNICATORS_PER_RANK, "inference"))
     if mem.kv_bytes <= 0:
         raise ConfigError(f"workload.layout.{role}_ep",

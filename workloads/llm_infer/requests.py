@@ -45,6 +45,8 @@ def generate(cfg: RequestsConfig, seed: int, rate: float | None = None) -> Reque
     rate = cfg.rate if rate is None else rate
     if cfg.arrival == "csv":
         return _from_csv(cfg.csv)
+    if cfg.arrival == "trace":
+        return from_trace(cfg, rate)
     if not rate > 0:
         raise ConfigError("workload.requests.rate", f"must be positive, got {rate}")
     if not cfg.duration_s > 0:
@@ -61,7 +63,7 @@ def generate(cfg: RequestsConfig, seed: int, rate: float | None = None) -> Reque
         shape = 1.0 / cfg.burstiness  # CV² = burstiness; mean gap 1/rate
         gaps = rng.gamma(shape, 1.0 / (rate * shape), n_max)
     else:
-        raise ConfigError("workload.requests.arrival", f"unknown '{cfg.arrival}'", "poisson, gamma or csv")
+        raise ConfigError("workload.requests.arrival", f"unknown '{cfg.arrival}'", "poisson, gamma, csv or trace")
     t = np.cumsum(gaps)
     t = t[t < cfg.duration_s]
     n = len(t)
@@ -71,18 +73,78 @@ def generate(cfg: RequestsConfig, seed: int, rate: float | None = None) -> Reque
     return Requests(t, inp[:n], out[:n])
 
 
+# Request tables: a user CSV (arrival_s,input_tokens,output_tokens) or a bundled public trace
+# (arrived_at,num_prefill_tokens,num_decode_tokens; traces/README.md)
+COLUMNS = (("arrival_s", "input_tokens", "output_tokens"),
+           ("arrived_at", "num_prefill_tokens", "num_decode_tokens"))
+TRACES_DIR = Path(__file__).parent / "traces"
+
+
+def from_trace(cfg: RequestsConfig, rate: float) -> Requests:
+    """A bundled public trace over `duration_s`: its own arrival times (`recorded`), or its first
+    rate·duration requests with their gaps scaled by one factor so that exactly that many arrive in
+    the window (`scaled`: order, lengths and relative burstiness are the trace's)."""
+    full = read_table(TRACES_DIR / f"{cfg.trace}.csv", "workload.requests.trace")
+    t = full.arrival_s - full.arrival_s[0]
+    if cfg.trace_timing == "scaled":
+        n = max(1, round(rate * cfg.duration_s))
+        if n >= len(t):
+            raise ConfigError("workload.requests.rate", f"trace '{cfg.trace}' holds {len(t)} requests, fewer "
+                              f"than {rate} req/s × {cfg.duration_s} s",
+                              f"rate × duration_s below {len(t)}, or trace_timing=recorded")
+        t = t * (cfg.duration_s / t[n]) if t[n] > 0 else t  # the (n+1)-th request lands at the window's end
+    keep = t < cfg.duration_s
+    if not keep.any():
+        raise ConfigError("workload.requests.duration_s", f"no request of trace '{cfg.trace}' arrives "
+                          f"within {cfg.duration_s} s", "a longer duration or a higher rate")
+    return Requests(t[keep], full.input_tokens[keep], full.output_tokens[keep])
+
+
+def describe(reqs: Requests, cfg: RequestsConfig, duration_s: float) -> str:
+    """What the run really served: source, count, the effective rate and the mean lengths."""
+    source = {"csv": f"table {cfg.csv}", "trace": f"trace {cfg.trace} ({cfg.trace_timing})"}.get(
+        str(cfg.arrival), f"{cfg.arrival} arrivals")
+    # generated arrivals span the configured window; a user's table spans its own arrivals
+    span = float(np.ptp(reqs.arrival_s)) if cfg.arrival == "csv" else duration_s
+    rate = f"{len(reqs) / span:.2f} req/s" if span > 0 else "all at once"
+    return (f"{len(reqs)} requests from {source} over {span:.1f} s = {rate}; "
+            f"mean input {reqs.input_tokens.mean():.0f} / output {reqs.output_tokens.mean():.0f} tokens")
+
+
 def _from_csv(path: str) -> Requests:
     p = Path(path)
     if not p.is_file():
         raise ConfigError("workload.requests.csv", f"no file '{path}'", "give a CSV with columns "
                           "arrival_s,input_tokens,output_tokens")
+    return read_table(p, "workload.requests.csv")
+
+
+def read_table(path: Path, field: str) -> Requests:
+    """Read and check a request table; a bad cell is reported by row (1-based, after the header)
+    and column, so a user can find it."""
     try:
-        df = pd.read_csv(p)
-        df = df[["arrival_s", "input_tokens", "output_tokens"]].sort_values("arrival_s")
-    except (KeyError, ValueError, pd.errors.ParserError) as exc:
-        raise ConfigError("workload.requests.csv", f"unreadable trace '{path}': {exc}",
-                          "columns arrival_s,input_tokens,output_tokens") from None
-    if len(df) == 0 or (df[["input_tokens", "output_tokens"]] <= 0).any().any() or (df["arrival_s"] < 0).any():
-        raise ConfigError("workload.requests.csv", "needs ≥ 1 row, arrival_s ≥ 0 and positive lengths")
-    return Requests(df["arrival_s"].to_numpy(float), df["input_tokens"].to_numpy(np.int64),
-                    df["output_tokens"].to_numpy(np.int64))
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (ValueError, UnicodeDecodeError, pd.errors.ParserError, OSError) as exc:
+        raise ConfigError(field, f"unreadable request table '{path}': {' '.join(str(exc).split())}",
+                          "a CSV with columns arrival_s,input_tokens,output_tokens") from None
+    cols = next((c for c in COLUMNS if set(c) <= set(df.columns)), None)
+    if cols is None:
+        raise ConfigError(field, f"'{path}' has columns {list(df.columns)[:6]}",
+                          "columns arrival_s,input_tokens,output_tokens")
+    if len(df) == 0:
+        raise ConfigError(field, f"'{path}' has no requests", "at least one row")
+    values = []
+    for col, integer in zip(cols, (False, True, True), strict=True):
+        cells = df[col].str.strip()
+        num = pd.to_numeric(cells, errors="coerce")
+        bad = ~np.isfinite(num.to_numpy(float)) | (num.to_numpy(float) < (1 if integer else 0))
+        if integer:
+            bad |= np.asarray(num.fillna(0) % 1 != 0)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            need = "a positive integer" if integer else "a finite number ≥ 0"
+            raise ConfigError(field, f"'{path}' row {row + 1}, column '{col}': {cells.iloc[row]!r} is not {need}",
+                              "fix or drop that row")
+        values.append(num.to_numpy(float))
+    order = np.argsort(values[0], kind="stable")
+    return Requests(values[0][order], values[1][order].astype(np.int64), values[2][order].astype(np.int64))

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from stratacl.schemas.llm_infer import LayoutConfig, SchedulerConfig
+from stratacl.schemas.llm_infer import LayoutConfig, LlmInferConfig, SchedulerConfig
 from workloads.llm_infer.iteration import IterationModel, IterStats
 from workloads.llm_infer.requests import Requests
 
@@ -50,19 +50,20 @@ class DecodeDie:
 
 
 class ServingSim:
-    def __init__(self, reqs: Requests, iters: IterationModel, library: str, layout: LayoutConfig,
-                 sched: SchedulerConfig, kv_per_die: float, kv_bytes_per_token: float,
-                 progress: Callable[[float], None] | None = None,
-                 remap_fraction: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, reqs: Requests, iters: IterationModel, library: str, cfg: LlmInferConfig, *,
+                 kv_per_die: float, kv_bytes_per_token: float,
+                 progress: Callable[[float], None] | None = None, seed: int = 0) -> None:
+        """Layout, scheduler and remap fraction from `cfg`; `kv_per_die` bytes of KV cache per
+        decode die (the prefill→decode KV transfer is inside the simulated prefill iterations)."""
         self.reqs = reqs
         self.iters = iters
         self.lib = library
-        self.layout = layout
-        self.sched = sched
+        self.layout: LayoutConfig = cfg.layout
+        self.sched: SchedulerConfig = cfg.scheduler
         self.kv_per_die = kv_per_die
         self.kv_tok = kv_bytes_per_token
         self.progress = progress
-        self.remap_fraction = remap_fraction
+        self.remap_fraction = cfg.remap_fraction
         self._remap_rng = np.random.default_rng([seed, 7])  # same draws for every library
         n = len(reqs)
         self.t_prefill_start = np.full(n, np.nan)

@@ -9,14 +9,39 @@ import pandas as pd
 
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
+from stratacl.limits import RunSize
 from stratacl.metrics import percentile
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.llm_infer.costs import ServingCosts, load_costs
+from workloads.common.model import model_costs
+from workloads.common.routing import expert_weights
+from workloads.llm_infer.costs import ServingCosts
+from workloads.llm_infer.fixed import run_fixed
 from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, IterationModel, bucket
 from workloads.llm_infer.memory import die_memory
-from workloads.llm_infer.requests import Requests, generate
+from workloads.llm_infer.requests import Requests, describe, generate
 from workloads.llm_infer.serving import ServingSim
+from workloads.modelcost import ModelCosts
+
+
+def estimate(cfg: LlmInferConfig) -> RunSize:
+    """Requests generated for the run and the saturation run (arrivals are drawn for 1.5× the
+    expected count plus 50, as requests.generate does)."""
+    r = cfg.requests
+    if r.arrival == "csv" or cfg.mode == "fixed":
+        return RunSize()  # a user's table: its rows are already bounded by the file
+    n = r.rate * r.duration_s * 1.5 + 50
+    if cfg.saturation_rate > 0:
+        n += cfg.saturation_rate * r.duration_s * 1.5 + 50
+    return RunSize(requests=int(n))
+
+
+def serving_costs(mc: ModelCosts, cfg: LlmInferConfig, seed: int) -> ServingCosts:
+    """Per-die costs on the configured layout; an EPLB placement balances the run's expert popularity."""
+    e = int(mc.moe_info().get("n_routed_experts", 0))
+    shares = expert_weights(e, cfg.skew, cfg.zipf_s, seed=seed) if e else None
+    return ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, cfg.requests.input_mean,
+                        layout=cfg.layout, shares=shares)
 
 
 def validate_layout(cfg: LlmInferConfig, world: int) -> None:
@@ -41,21 +66,22 @@ def validate_layout(cfg: LlmInferConfig, world: int) -> None:
 
 
 def serve(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: IterationModel, library: str,
-          reqs: Requests, kv_tok: float) -> tuple[ServingSim, dict[str, float]]:
+          reqs: Requests, kv_tok: float, what: str = "serve") -> tuple[ServingSim, dict[str, float]]:
     lib = ctx.libraries[library]
-    lay, sched = cfg.layout, cfg.scheduler
+    # progress in simulated seconds of arrivals
+    ctx.progress.phase(f"{what} {library}", total=float(reqs.arrival_s.max(initial=0.0)), unit="sim s")
+    sched = cfg.scheduler
     reserve = max(sched.activation_reserve_tokens, 1)
-    mem_d = die_memory(costs.mc, lay.decode_ep, reserve, lib, ctx.fabric.hbm_bytes, "decode")
-    die_memory(costs.mc, lay.prefill_ep, max(reserve, sched.prefill_token_budget), lib, ctx.fabric.hbm_bytes,
-               "prefill")
+    mem_d = die_memory(costs.mc, costs.decode_ep, reserve, lib, ctx.fabric.hbm_bytes, "decode", costs)
+    die_memory(costs.mc, costs.prefill_ep, max(reserve, sched.prefill_token_budget), lib, ctx.fabric.hbm_bytes,
+               "prefill", costs)
     biggest = kv_tok * float((reqs.input_tokens + reqs.output_tokens).max()) if len(reqs) else 0.0
     if biggest > mem_d.kv_bytes:
         raise ConfigError("workload.requests.input_max", f"a {biggest / 1e9:.1f} GB KV footprint does not fit "
                           f"the {mem_d.kv_bytes / 1e9:.1f} GB KV cache of a decode die with '{library}'",
                           "shorter requests or more HBM per die")
-    sim = ServingSim(reqs, iters, library, lay, sched, mem_d.kv_bytes, kv_tok,
-                     progress=lambda dt: ctx.progress(dt / max(cfg.requests.duration_s, 1e-9)),
-                     remap_fraction=cfg.remap_fraction, seed=ctx.seed)
+    sim = ServingSim(reqs, iters, library, cfg, kv_per_die=mem_d.kv_bytes, kv_bytes_per_token=kv_tok,
+                     progress=ctx.progress, seed=ctx.seed)
     sim.run()
     return sim, {"weights_GB_per_die": mem_d.weight_bytes / 1e9, "library_GB_per_die": mem_d.library_bytes / 1e9,
                  "kv_cache_GB_per_die": mem_d.kv_bytes / 1e9}
@@ -97,16 +123,18 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
 def run(ctx: RunContext) -> WorkloadResult:
     cfg: LlmInferConfig = ctx.cfg.workload
     validate_layout(cfg, ctx.fabric.world)
-    mc = load_costs(cfg.model, cfg.cache_dir)
-    costs = ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, cfg.requests.input_mean)
+    ctx.progress.phase("model costs", total=1, unit="model")
+    mc = model_costs(cfg.model, cfg.cache_dir)
+    ctx.progress(1)
+    costs = serving_costs(mc, cfg, ctx.seed)
     kv_tok = float(mc.kv_bytes_per_token())
     reqs = generate(cfg.requests, ctx.seed)
     lay = cfg.layout
     first_decode = lay.prefill_instances * lay.prefill_dp  # decode instances follow the prefill ones
-    iters = IterationModel(ctx, costs, cfg.scheduler.tbo, cfg.scheduler.mtp, lay.prefill_dp,
-                           lay.decode_dp, cfg.skew, cfg.zipf_s, cfg.dispatch_scale_ratio, ctx.seed,
-                           cfg.scheduler.tbo_min_tokens, kv_bytes_per_token=kv_tok,
+    iters = IterationModel(ctx, costs, cfg, kv_bytes_per_token=kv_tok,
                            decode_dies=tuple(range(first_decode, first_decode + lay.decode_dp)))
+    if cfg.mode == "fixed":
+        return run_fixed(ctx, cfg, costs, iters, kv_tok)
     sat_reqs = generate(cfg.requests, ctx.seed, rate=cfg.saturation_rate) if cfg.saturation_rate > 0 else None
     req_frames, iter_frames, metrics, timelines = [], [], {}, {}
     for library in ctx.libraries:
@@ -114,7 +142,7 @@ def run(ctx: RunContext) -> WorkloadResult:
         m = summarise(sim, cfg.warmup_s, cfg.requests.duration_s)
         m.update(mem)
         if sat_reqs is not None:
-            sat, _ = serve(ctx, cfg, costs, iters, library, sat_reqs, kv_tok)
+            sat, _ = serve(ctx, cfg, costs, iters, library, sat_reqs, kv_tok, what="saturation")
             s = summarise(sat, cfg.warmup_s, cfg.requests.duration_s)
             m["saturation_throughput_tok_per_s"] = s["throughput_tok_per_s"]
             m["saturation_mean_decode_batch_per_die"] = s["mean_decode_batch_per_die"]
@@ -127,7 +155,7 @@ def run(ctx: RunContext) -> WorkloadResult:
             "mean_decode_batch_per_die", "decode_step_s_mean", "decode_exposed_comm_share", "kv_cache_GB_per_die"]
     keys += [k for k in ("saturation_throughput_tok_per_s",) if k in next(iter(metrics.values()))]
     table = metric_table(metrics, ctx.baseline, keys)
-    notes = [f"{len(reqs)} requests at {cfg.requests.rate} req/s over {cfg.requests.duration_s} s "
+    notes = [f"{describe(reqs, cfg.requests, cfg.requests.duration_s)} "
              f"(statistics after {cfg.warmup_s} s); {iters.simulated} iteration traces simulated; "
              f"KV {kv_tok:.0f} B/token; model {cfg.model.preset or cfg.model.model_type}"]
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table,

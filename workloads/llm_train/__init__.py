@@ -14,19 +14,20 @@ import pandas as pd
 from stratacl.compare import pivot_table
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
+from stratacl.limits import RunSize
 from stratacl.schemas.llm_train import LlmTrainConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.common.routing import dispatch_rows, imbalance, zipf_exponent
 
 from .blocks import ModelPlan
 from .layout import Layout
 from .memory import check_fits, memory_breakdown
 from .model import build_plan
 from .report import iteration_figures
-from .routing import dispatch_rows, imbalance, zipf_exponent
 from .schedule import Knobs, build_iteration
 
-__all__ = ["Prepared", "iteration_trace", "prepare", "run"]
+__all__ = ["Prepared", "estimate", "iteration_trace", "prepare", "run"]
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,19 @@ def prepare(cfg: LlmTrainConfig, fabric: Fabric) -> Prepared:
     knobs = Knobs(act_bytes=cfg.dtype_bytes, grad_bytes=cfg.grad_dtype_bytes,
                   master_bytes=cfg.master_dtype_bytes, state_bytes=cfg.optimizer_state_bytes,
                   optimizer_flops_per_param=cfg.optimizer_flops_per_param,
-                  sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute, prefetch=cfg.prefetch,
-                  vector_to_cube=fabric.cube_flops / fabric.vector_flops)
+                  sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute, prefetch=cfg.prefetch)
     return Prepared(cfg, layout, build_plan(cfg, layout), knobs)
+
+
+MAX_MODEL_LAYERS = 128  # depth assumed when the config does not say (deeper than every shipped model)
+OPS_PER_LAYER = 40  # measured: 2118 ops for DeepSeek-V3.2's 61 layers (≈ 35), rounded up
+
+
+def estimate(cfg: LlmTrainConfig) -> RunSize:
+    """One trace per sampled iteration, each ≈ OPS_PER_LAYER ops per transformer layer."""
+    layers = cfg.num_layers or int(cfg.model_overrides.get("num_hidden_layers", MAX_MODEL_LAYERS))
+    per_trace = OPS_PER_LAYER * layers + 64
+    return RunSize(trace_ops=per_trace, replayed_ops=per_trace * len(cfg.iterations))
 
 
 def routing_for(prep: Prepared, iteration: int, seed: int) -> tuple[dict[int, np.ndarray], float, float]:
@@ -91,6 +102,7 @@ def run(ctx: RunContext) -> WorkloadResult:
         memory[lib] = mem
     tokens = cfg.global_batch * cfg.seq_len
     records, timelines = [], {}
+    ctx.progress.phase("iterations", total=len(cfg.iterations) * len(ctx.libraries), unit="replay")
     for it in cfg.iterations:
         trace, s, imb = iteration_trace(prep, it, ctx.seed)
         for lib, res in ctx.replay_all(trace, progress=True).items():

@@ -1,4 +1,5 @@
-"""What the schedule needs to know about a model: FSDP units made of sub-blocks with costs.
+"""What the schedule needs to know about a model: FSDP units made of sub-blocks with costs
+(`workloads.common.cost.Cost` triples).
 
 Kept free of torch/transformers so the same schedule serves the real model (model.py) and the
 small MLP stack of the PyTorch cross-check (crosscheck.py).
@@ -8,27 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Cost:
-    """Per-rank work of one kernel group: cube FLOPs, vector FLOPs, HBM bytes."""
-
-    cube: float = 0.0
-    vector: float = 0.0
-    hbm: float = 0.0
-
-    def __add__(self, other: Cost) -> Cost:
-        return Cost(self.cube + other.cube, self.vector + other.vector, self.hbm + other.hbm)
-
-    def __sub__(self, other: Cost) -> Cost:
-        return Cost(self.cube - other.cube, self.vector - other.vector, self.hbm - other.hbm)
-
-    def scale(self, k: float) -> Cost:
-        return Cost(self.cube * k, self.vector * k, self.hbm * k)
-
-    def clip(self) -> Cost:
-        return Cost(max(self.cube, 0.0), max(self.vector, 0.0), max(self.hbm, 0.0))
-
+from workloads.common.cost import Cost
 
 # How a sub-block talks to its TP group (TorchTitan plans; SP = sequence parallel):
 #   block      SP: all-gather before, reduce-scatter after (fwd and bwd alike);

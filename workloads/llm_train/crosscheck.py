@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections import Counter
 
 from stratacl.trace import Trace
+from workloads.common.cost import Cost
 from workloads.modelcost import mlp_cost
 
-from .blocks import Cost, ModelPlan, SubBlock, Unit
+from .blocks import ModelPlan, SubBlock, Unit
 from .layout import Layout
 from .schedule import Knobs, build_iteration
 

@@ -10,66 +10,36 @@ two routings (uniform and a Zipf probe) separates router + shared experts from t
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from pathlib import Path
-
-from omegaconf import OmegaConf
-
 from stratacl.errors import ConfigError
 from stratacl.schemas.llm_train import LlmTrainConfig
-from workloads.modelcost import (
-    CostInputError,
-    LayerCost,
-    ModelConfigError,
-    ModelCosts,
-    RoutingModel,
-    load_model_config,
-)
-from workloads.modelcost.config import CONF_MODEL_DIR
+from stratacl.schemas.model import ModelRef
+from workloads.common.model import model_costs as load_model_costs
+from workloads.common.routing import RoutingModel
+from workloads.modelcost import CostInputError, ModelCosts
 from workloads.modelcost.fakemodel import base_model, rep_layer
 from workloads.modelcost.sizes import count_layer_by_role
 
 from .activations import saved_bytes_by_type
-from .blocks import Cost, ModelPlan, SubBlock, Unit
+from .blocks import ModelPlan, SubBlock, Unit
 from .layout import Layout
 
 _PROBE = RoutingModel("zipf", skew=1.0, seed=0)  # any skew works: it only has to change row counts
 
 
-def _cost(c: LayerCost) -> Cost:
-    return Cost(float(c.cube_flops), float(c.vector_flops), float(c.hbm_bytes_fused))
-
-
-def load_hf_config(cfg: LlmTrainConfig):  # noqa: ANN201 - transformers PretrainedConfig
-    path = Path(CONF_MODEL_DIR) / f"{cfg.model}.yaml"
-    if not path.is_file():
-        names = sorted(p.stem for p in Path(CONF_MODEL_DIR).glob("*.yaml"))
-        raise ConfigError("workload.model", f"no model '{cfg.model}'", f"use one of {names}")
-    node = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    overrides = dict(node.get("overrides") or {})
-    overrides.update(dict(cfg.model_overrides))
+def model_ref(cfg: LlmTrainConfig) -> ModelRef:
+    """The workload's flat model keys as the shared model reference."""
+    overrides = dict(cfg.model_overrides)
     if cfg.num_layers:
         overrides["num_hidden_layers"] = int(cfg.num_layers)
-    try:
-        return load_model_config(node.get("model_type"), overrides, node.get("config_json"))
-    except ModelConfigError as exc:
-        raise ConfigError("workload.model_overrides", str(exc)) from None
+    return ModelRef(preset=cfg.model, overrides=overrides, dtype_bytes=cfg.dtype_bytes, attention=cfg.attention,
+                    quant=cfg.quant)
 
 
 def model_costs(cfg: LlmTrainConfig) -> tuple[ModelCosts, ModelCosts]:
     """(uniform-routing costs, Zipf-probe costs) for the configured model, cached per process."""
-    key = json.dumps([cfg.model, cfg.num_layers, dict(cfg.model_overrides), cfg.dtype_bytes],
-                     sort_keys=True, default=str)
-    return _model_costs(key)
-
-
-@lru_cache(maxsize=8)
-def _model_costs(key: str) -> tuple[ModelCosts, ModelCosts]:
-    model, layers, overrides, dtype = json.loads(key)
-    cfg = LlmTrainConfig(model=model, num_layers=layers, model_overrides=overrides, dtype_bytes=dtype)
-    hf = load_hf_config(cfg)
-    return ModelCosts(hf, dtype_bytes=dtype), ModelCosts(hf, dtype_bytes=dtype, routing=_PROBE)
+    ref = model_ref(cfg)
+    fields = {"field": "workload.model_overrides", "preset_field": "workload.model", "quant_field": "workload.quant"}
+    return load_model_costs(ref, **fields), load_model_costs(ref, routing=_PROBE, **fields)
 
 
 def tokens_per_tp_group(cfg: LlmTrainConfig) -> int:
@@ -110,7 +80,7 @@ def _build(cfg: LlmTrainConfig, layout: Layout, mc: ModelCosts, probe: ModelCost
     def sub(kind: str, style: str = "block") -> SubBlock:
         if kind == "moe" and moe_sub is not None:
             return moe_sub
-        return SubBlock(kind, _cost(fwd[kind]), _cost(bwd[kind]), style if tp > 1 else "none")
+        return SubBlock(kind, fwd[kind].cost, bwd[kind].cost, style if tp > 1 else "none")
 
     # this rank's TP/EP shard, read off the model-cost piece's shard model (per-layer roles)
     shard = mc._shard(tp, ep)
@@ -147,8 +117,8 @@ def _moe_block(mc: ModelCosts, probe: ModelCosts, rank_tokens: int, ep: int, n_e
     rows_z = probe.routing.rows_on_rank(rank_tokens, top_k, n_exp, ep)
     out = []
     for phase in ("train_fwd", "train_bwd"):
-        u = _cost(mc.costs_for_shape(rank_tokens, phase=phase, tp=1, ep=ep, seq_len=rank_tokens)["moe"])
-        z = _cost(probe.costs_for_shape(rank_tokens, phase=phase, tp=1, ep=ep, seq_len=rank_tokens)["moe"])
+        u = mc.costs_for_shape(rank_tokens, phase=phase, tp=1, ep=ep, seq_len=rank_tokens)["moe"].cost
+        z = probe.costs_for_shape(rank_tokens, phase=phase, tp=1, ep=ep, seq_len=rank_tokens)["moe"].cost
         row = (z - u).scale(1.0 / (rows_z - rows_u)).clip()
         out.append(((u - row.scale(rows_u)).clip(), row))
     (fb, fr), (bb, br) = out

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from stratacl.trace import Trace
+from workloads.common.cost import Cost
+from workloads.common.ops import add_compute
 
-from .blocks import Cost, ModelPlan, SubBlock, Unit
+from .blocks import ModelPlan, SubBlock, Unit
 from .layout import Layout
 
 # (tp_style, sequence parallel, backward) -> TP collective before / after the sub-block's kernels.
@@ -48,7 +50,6 @@ class Knobs:
     sequence_parallel: bool = True
     recompute: bool = True
     prefetch: int = 1
-    vector_to_cube: float = 16.0  # cube peak / vector peak: vector work folded into cube ops
 
 
 class IterationBuilder:
@@ -61,6 +62,7 @@ class IterationBuilder:
         self.ranks = tuple(range(layout.dies))
         self.ep_pos = np.arange(layout.dies) % layout.ep  # rank -> position in its EP group
         self.last_main = -1
+        self.group_start: dict[int, int] = {}  # last op of a kernel group -> its first (cube) op
         for name in ("tp.in", "tp.out"):
             self.t.add_buffer(name, -1)
         for fam in ("fsdp", "efsdp"):
@@ -70,17 +72,11 @@ class IterationBuilder:
                 self.t.add_buffer(f"{fam}.grad.{slot}", -1)
 
     # ------------------------------------------------------------------ op helpers
-    def _compute(self, name: str, cost: Cost, per_rank: np.ndarray | None = None) -> int | None:
-        """One SPMD kernel group; vector FLOPs ride on the cube op as cube-time equivalents."""
-        scale = per_rank if per_rank is not None else 1.0
-        if cost.cube > 0:
-            flops, core = (cost.cube + cost.vector / self.k.vector_to_cube) * scale, "cube"
-        else:
-            flops, core = cost.vector * scale, "vector"
-        hbm = cost.hbm * scale
-        if np.all(np.asarray(flops) == 0) and np.all(np.asarray(hbm) == 0):
-            return None
-        self.last_main = self.t.compute(self.ranks, flops=flops, hbm_bytes=hbm, core=core, name=name)
+    def _compute(self, name: str, cost: Cost, per_rank: np.ndarray | None = None) -> int:
+        """One SPMD kernel group: cube op (with its HBM traffic), then its vector work."""
+        ops = add_compute(self.t, self.ranks, cost, name=name, scale=per_rank)
+        self.last_main = ops[-1]
+        self.group_start[ops[-1]] = ops[0]
         return self.last_main
 
     def _main_coll(self, coll: str, fam: str, nbytes: object, name: str, buffer: str,
@@ -123,9 +119,9 @@ class IterationBuilder:
             self._compute(f"{tag}.router", base)
 
     def _ep(self, tag: str, coll: str, matrix: np.ndarray) -> None:
-        """All-to-all with a per-peer matrix (row = sender); its buffer is allocated by the op
-        before it (router or experts): routed sizes change every step."""
-        buf = self.t.add_buffer(f"{tag}.{coll}", self.last_main)
+        """All-to-all with a per-peer matrix (row = sender); its buffer is allocated when the
+        kernel group before it (router or experts) starts: routed sizes change every step."""
+        buf = self.t.add_buffer(f"{tag}.{coll}", self.group_start.get(self.last_main, self.last_main))
         sent = matrix.sum(axis=1)
         self._main_coll(coll, "ep", sent[self.ep_pos], f"{tag}.{coll}", buf,
                         peer_bytes=matrix.ravel())

@@ -6,11 +6,12 @@ from the modules' own parameters; `recorder` lists the collectives real PyTorch
 parallelism issues on the fake process group.
 """
 
+from workloads.common.routing import RoutingModel
+
 from .config import load_model_config, load_model_yaml
 from .costs import LayerCost, ModelCosts
 from .errors import CostInputError, ModelConfigError
 from .mlp import mlp_cost
-from .routing import RoutingModel
 
 __all__ = [
     "CostInputError",

@@ -13,9 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, PretrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+from .attention import ATTENTION_KEY, ATTENTION_MODES
 from .errors import ModelConfigError
 
 CONF_MODEL_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
@@ -66,8 +68,14 @@ def load_model_config(
     overrides: dict[str, Any] | None = None,
     config_json: str | None = None,
 ) -> PretrainedConfig:
-    """A transformers config from `model_type` (+ `overrides`) or from a `config.json` path."""
+    """A transformers config from `model_type` (+ `overrides`) or from a `config.json` path.
+
+    `overrides` may also hold `modelcost_attention: production|reference`, which is not passed
+    to transformers but set on the returned config for `ModelCosts`."""
     overrides = dict(overrides or {})
+    attention = overrides.pop(ATTENTION_KEY, None)
+    if attention is not None and attention not in ATTENTION_MODES:
+        raise ModelConfigError(f"overrides.{ATTENTION_KEY}: {attention!r}; valid options: {', '.join(ATTENTION_MODES)}")
     base: dict[str, Any] = {}
     if config_json is not None:
         path = Path(config_json)
@@ -75,8 +83,11 @@ def load_model_config(
             raise ModelConfigError(f"config_json: file not found: {config_json}")
         try:
             base = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ModelConfigError(f"config_json: {config_json} is not valid JSON ({e})") from e
+        if not isinstance(base, dict):
+            raise ModelConfigError(f"config_json: {config_json} holds a JSON {type(base).__name__}, "
+                                   "not an object of config fields")
         file_type = base.get("model_type")
         if model_type is not None and file_type is not None and file_type != model_type:
             raise ModelConfigError(
@@ -97,9 +108,31 @@ def load_model_config(
     kwargs = {k: v for k, v in base.items() if k != "model_type"}
     kwargs.update(overrides)
     try:
-        return AutoConfig.for_model(model_type, **kwargs)
-    except (TypeError, ValueError) as e:
-        raise ModelConfigError(f"overrides: {cfg_cls.__name__} rejected the values: {e}") from e
+        cfg = AutoConfig.for_model(model_type, **kwargs)
+    except (TypeError, ValueError, StrictDataclassError) as e:  # the last: typed config fields
+        msg = " ".join(str(e).split())
+        raise ModelConfigError(f"overrides: {cfg_cls.__name__} rejected the values: {msg}") from None
+    _check_sizes(cfg, "config_json" if config_json is not None and not overrides else "overrides")
+    if attention is not None:
+        setattr(cfg, ATTENTION_KEY, attention)
+    return cfg
+
+
+# Shape fields a model cannot have zero of (others, e.g. n_shared_experts or
+# first_k_dense_replace, may be 0; none may be negative)
+_POSITIVE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
+_SHAPE_SUFFIXES = ("_size", "_layers", "_heads", "_experts", "_dim", "_rank", "_tok", "_replace")
+
+
+def _check_sizes(cfg: PretrainedConfig, where: str) -> None:
+    """transformers accepts negative or non-integer layer counts and sizes; the cost model cannot."""
+    for key, value in cfg.to_dict().items():
+        if not key.endswith(_SHAPE_SUFFIXES) or value is None or isinstance(value, bool | dict | list):
+            continue
+        if not isinstance(value, int):
+            raise ModelConfigError(f"{where}.{key}: {value!r} is not an integer")
+        if value < 0 or (value == 0 and key in _POSITIVE):
+            raise ModelConfigError(f"{where}.{key}: {value} must be {'positive' if key in _POSITIVE else '≥ 0'}")
 
 
 def load_model_yaml(name: str, conf_dir: str | Path | None = None) -> PretrainedConfig:
@@ -116,9 +149,12 @@ def load_model_yaml(name: str, conf_dir: str | Path | None = None) -> Pretrained
 
 
 def config_from_node(node: dict[str, Any], where: str = "model") -> PretrainedConfig:
-    """Config from a Hydra `model` node: {model_type, overrides, config_json}."""
-    allowed = {"model_type", "overrides", "config_json", "name"}
+    """Config from a Hydra `model` node: {model_type, overrides, config_json, attention}."""
+    allowed = {"model_type", "overrides", "config_json", "name", "attention"}
     for key in node:
         if key not in allowed:
             raise ModelConfigError(f"{where}: unknown key {key!r}; valid keys: {', '.join(sorted(allowed))}")
-    return load_model_config(node.get("model_type"), node.get("overrides") or {}, node.get("config_json"))
+    overrides = dict(node.get("overrides") or {})
+    if node.get("attention") is not None:
+        overrides.setdefault(ATTENTION_KEY, node["attention"])
+    return load_model_config(node.get("model_type"), overrides, node.get("config_json"))

@@ -24,8 +24,11 @@ class DiskCache:
         path = self._path(key)
         if not path.is_file():
             return None
-        data = json.loads(path.read_text())
-        return data["value"] if data.get("key") == key else None
+        try:
+            data = json.loads(path.read_text())
+            return data["value"] if data.get("key") == key else None
+        except (ValueError, KeyError, TypeError, AttributeError, OSError):
+            return None  # a corrupt or foreign cache entry is a miss; it is rewritten after measuring
 
     def put(self, key: str, value: Any) -> None:
         if self.root is None:

@@ -1,9 +1,6 @@
-"""Errors raised by modelcost: one clear message naming the bad field."""
+"""Errors raised by modelcost: one clear message naming the bad field (defined in
+`workloads.common.errors`, which routing shares)."""
 
+from workloads.common.errors import CostInputError, ModelConfigError
 
-class ModelConfigError(ValueError):
-    """A model type, override key or config file that cannot be turned into a config."""
-
-
-class CostInputError(ValueError):
-    """A bad argument to a cost query (layer type, phase, shape, parallel layout)."""
+__all__ = ["CostInputError", "ModelConfigError"]

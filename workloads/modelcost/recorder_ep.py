@@ -27,9 +27,10 @@ import zlib
 
 import numpy as np
 
+from workloads.common.routing import RoutingModel
+
 from .errors import CostInputError
 from .recorder import CollectiveRecord, _run_traced
-from .routing import RoutingModel
 
 
 def routing_counts(routing: RoutingModel, tokens: int, top_k: int, n_experts: int, ep: int,

@@ -1,0 +1,154 @@
+"""Just-in-time registration of user buffers, cached by address range.
+
+Modelled on NCCL's user-buffer registration cache (`src/register/register.cc`, `ncclRegister`;
+lookup `ncclRegFind`): a buffer is registered over its page-aligned range
+[addr & -page, roundup(addr + size, page)) with the page size of the host (`regCache.pageSize =
+sysconf(_SC_PAGESIZE)` in NCCL's init.cc); a later buffer hits when one cached registration covers
+its whole range, else it is registered anew. HCCL's just-in-time UB registration is costed the
+same way: O(peers) per registration, the per-peer mappings serialised on the page-table lock
+(REFERENCE §3). So hits and misses follow the allocator's block reuse: a buffer reused at the same
+address within its registered size hits; a grown buffer, or one placed at a new address (a new
+segment, or another cached block), misses — why MoE dispatch buffers, whose size follows routing,
+miss (REFERENCE §3).
+
+A registration is only valid while its memory stays mapped: entries overlapping an `unmap` event
+of the allocator are evicted (PyTorch's ProcessGroupNCCL deregisters segments before SEGMENT_FREE,
+`cacheAllocatorDeregisterHook`).
+
+`match="cover"` (NCCL) hits when any registration covers the range. The cache then keeps the
+maximal registrations only (one inside a larger one is never the one a lookup needs), so entries
+are non-nested: sorted by start, their ends are sorted too, and a lookup or an insertion is a
+bisection. `match="exact"` hits only on the very range registered before — a cache keyed by
+(address, size), as the harness's buffer-keyed model (`stratacl/comm/registration.py`) assumes
+for HCCL's JIT path; use it where a library does not look for covering registrations.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+from dataclasses import dataclass
+
+from stratacl.errors import ConfigError
+from stratacl.memory.allocator import CachingAllocator, MemEvent
+
+
+@dataclass(frozen=True)
+class RegistrationCost:
+    """What registering `nbytes` with `peers` peers costs:
+    base_s + peers * (per_peer_s + per_page_s * pages), pages = ceil(nbytes / page_bytes).
+    base: export the handle and broadcast metadata; per peer: import and map (O(peers),
+    REFERENCE §3); per page: page-table entries each peer writes (0 unless known)."""
+
+    base_s: float
+    per_peer_s: float
+    per_page_s: float = 0.0
+    page_bytes: int = 2 * 1024 * 1024  # ASSUMPTION: huge-page mapping granularity (2 MiB)
+
+    def __post_init__(self) -> None:
+        for name in ("base_s", "per_peer_s", "per_page_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, f"must be >= 0, got {getattr(self, name)}",
+                                  "registration costs are durations in seconds")
+        if self.page_bytes <= 0:
+            raise ConfigError("page_bytes", f"must be > 0, got {self.page_bytes}", "e.g. 2 MiB")
+
+    def of(self, nbytes: int, peers: int) -> float:
+        if peers <= 0 or nbytes <= 0:
+            return 0.0  # nothing to map for nobody
+        pages = -(-nbytes // self.page_bytes)
+        return self.base_s + peers * (self.per_peer_s + self.per_page_s * pages)
+
+
+class JitRegistrationCache:
+    """Per-die JIT registration cache. `lookup(addr, size)` at a buffer's communication use
+    returns the registration time on the critical path (0 on a hit) and caches the range."""
+
+    def __init__(self, cost: RegistrationCost, peers: int, key_page_bytes: int = 4096,
+                 match: str = "cover") -> None:
+        if match not in ("cover", "exact"):
+            raise ConfigError("match", f"must be 'cover' or 'exact', got {match!r}",
+                              "cover: NCCL's registration cache; exact: keyed by (address, size)")
+        if peers < 0:
+            raise ConfigError("peers", f"must be >= 0, got {peers}", "the peers a rank maps")
+        if key_page_bytes <= 0 or key_page_bytes & (key_page_bytes - 1):
+            raise ConfigError("key_page_bytes", f"must be a power of two, got {key_page_bytes}",
+                              "the host page size, e.g. 4096")
+        self.cost = cost
+        self.peers = peers
+        self.page = key_page_bytes
+        self.match = match
+        self._begs: list[int] = []  # cover: non-nested registrations, by start
+        self._ends: list[int] = []
+        self._exact: list[tuple[int, int]] = []  # exact: registered (start, end), sorted
+        self._exact_set: set[tuple[int, int]] = set()
+        self._max_len = 0
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+        self.cost_s = 0.0  # total registration time charged
+
+    def attach(self, allocator: CachingAllocator) -> JitRegistrationCache:
+        allocator.subscribe(self.on_event)
+        return self
+
+    def __len__(self) -> int:
+        return len(self._begs) + len(self._exact)
+
+    def _range(self, addr: int, size: int) -> tuple[int, int]:
+        p = self.page
+        return addr & -p, -(-(addr + size) // p) * p
+
+    def contains(self, addr: int, size: int) -> bool:
+        if size <= 0:
+            return True
+        beg, end = self._range(addr, size)
+        if self.match == "exact":
+            return (beg, end) in self._exact_set
+        i = bisect_right(self._begs, beg) - 1
+        return i >= 0 and self._ends[i] >= end
+
+    def lookup(self, addr: int, size: int) -> float:
+        """Registration time (s) a communication on [addr, addr + size) pays now."""
+        if size <= 0 or self.contains(addr, size):
+            self.hits += 1
+            return 0.0
+        beg, end = self._range(addr, size)
+        if self.match == "exact":
+            insort(self._exact, (beg, end))
+            self._exact_set.add((beg, end))
+            self._max_len = max(self._max_len, end - beg)
+        else:  # drop the registrations the new one covers, then insert it in order
+            lo = bisect_left(self._begs, beg)
+            hi = lo
+            while hi < len(self._begs) and self._ends[hi] <= end:
+                hi += 1
+            self._begs[lo:hi] = [beg]
+            self._ends[lo:hi] = [end]
+        self.misses += 1
+        c = self.cost.of(end - beg, self.peers)
+        self.cost_s += c
+        return c
+
+    def on_event(self, ev: MemEvent) -> None:
+        if ev.kind == "unmap":
+            self.evict(ev.addr, ev.size)
+
+    def evict(self, addr: int, size: int) -> int:
+        """Drop every registration overlapping [addr, addr + size); returns how many."""
+        if self.match == "exact":
+            lo = bisect_left(self._exact, (addr - self._max_len, 0))
+            hi = bisect_left(self._exact, (addr + size, 0))
+            gone = [r for r in self._exact[lo:hi] if r[1] > addr]
+            if gone:
+                self._exact[lo:hi] = [r for r in self._exact[lo:hi] if r[1] <= addr]
+                self._exact_set.difference_update(gone)
+                self.evictions += len(gone)
+            return len(gone)
+        lo = bisect_right(self._ends, addr)  # first entry ending after addr
+        hi = bisect_left(self._begs, addr + size)  # entries starting before the range's end
+        n = max(0, hi - lo)
+        if n:
+            del self._begs[lo:hi]
+            del self._ends[lo:hi]
+            self.evictions += n
+        return n

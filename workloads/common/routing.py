@@ -1,0 +1,158 @@
+"""Token routing to experts over expert-parallel (EP) ranks, for every workload.
+
+Expert popularity: uniform, a Zipf law over a seeded random placement of popularity ranks (any
+expert may be hot), or a given histogram. Experts sit on EP ranks in contiguous blocks of
+experts/ep. Three uses share these pieces:
+
+- sampled routing of a batch (`route`, `copies_matrix`; moe, llm_infer): each token picks top_k
+  distinct experts with probability proportional to their popularity. High-throughput dispatch
+  (DeepEP normal mode) sends a token once to every rank hosting one of its experts; low-latency
+  mode sends one copy per selected expert;
+- routing over training (`zipf_exponent`, `dispatch_rows`; llm_train): each MoE layer has its own
+  placement, the Zipf exponent decays as the gate learns to balance, and every EP rank draws its
+  tokens × top_k rows multinomially (seeded by layer and iteration);
+- the expected load of the hottest rank (`RoutingModel`; modelcost): fake tensors carry no values,
+  so the expert MLP is measured on the row count this model gives.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from stratacl.errors import ConfigError
+from workloads.common.errors import CostInputError
+
+if TYPE_CHECKING:
+    from stratacl.schemas.llm_train import SkewScheduleConfig
+
+
+# ---------------------------------------------------------------------------- popularity
+def zipf_shares(n_experts: int, exponent: float, rng: np.random.Generator) -> np.ndarray:
+    """Share of each expert (sums to 1): 1/rank^exponent, popularity ranks placed by `rng`."""
+    p = 1.0 / np.arange(1, n_experts + 1) ** exponent
+    return (p / p.sum())[rng.permutation(n_experts)]
+
+
+def by_rank(per_expert: np.ndarray, ep: int) -> np.ndarray:
+    """Sum the last (expert) axis over each EP rank's contiguous block of experts."""
+    return per_expert.reshape(*per_expert.shape[:-1], ep, -1).sum(axis=-1)
+
+
+def expert_weights(experts: int, skew: str, zipf_s: float = 1.0,
+                   histogram: list[float] | None = None, seed: int = 0) -> np.ndarray:
+    if skew == "uniform":
+        w = np.ones(experts)
+    elif skew == "zipf":
+        if zipf_s < 0:
+            raise ConfigError("workload.zipf_s", f"must be ≥ 0, got {zipf_s}")
+        return zipf_shares(experts, zipf_s, np.random.default_rng(seed))
+    elif skew == "histogram":
+        if not histogram or len(histogram) != experts or min(histogram) < 0 or sum(histogram) <= 0:
+            raise ConfigError("workload.histogram", f"needs {experts} non-negative weights, not all 0",
+                              "one weight per expert")
+        w = np.asarray(histogram, dtype=float)
+    else:
+        raise ConfigError("workload.skew", f"unknown skew '{skew}'", "use uniform, zipf or histogram")
+    return w / w.sum()
+
+
+# ---------------------------------------------------------------------------- sampled batches
+def route(tokens_per_rank: int, ep: int, experts: int, top_k: int, weights: np.ndarray,
+          rng: np.random.Generator, *, placed: bool = False) -> np.ndarray:
+    """Chosen experts per token: array (ep, tokens, top_k). k draws with replacement, redrawn for
+    the tokens that drew an expert twice (cheap: ~10 % of tokens for top-8 of 256 uniform).
+    `placed`: experts sit by a `workloads.common.placement.Placement`, so ep need not divide them."""
+    if experts % ep and not placed:
+        raise ConfigError("workload.ep", f"{ep} ranks do not divide {experts} experts",
+                          "use an EP size that divides the number of experts")
+    if not 0 < top_k <= experts:
+        raise ConfigError("workload.top_k", f"must be in 1..{experts}, got {top_k}")
+    cdf = np.cumsum(weights)
+    cdf /= cdf[-1]
+    n_tok = ep * tokens_per_rank
+    choice = np.empty((n_tok, top_k), dtype=np.int64)
+    todo = np.arange(n_tok)
+    for _ in range(1000):
+        draw = np.searchsorted(cdf, rng.random((todo.size, top_k)), side="right")
+        draw = np.minimum(draw, experts - 1)
+        srt = np.sort(draw, axis=1)
+        ok = (np.diff(srt, axis=1) != 0).all(axis=1)
+        choice[todo[ok]] = draw[ok]
+        todo = todo[~ok]
+        if todo.size == 0:
+            return choice.reshape(ep, tokens_per_rank, top_k)
+    raise ConfigError("workload.zipf_s", "expert popularity too concentrated to draw top_k distinct "
+                      "experts", "lower the skew or top_k")
+
+
+def copies_matrix(choice: np.ndarray, ep: int, experts: int, per_expert: bool) -> np.ndarray:
+    """Token copies from each source rank (row) to each destination rank (column)."""
+    dest = choice // (experts // ep)  # (ep, tokens, k) destination rank of each selected expert
+    out = np.zeros((ep, ep))
+    for src in range(ep):
+        d = dest[src]
+        if per_expert:
+            out[src] = np.bincount(d.ravel(), minlength=ep)
+        else:  # one copy per distinct destination rank of each token
+            hit = np.zeros((d.shape[0], ep), dtype=bool)
+            np.put_along_axis(hit, d, True, axis=1)
+            out[src] = hit.sum(axis=0)
+    return out
+
+
+# ---------------------------------------------------------------------------- over training
+def zipf_exponent(schedule: SkewScheduleConfig, iteration: int) -> float:
+    """``end + (start − end)·exp(−iteration / decay_iters)``: skew decays as the gate balances."""
+    return schedule.end + (schedule.start - schedule.end) * math.exp(-iteration / schedule.decay_iters)
+
+
+def dispatch_rows(ep: int, n_experts: int, top_k: int, tokens_per_rank: int, exponent: float,
+                  seed: int, layer: int, iteration: int) -> np.ndarray:
+    """ep × ep rows matrix: rows[i, j] = (token, expert) rows EP rank i sends to EP rank j. Each
+    layer's placement of popularity is stable over training (seeded by layer only)."""
+    shares = zipf_shares(n_experts, exponent, np.random.default_rng([seed, layer, 0]))
+    rng = np.random.default_rng([seed, layer, iteration, 1])
+    return by_rank(rng.multinomial(tokens_per_rank * top_k, shares, size=ep), ep)  # ep × n_experts -> ep × ep
+
+
+def imbalance(rows: np.ndarray) -> float:
+    """Max over mean rows received per EP rank (1 = perfectly balanced)."""
+    recv = rows.sum(axis=0)
+    return float(recv.max() / recv.mean())
+
+
+# ---------------------------------------------------------------------------- expected load
+@dataclass(frozen=True)
+class RoutingModel:
+    """Expected routing: uniform gives every rank tokens × top_k rows (each of ep ranks sends T·k
+    rows spread over ep ranks); a Zipf skew makes costs follow the hottest rank (critical path)."""
+
+    kind: str = "uniform"  # "uniform" | "zipf"
+    skew: float = 0.0      # Zipf exponent for kind="zipf" (0 = uniform)
+    seed: int = 0          # which experts are hot (random placement of popularity ranks)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("uniform", "zipf"):
+            raise CostInputError(f"routing.kind: {self.kind!r}; valid options: uniform, zipf")
+        if self.skew < 0:
+            raise CostInputError(f"routing.skew: must be >= 0, got {self.skew}")
+
+    def expert_share(self, n_experts: int) -> np.ndarray:
+        """Fraction of routed rows each expert receives (sums to 1)."""
+        if self.kind == "uniform" or self.skew == 0:
+            return np.full(n_experts, 1.0 / n_experts)
+        return zipf_shares(n_experts, self.skew, np.random.default_rng(self.seed))
+
+    def rank_load(self, n_experts: int, ep: int) -> np.ndarray:
+        """Relative load of each EP rank; mean 1."""
+        if n_experts % ep:
+            raise CostInputError(f"ep: {ep} does not divide n_routed_experts={n_experts}")
+        return by_rank(self.expert_share(n_experts), ep) * ep
+
+    def rows_on_rank(self, tokens: int, top_k: int, n_experts: int, ep: int) -> int:
+        """Rows the hottest EP rank's experts process when every rank holds `tokens` tokens."""
+        return int(math.ceil(tokens * top_k * float(self.rank_load(n_experts, ep).max())))
