@@ -1,6 +1,6 @@
 """Engine speed: replay a synthetic 100 000-op trace over 768 ranks; compare with raw simpy.
 
-    python benchmarks/bench_engine.py [--ops 100000] [--library stratacl]
+    python benchmarks/bench_engine.py [--ops 100000] [--library stratacl] [--fidelity switch]
 
 Reports ops/s of the replay next to raw simpy timeout events/s measured in the same process.
 The trace mixes cube and vector compute, memory-bound kernels, per-group all-reduces and
@@ -76,9 +76,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", type=int, default=100_000)
     ap.add_argument("--library", default="stratacl")
+    ap.add_argument("--fidelity", default="die_ports", choices=["die_ports", "switch"])
     args = ap.parse_args()
     with initialize_config_dir(config_dir=CONF, version_base=None):
-        cfg = to_object(compose("config", overrides=[f"library=[{args.library}]", f"baseline={args.library}"]))
+        cfg = to_object(compose("config", overrides=[f"library=[{args.library}]", f"baseline={args.library}",
+                                                     f"fabric.fidelity={args.fidelity}"]))
     fabric = Fabric(cfg.fabric)
     lib = LibraryModel(args.library, cfg.library[args.library], fabric)
     t0 = time.perf_counter()
@@ -88,7 +90,7 @@ def main() -> None:
     res = simulate(trace, lib)
     ev = simpy_events_per_s()
     print(f"trace: {len(trace.ops)} ops over {trace.world_size} ranks (built+validated in {t_build:.2f} s)")
-    print(f"replay ({args.library}): {res.wall_s:.2f} s wall, {len(trace.ops) / res.wall_s:,.0f} ops/s, "
+    print(f"replay ({args.library}, {args.fidelity}): {res.wall_s:.2f} s wall, {len(trace.ops) / res.wall_s:,.0f} ops/s, "
           f"{res.events:,} phases, {res.solves:,} fluid solves, simulated makespan {res.makespan_s * 1e3:.2f} ms")
     print(f"raw simpy: {ev:,.0f} timeout events/s (same process)")
     print(f"conservation: max |work-1| = {res.work_error:.2e}")

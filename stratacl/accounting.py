@@ -16,7 +16,7 @@ import numpy as np
 from stratacl.metrics import union_length
 
 COMM_KINDS = ("collective", "p2p")
-COMM_CATEGORIES = ("wire", "copy", "sync", "register", "launch")
+COMM_CATEGORIES = ("wire", "copy", "sync", "register", "launch", "host")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class Exposure:
     launch_s: float
     vector_core_s: float  # vector-core-seconds the selected communication ops held
     exposed_while_s: float = 0.0  # exposed time during which some `while_ops` op is in flight
+    host_s: float = 0.0  # device→host round trips the selected operators waited for
 
     def as_dict(self, prefix: str = "") -> dict[str, float]:
         return {f"{prefix}{k}": float(v) for k, v in self.__dict__.items()}

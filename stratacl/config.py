@@ -79,6 +79,19 @@ class DieConfig:
 
 
 @dataclass
+class SwitchConfig:
+    """A two-tier switched scale-up network (fabric.fidelity=switch): per node `l1_per_node` L1
+    chips, one per sub-plane, each with `l2_per_plane` links up to that plane's L2 chips; every L2
+    chip has `l2_ports` ports (one per node). 0 L1 chips = no switch model."""
+
+    l1_per_node: int = knob(0, ge=0)
+    l2_per_plane: int = knob(0, ge=0)
+    l2_ports: int = knob(0, ge=0)
+    link_GBps: float = knob(0.0, ge=0)  # one L1↔L2 link, per direction
+    routing: str = "spray"  # spray: a node's inter-node bytes spread over all its uplinks
+
+
+@dataclass
 class FabricConfig:
     name: str = MISSING
     description: str = ""
@@ -88,6 +101,11 @@ class FabricConfig:
     # per-die port rate per direction, by plane: the ceiling of every tier's achievable β on it
     port_GBps: dict[Plane, float] = knob(factory=dict, gt=0)
     die: DieConfig = field(default_factory=DieConfig)
+    # die_ports: a die's port carries each tier's bytes at that tier's measured β (fast);
+    # switch: ports at their nominal rate shared by all flows, each flow capped at its tier's β,
+    # plus the switch's node uplink/downlink port groups (stratacl/fabric_switch.py)
+    fidelity: str = "die_ports"
+    switch: SwitchConfig = field(default_factory=SwitchConfig)
 
 
 # --------------------------------------------------------------------------- library
@@ -107,6 +125,8 @@ class Algorithm(StrEnum):
     pairwise = "pairwise"
     rhd = "rhd"
     auto = "auto"
+    hccl = "hccl"  # HCCL's own A3 selection: hierarchical / grouped algorithms (comm/hierarchical.py)
+    hierarchical = "hierarchical"  # intra-server (double) ring + inter-server level 1, at every size
 
 
 class Partitioning(StrEnum):
@@ -161,6 +181,8 @@ class LibraryConfig:
     # core partitioning (balanced): transfer unit per tier and cores one peer may use
     unit_KiB: dict[str, float] = knob(factory=dict, gt=0)  # per tier: die | node | supernode | scaleout
     fanout_cap: int = knob(4, ge=1)
+    refine_units_below: float = knob(0.0, ge=0)  # balanced: halve the units while fewer than this many per core
+    min_unit_KiB: float = knob(4.0, gt=0)  # balanced: the finest unit the policy generator cuts
     pipeline_chunks: int = knob(1, ge=1)  # staged: >1 overlaps the copies with the transfer in that many chunks
     # fraction of the staging copies a zero-copy path still does per collective (NCCL registration
     # does not remove staging for reducescatter and only partly for ring allreduce)
@@ -169,6 +191,16 @@ class LibraryConfig:
     expansion_mode: ExpansionMode = ExpansionMode.custom  # HCCL-style mode; not custom: sets mover/trigger
     sdma_submit_cores: int = knob(1, ge=1)  # device-triggered SDMA: vector cores that write the descriptors
     stream_core_split: bool = True  # run with the workload's per-stream core limits (False: all cores)
+    # algorithm=hccl: HCCL_ALGO's per-operator level-1 (inter-server) choice, e.g. {allreduce: ring,
+    # alltoall: pairwise}; operators not listed use HCCL's adaptive choice
+    hccl_algo: dict[str, str] = field(default_factory=dict)
+    # the host in the loop: operators ("coll" or "coll:mode") whose arguments the host must read
+    # first (host arrays, a CPU wait for received counts): a device→host copy + host round trip
+    # each, and a graph split in a captured step
+    host_sync: list[str] = field(default_factory=list)
+    host_roundtrip_us: float = knob(0.0, ge=0)  # device→host copy of the counts + host handling + relaunch
+    graph_launch_us: float = knob(0.0, ge=0)  # launching one captured graph (REFERENCE §2: 0.6-0.8 ms)
+    moe_signal_rtts: float = knob(0.0, ge=0)  # dispatch/combine: extra round trips of remote-atomic signalling
 
 
 # --------------------------------------------------------------------------- run
@@ -244,6 +276,20 @@ def validate_fabric(fab: FabricConfig) -> None:
                               f"{tier.beta_GBps} GB/s exceeds the {tier.plane} port rate "
                               f"{fab.port_GBps[tier.plane]} GB/s a die can drive",
                               f"lower it or raise fabric.port_GBps.{tier.plane}")
+    if fab.fidelity not in ("die_ports", "switch"):
+        raise ConfigError("fabric.fidelity", f"unknown fidelity '{fab.fidelity}'", "use die_ports or switch")
+    sw = fab.switch
+    if fab.fidelity == "switch":
+        if sw.l1_per_node <= 0 or sw.l2_per_plane <= 0 or not sw.link_GBps > 0:
+            raise ConfigError("fabric.switch", f"fabric '{fab.name}' has no switch model",
+                              "set fabric.switch.l1_per_node, l2_per_plane, l2_ports, link_GBps "
+                              "or use fabric.fidelity=die_ports")
+        if sw.l2_ports < topo.nodes // topo.supernodes:
+            raise ConfigError("fabric.switch.l2_ports", f"{sw.l2_ports} L2 ports cannot reach "
+                              f"{topo.nodes // topo.supernodes} nodes of a supernode",
+                              "one L2 port per node of the supernode")
+        if sw.routing != "spray":
+            raise ConfigError("fabric.switch.routing", f"unknown routing '{sw.routing}'", "use spray")
     if fab.die.sdma.engines and not fab.die.sdma.engine_GBps > 0:
         raise ConfigError("fabric.die.sdma.engine_GBps", "must be positive when engines > 0")
 
@@ -278,8 +324,19 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
                           f"add fabric.die.sdma.launch_us.{lib.trigger.value}")
     bad = [str(a) for a in lib.auto_candidates if a in (Algorithm.auto, Algorithm.pairwise)]
     if bad:
-        raise ConfigError(f"{where}.auto_candidates", f"{bad} cannot be auto candidates", "use ring, mesh, fullmesh, rhd")
+        raise ConfigError(f"{where}.auto_candidates", f"{bad} cannot be auto candidates",
+                          "use ring, mesh, fullmesh, rhd, hierarchical, hccl")
     validate_expansion(name, lib, fab)
+    for entry in lib.host_sync:
+        coll, _, mode = entry.partition(":")
+        if coll not in ("allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "broadcast",
+                        "dispatch", "combine") or mode not in ("", "ht", "ll"):
+            raise ConfigError(f"{where}.host_sync", f"unknown operator '{entry}'",
+                              "use a collective name, optionally with :ht or :ll (dispatch:ht)")
+    for op, algo in lib.hccl_algo.items():
+        if algo not in ("ring", "nhr", "nb", "rhd", "pipeline", "pairwise", "auto"):
+            raise ConfigError(f"{where}.hccl_algo.{op}", f"unknown level-1 algorithm '{algo}'",
+                              "use ring, nhr, nb, rhd, pipeline (alltoall: pairwise) or auto")
     for tier in lib.unit_KiB:
         if tier not in TIER_ORDER:
             raise ConfigError(f"{where}.unit_KiB.{tier}", f"unknown tier '{tier}'", f"use tiers {TIER_ORDER}")

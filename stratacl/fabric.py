@@ -14,12 +14,14 @@ import numpy as np
 
 from stratacl.config import TIER_ORDER, FabricConfig, Plane, validate_fabric, world_size
 from stratacl.errors import ConfigError
+from stratacl.fabric_switch import SwitchModel
 
 # Per-die fluid resources. Ports are per direction and per plane (every plane of the Plane enum,
 # whether or not a fabric uses it: an unused port is never loaded); cores and DMA engines are held
 # or shared; HBM is shared bandwidth.
 PORTS = tuple(f"{plane}_{way}" for plane in Plane for way in ("tx", "rx"))
-RESOURCES = (*PORTS, "hbm", "vec", "cube", "sdma")
+# last two: a node's switch uplinks / downlinks (fidelity=switch), loaded by role "sw"
+RESOURCES = (*PORTS, "hbm", "vec", "cube", "sdma", "l1_up", "l1_down")
 R = {name: i for i, name in enumerate(RESOURCES)}
 # A matmul format the die has no cube peak for runs as the hardware would: its operands are
 # widened to the next wider format (fp4 -> fp8 -> bf16, int4 -> int8 -> bf16), e.g. FP8 weights
@@ -84,6 +86,10 @@ class Fabric:
         self.core_move_Bps = die.vector_core_move_GBps * 1e9
         self.cores_shared = die.cores_shared
         self.sdma_Bps = die.sdma.engines * die.sdma.engine_GBps * 1e9
+        self.port_Bps = {p: r * 1e9 for p, r in cfg.port_GBps.items()}
+        self.fidelity = cfg.fidelity
+        self.switch = SwitchModel(cfg.switch, self.dies_per_node, self.port_Bps.get("ub", 0.0)) \
+            if cfg.fidelity == "switch" else None
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
         # SDMA submission: seconds to write one descriptor per trigger, bytes one descriptor moves,
         # engine start-up after the first doorbell (stratacl/comm/sdma.py)

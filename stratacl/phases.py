@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CATEGORIES = ("compute", "wire", "copy", "sync", "register", "launch")
+CATEGORIES = ("compute", "wire", "copy", "sync", "register", "launch", "host")
 
 
 @dataclass(frozen=True, slots=True)

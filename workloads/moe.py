@@ -35,7 +35,11 @@ def build_trace(cfg: MoeConfig, mode: str, seed: int) -> tuple[Trace, list[dict]
         raise ConfigError(f"workload.tokens_{mode}", "must be positive")
     w = expert_weights(cfg.experts, cfg.skew, cfg.zipf_s, cfg.histogram, seed)
     rng = np.random.default_rng(seed)
-    tr = Trace(world_size=cfg.ep, meta={"workload": "moe", "mode": mode})
+    # the MoE shape a library needs to lower dispatch/combine: bytes per token copy and experts per
+    # rank (LL kernels write each peer's copies into one window per expert)
+    moe = {"bytes_per_copy": {"dispatch": cfg.dispatch_bytes_per_token, "combine": cfg.combine_bytes_per_token},
+           "experts_per_rank": cfg.experts // cfg.ep}
+    tr = Trace(world_size=cfg.ep, meta={"workload": "moe", "mode": mode, "moe": moe})
     tr.add_family("ep", [range(cfg.ep)])
     ranks = range(cfg.ep)
     points: list[dict] = []

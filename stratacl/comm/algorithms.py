@@ -37,6 +37,15 @@ class WirePlan:
     reduce_bytes: float = 0.0  # bytes the busiest die reduces (reads 2, writes 1)
     peers: int = 0  # distinct peers the busiest die exchanges with
     peer_work: tuple[tuple[float, int], ...] = ()  # busiest die: (bytes, tier index) per peer
+    # hierarchical plans: sub-plans run one after another (each its own sync + transfer phase);
+    # the fields above then hold their totals
+    stages: tuple[WirePlan, ...] = ()
+    # MoE: separate windows each peer's payload lands in, aligned with peer_work (LL: one per
+    # expert of the peer hit; HT: one packed window); empty = one per peer
+    peer_copies: tuple[int, ...] = ()
+    # bytes through each plane's port on that plane's busiest die, when peer_work (the flows of
+    # one die) does not say it (rings whose dies use different planes); empty = from peer_work
+    port_bytes: dict[str, float] = field(default_factory=dict)
 
     @property
     def wire_s(self) -> float:

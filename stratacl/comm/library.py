@@ -30,6 +30,7 @@ from functools import lru_cache
 import numpy as np
 
 from stratacl.comm import algorithms as alg
+from stratacl.comm import hierarchical as hier
 from stratacl.comm import partition, sdma
 from stratacl.comm.registration import RegistrationState
 from stratacl.config import (
@@ -65,6 +66,8 @@ COUNT_BYTES = 4  # one int32 token count per peer in the MoE layout exchange
 # no units at all (validation allows it with the SDMA mover, where units only shape the reported
 # core spread) gets DEFAULT_UNIT_KiB. ASSUMPTION: the die/node unit of conf/library/stratacl.yaml.
 DEFAULT_UNIT_KiB = 256.0
+# plans whose flows to all peers run at once (the switch model paces them by the slowest flow)
+_CONCURRENT = ("fullmesh", "hccl:mesh", "hccl:direct_fullmesh", "direct_fullmesh", "mesh_aiv")
 
 
 def staging_bytes(coll: str, size: float, n: int) -> tuple[float, float]:
@@ -104,6 +107,8 @@ class LibraryModel:
     # ------------------------------------------------------------------ algorithm choice
     def candidates(self, coll: str) -> list[str]:
         a = self.cfg.algorithm
+        if a == Algorithm.hccl or (a == Algorithm.hierarchical and coll in _EXCHANGES):
+            return ["hccl"]
         if a == Algorithm.auto:
             if coll in _EXCHANGES:
                 return ["fullmesh", "pairwise"] if "fullmesh" in (self.cfg.auto_candidates or ["fullmesh"]) \
@@ -116,10 +121,15 @@ class LibraryModel:
         return [a.value]
 
     def wire_plan(self, coll: str, size: float, group: tuple[int, ...],
-                  peer_bytes: tuple[float, ...] = (), algorithm: str | None = None) -> alg.WirePlan:
+                  peer_bytes: tuple[float, ...] = (), algorithm: str | None = None,
+                  moe: tuple = ()) -> alg.WirePlan:
+        """`moe` = (mode, bytes per token copy, experts per rank) of a dispatch/combine."""
         tidx = self.fabric.group_tiers(group)
         algo = algorithm or self.candidates(coll)[0]
-        return self._plan(coll, size, len(group), tidx.tobytes(), peer_bytes, algo)
+        plan = self._plan(coll, size, len(group), tidx.tobytes(), peer_bytes, algo)
+        if moe and plan.peer_work:
+            plan = replace(plan, peer_copies=moe_windows(plan, *moe))
+        return plan
 
     @lru_cache(maxsize=65536)  # noqa: B019 - one model per run
     def _plan(self, coll: str, size: float, n: int, tkey: bytes, peer_bytes: tuple[float, ...],
@@ -128,6 +138,12 @@ class LibraryModel:
         plane = self.cfg.plane
         if n == 1:
             return alg.WirePlan(algorithm=algorithm, steps=0, latency_s=0.0)
+        if algorithm == "hccl":
+            choice = self.hccl_choice(coll, size, tidx)
+            return hier.hccl_plan(choice, coll, size, tidx, self.fabric, plane, peer_bytes)
+        if algorithm == "hierarchical" and coll in ("allreduce", "allgather", "reducescatter", "broadcast"):
+            c = self.hccl_choice(coll, size, tidx, rules=False)
+            return hier.hccl_plan(c, coll, size, tidx, self.fabric, plane, peer_bytes)
         if algorithm == "rhd" and coll in ("allreduce", "allgather", "reducescatter") and n & (n - 1) == 0:
             return alg.rhd(coll, n, size, tidx, self.fabric, plane)
         if algorithm in ("ring", "rhd") and coll in ("allreduce", "allgather", "reducescatter", "broadcast"):
@@ -139,10 +155,25 @@ class LibraryModel:
                                 steps_per_exchange=n - 1, algorithm="mesh")
         return alg.fullmesh(coll, n, size, tidx, self.fabric, plane, peer_bytes)
 
+    def hccl_choice(self, coll: str, size: float, tidx: np.ndarray, rules: bool = True) -> hier.HcclChoice:
+        """HCCL's selection on A3 for this op on a communicator (tier matrix): server split from
+        the tiers, AIV rules in AIV expansion mode, HCCL_ALGO's level-1 override per operator.
+        `rules=False`: the hierarchical ring executor at any size (no small-count / AIV paths)."""
+        n = tidx.shape[0]
+        split = hier.split_servers(tidx)
+        servers, paired = (split[0], split[1]) if split else ([list(range(n))], False)
+        op = {"alltoallv": "alltoall", "dispatch": "alltoall", "combine": "alltoall"}.get(coll, coll)
+        cfg = self.cfg
+        ccl = cfg.comm_buffer_MB * 1e6 if cfg.data_path == DataPath.staged else 200e6
+        return hier.select(coll, size, n, len(servers), len(servers[0]), paired,
+                           aiv=getattr(cfg, "expansion_mode", "") == "aiv",
+                           zerocopy=cfg.data_path != DataPath.staged,
+                           configured=cfg.hccl_algo.get(op, "auto"), ccl_bytes=ccl, rules=rules)
+
     # ------------------------------------------------------------------ pricing
     def collective_phases(self, coll: str, size: float, group: tuple[int, ...],
                           peer_bytes: tuple[float, ...] = (), moe_mode: str = "",
-                          cores: int | None = None) -> list[Phase]:
+                          cores: int | None = None, moe_shape: tuple[float, int] = ()) -> list[Phase]:
         """Static phases of one collective on one communicator (registration is added at run
         time by the runtime). With algorithm=auto, the fastest candidate on an idle fabric.
         `cores`: vector cores the comm kernel may use (a stream limit; default comm_cores).
@@ -150,12 +181,47 @@ class LibraryModel:
         An HT-mode MoE dispatch first exchanges per-peer token counts (DeepEP's notify step, part
         of its dispatch call): receivers need them to lay out a packed receive buffer. LL-mode
         kernels write into fixed per-expert slots and skip it (`moe_layout_exchange` turns the
-        step off for a library that derives the layout otherwise)."""
-        phases = self._best(coll, size, group, peer_bytes, cores)[1]
+        step off for a library that derives the layout otherwise).
+
+        `moe_shape` = (bytes per token copy, experts per rank): an LL kernel writes each peer's
+        copies into one window per expert hit, each its own start-up (`moe_windows`). A library
+        that signals completion with remote atomics pays `moe_signal_rtts` round trips; one whose
+        operator needs the host first (`host_sync`) pays a device→host copy and host round trip."""
+        moe = (moe_mode, *moe_shape) if moe_mode and moe_shape else ()
+        phases = self._best(coll, size, group, peer_bytes, cores, moe)[1]
         if coll == "dispatch" and moe_mode == "ht" and self.cfg.moe_layout_exchange and len(group) > 1:
             counts = self._best("alltoall", COUNT_BYTES * len(group), group, (), cores)[1]
             phases = merge_delays([*counts, *phases])
+        if coll in ("dispatch", "combine") and self.cfg.moe_signal_rtts > 0 and len(group) > 1:
+            far = self.fabric.tier(int(self.fabric.group_tiers(group).max()), self.cfg.plane)
+            phases = merge_delays([*phases, *delay("sync", self.cfg.moe_signal_rtts * 2 * far.alpha_s)])
+        if self.needs_host(coll, moe_mode) and len(group) > 1:
+            phases = merge_delays([*delay("host", self.cfg.host_roundtrip_us * 1e-6), *phases])
         return phases
+
+    # ------------------------------------------------------------------ the host in the loop
+    def needs_host(self, coll: str, moe_mode: str = "") -> bool:
+        """Whether the operator needs the host before it can start (its arguments are host arrays
+        or its receive layout is read back by the CPU), per the library's documentation."""
+        hs = self.cfg.host_sync
+        return coll in hs or (bool(moe_mode) and f"{coll}:{moe_mode}" in hs)
+
+    def graph_capturable(self, coll: str, moe_mode: str = "") -> bool:
+        """A step containing this operator can be captured and replayed as one graph."""
+        return not self.needs_host(coll, moe_mode)
+
+    def step_host_overhead_s(self, host_syncs: int) -> float:
+        """Host-side cost of one model step (e.g. a decode iteration) whose graph has `host_syncs`
+        operators that need the host: a fully device-driven step is one captured graph (one
+        graph launch, REFERENCE §2: 0.6–0.8 ms); each host-synchronising operator splits the
+        graph — one more graph launch — and adds its device→host round trip."""
+        launch = self.cfg.graph_launch_us * 1e-6
+        return (host_syncs + 1) * launch + host_syncs * self.cfg.host_roundtrip_us * 1e-6
+
+    def moe_step_host_overhead_s(self, moe_layers: int, moe_mode: str) -> float:
+        """`step_host_overhead_s` for a step with `moe_layers` dispatch + combine pairs."""
+        syncs = moe_layers * (self.needs_host("dispatch", moe_mode) + self.needs_host("combine", moe_mode))
+        return self.step_host_overhead_s(syncs)
 
     @property
     def cost_depends_on_mapping(self) -> bool:
@@ -176,19 +242,23 @@ class LibraryModel:
         algo = self.chosen_algorithm(coll, size, group, peer_bytes, cores)
         if len(group) < 2:
             return OpInfo(algo, 0.0)
-        plan = self.wire_plan(coll, size, group, peer_bytes, algo)
-        return OpInfo(algo, self.core_schedule(plan, cores).spread)
+        plan = self.wire_plan(coll, size, group, peer_bytes, self._best(coll, size, group, peer_bytes, cores)[2])
+        # a staged plan: the stage whose cores take longest decides the spread reported
+        sched = max((self.core_schedule(st, cores) for st in (plan.stages or (plan,))),
+                    key=lambda c: c.makespan_s)
+        return OpInfo(algo, sched.spread)
 
-    def _best(self, coll: str, size: float, group: tuple[int, ...],
-              peer_bytes: tuple[float, ...], cores: int | None = None) -> tuple[str, list[Phase]]:
-        best: tuple[str, list[Phase]] = ("", [])
+    def _best(self, coll: str, size: float, group: tuple[int, ...], peer_bytes: tuple[float, ...],
+              cores: int | None = None, moe: tuple = ()) -> tuple[str, list[Phase], str]:
+        """(algorithm that runs, its phases, the candidate that produced it)."""
+        best: tuple[str, list[Phase], str] = ("", [], "")
         best_t = math.inf
         for algo in self.candidates(coll):
-            plan = self.wire_plan(coll, size, group, peer_bytes, algo)
+            plan = self.wire_plan(coll, size, group, peer_bytes, algo, moe)
             phases = self._phases(coll, size, len(group), plan, cores)
             t = sum(p.standalone_s() for p in phases)
             if t < best_t:
-                best, best_t = (algo, phases), t
+                best, best_t = (plan.algorithm or algo, phases, algo), t
         return best
 
     def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan, cores: int | None = None) -> list[Phase]:
@@ -205,12 +275,18 @@ class LibraryModel:
             cin, cout = (frac * b for b in staging_bytes(coll, size, n))
         if cin > 0:  # with pipelining only the first chunk's copy is exposed
             phases.append(self._copy_phase(cin / chunks, n, cores))
-        sync_s = plan.latency_s * rounds
-        if plan.wire_s > 0:
-            overlapped = (cin + cout) * (chunks - 1) / chunks
-            phases += self._transfer_phases(plan, n, overlapped_copy=overlapped, cores=cores, sync_s=sync_s)
-        else:
-            phases += delay("sync", sync_s)
+        stages = plan.stages or (plan,)  # hierarchical plans: their stages in order
+        staged: list[Phase] = []
+        for i, st in enumerate(stages):
+            sync_s = st.latency_s * rounds
+            if st.wire_s > 0:
+                overlapped = (cin + cout) * (chunks - 1) / chunks / len(stages)
+                # one operator, one submitting agent: only the first stage pays the agent's launch
+                staged += self._transfer_phases(st, n, overlapped_copy=overlapped, cores=cores, sync_s=sync_s,
+                                                agent_running=i > 0)
+            else:
+                staged += delay("sync", sync_s)
+        phases += _fold_stages(staged) if len(stages) > 1 else staged
         if cout > 0:
             phases.append(self._copy_phase(cout / chunks, n, cores))
         return merge_delays(phases)
@@ -245,27 +321,71 @@ class LibraryModel:
         """How the comm cores of the busiest die share its per-peer payloads."""
         fab = self.fabric
         peers = []
-        tier_names = []
-        for nbytes, t in plan.peer_work:
+        units = []
+        copies = plan.peer_copies or (1,) * len(plan.peer_work)
+        # a one-step exchange ends with a completion flag written to every peer: one more small
+        # write, with its own start-up, on the core serving that peer (many-peer synchronisation)
+        flag = 1 if plan.algorithm in _CONCURRENT else 0
+        finest = min(self.cfg.unit_KiB.values(), default=DEFAULT_UNIT_KiB)
+        for (nbytes, t), c in zip(plan.peer_work, copies, strict=True):
             tier = fab.tier(t, self.cfg.plane)
             rate = min(fab.core_move_Bps, tier.beta_Bps)
-            peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate))
-            tier_names.append(tier.name)
+            peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate, c + flag))
+            units.append(self.cfg.unit_KiB.get(tier.name, finest) * 1024)
         ncores = self._cores(cores)
         if self.cfg.partitioning == Partitioning.balanced:
-            finest = min(self.cfg.unit_KiB.values(), default=DEFAULT_UNIT_KiB)
-            units = [self.cfg.unit_KiB.get(name, finest) * 1024 for name in tier_names]
-            return partition.balanced(peers, ncores, units, self.cfg.fanout_cap)
+            return partition.balanced(peers, ncores, units, self.cfg.fanout_cap,
+                                      self.cfg.refine_units_below, self.cfg.min_unit_KiB * 1024)
         return partition.uniform(peers, ncores)
 
-    def _transfer_phases(self, plan: alg.WirePlan, n: int, overlapped_copy: float = 0.0,
-                         cores: int | None = None, sync_s: float = 0.0) -> list[Phase]:
-        """[SDMA start] → the algorithm's synchronised steps (`sync_s`) → the wire phase."""
+    def transfer_windows(self, plan: alg.WirePlan) -> int:
+        """Separate remote writes the busiest die issues for a plan: one per peer window (MoE LL:
+        per expert hit) plus a completion flag per peer of a one-step exchange. The core schedule
+        prices each with a start-up; an SDMA lowering needs one descriptor (chain) per window."""
+        copies = plan.peer_copies or (1,) * len(plan.peer_work)
+        flag = 1 if plan.algorithm in _CONCURRENT else 0
+        return int(sum(copies)) + flag * len(plan.peer_work)
+
+    def _port_loads(self, plan: alg.WirePlan, n: int) -> tuple[dict[str, float], dict[str, float], float,
+                                                               list[tuple[str, int, float]]]:
+        """Port seconds per plane (tx, rx), the flows' pace and the switch port-group loads.
+
+        die_ports: the plan's seconds at tier β, no pace. switch: bytes at the port's nominal rate;
+        the pace is the slowest flow at its tier β — all peers at once for a one-step exchange, the
+        plan's lockstep steps otherwise; a node's uplinks and downlinks carry the inter-node bytes
+        of the node's members (the busiest die's, an upper bound for rings)."""
         fab = self.fabric
-        loads: list[tuple[str, int, float]] = []
-        for p, s in plan.tx_s.items():
+        if fab.switch is None:
+            return plan.tx_s, plan.rx_s, 0.0, []
+        tiers = [(b, fab.tier(t, self.cfg.plane)) for b, t in plan.peer_work]
+        per_plane: dict[str, float] = {}
+        for b, tier in tiers:
+            per_plane[tier.plane] = per_plane.get(tier.plane, 0.0) + b
+        scale = plan.send_bytes / max(sum(per_plane.values()), 1e-300)  # peer_work of one exchange
+        if plan.port_bytes:  # rings: each plane's busiest die
+            per_plane, scale = plan.port_bytes, 1.0
+        ports = {p: b * scale / fab.port_Bps[p] for p, b in per_plane.items()}
+        concurrent = plan.algorithm in _CONCURRENT
+        pace = max((b * scale / t.beta_Bps for b, t in tiers), default=0.0) if concurrent else plan.wire_s
+        inter = sum(b * scale for b, t in tiers if t.index >= 2 and t.plane == "ub")
+        switch: list[tuple[str, int, float]] = []
+        if inter > 0 and fab.switch.blocking:
+            up = fab.switch.uplink_seconds(inter, min(n, fab.dies_per_node))
+            switch = [("sw", R["l1_up"], up), ("sw", R["l1_down"], up)]
+        rx = {p: s * plan.recv_bytes / max(plan.send_bytes, 1e-300) for p, s in ports.items()}
+        return ports, rx, pace, switch
+
+    def _transfer_phases(self, plan: alg.WirePlan, n: int, overlapped_copy: float = 0.0,
+                         cores: int | None = None, sync_s: float = 0.0, agent_running: bool = False) -> list[Phase]:
+        """[SDMA start] → the algorithm's synchronised steps (`sync_s`) → the wire phase.
+        `agent_running`: a later stage of a hierarchical plan, whose submitting agent (the AI CPU
+        kernel expanding the whole operator, or the AIV kernel) is already launched."""
+        fab = self.fabric
+        tx_s, rx_s, pace, switch = self._port_loads(plan, n)
+        loads: list[tuple[str, int, float]] = list(switch)
+        for p, s in tx_s.items():
             loads.append(("all", R[f"{p}_tx"], s))
-        for p, s in plan.rx_s.items():
+        for p, s in rx_s.items():
             loads.append(("all", R[f"{p}_rx"], s))
         # senders read, receivers write, reductions read two operands and write one
         hbm = plan.send_bytes + plan.recv_bytes + 2 * plan.reduce_bytes + 2 * overlapped_copy
@@ -278,14 +398,15 @@ class LibraryModel:
             phases += delay("sync", sync_s)
         else:
             loads.append(("all", R["sdma"], moved / fab.sdma_Bps))
-            holds, min_t = self._sdma_submission(plan, loads, cores, phases, sync_s)
-        phases.append(Phase("wire", loads=tuple(loads), holds=holds, min_time_s=min_t,
+            holds, min_t = self._sdma_submission(plan, loads, cores, phases, sync_s, agent_running)
+        phases.append(Phase("wire", loads=tuple(loads), holds=holds, min_time_s=max(min_t, pace),
                             wire_bytes=plan.group_wire_bytes, hbm_bytes=hbm * n,
                             copy_bytes=overlapped_copy * n))
         return phases
 
     def _sdma_submission(self, plan: alg.WirePlan, loads: list[tuple[str, int, float]], cores: int | None,
-                         phases: list[Phase], sync_s: float) -> tuple[tuple[tuple[str, int, float], ...], float]:
+                         phases: list[Phase], sync_s: float,
+                         agent_running: bool = False) -> tuple[tuple[tuple[str, int, float], ...], float]:
         """Append the SDMA start (trigger launch, every agent's first descriptor, engine start-up) and
         the algorithm's synchronised steps to `phases`; return the wire phase's holds and minimum
         time while the remaining descriptors are written (the transfer cannot end before them).
@@ -301,7 +422,7 @@ class LibraryModel:
         units = {t: self.cfg.unit_KiB[name] * 1024 for t, name in enumerate(TIER_ORDER)
                  if name in self.cfg.unit_KiB}
         sub = sdma.submission(plan, fab, trig, min(self.cfg.sdma_submit_cores, self._cores(cores)), units)
-        start = fab.sdma_launch_s[trig] + sub.first_s + fab.sdma_startup_s
+        start = (0.0 if agent_running else fab.sdma_launch_s[trig]) + sub.first_s + fab.sdma_startup_s
         during = min(sub.rest_s, fab.sdma_startup_s)  # the agents go on writing while engines start
         rest = sub.rest_s - during
         if self.trigger == Trigger.device:
@@ -318,8 +439,9 @@ class LibraryModel:
         return (), max(rest, 0.0)
 
     def p2p_phases(self, tier_index: int, nbytes: float, total_bytes: float,
-                   cores: int | None = None) -> list[Phase]:
-        """Send/recv of `nbytes` per pair (the slowest pair); staged libraries copy on both ends."""
+                   cores: int | None = None, per_node: int = 1) -> list[Phase]:
+        """Send/recv of `nbytes` per pair (the slowest pair); staged libraries copy on both ends.
+        `per_node`: most pairs whose sender (or receiver) shares a node (switch port groups)."""
         tier = self.fabric.tier(tier_index, self.cfg.plane)
         wire_s = {tier.plane: nbytes / tier.beta_Bps}
         plan = alg.WirePlan(algorithm="p2p", steps=1, latency_s=tier.alpha_s + tier.sync_s, tx_s=wire_s,
@@ -333,14 +455,54 @@ class LibraryModel:
         if copy > 0:
             phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "src"))
         overlapped = 2 * copy * (chunks - 1) / chunks
-        phases += [p if p.is_delay else _p2p_roles(p, total_bytes)
-                   for p in self._transfer_phases(plan, 1, overlapped, cores, plan.latency_s)]
+        phases += [p if p.is_delay else _p2p_roles(replace(p, copy_bytes=p.copy_bytes / per_node), total_bytes)
+                   for p in self._transfer_phases(plan, per_node, overlapped, cores, plan.latency_s)]
         if copy > 0:
             phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "dst"))
         return merge_delays(phases)
 
     def runtime(self, trace: Trace) -> LibraryRuntime:
         return LibraryRuntime(self, trace)
+
+
+def _fold_stages(phases: list[Phase]) -> list[Phase]:
+    """Events scale with ops: the sync delays and wire transfers of a staged plan's stages fold
+    into one delay and one wire activity — loads summed, min time the sum of the stages' own
+    times — which is exact on an idle fabric (stages run back to back) and shares the ports in
+    proportion under contention. Other activities (SDMA descriptor writes) keep their place."""
+    delays = [p for p in phases if p.is_delay]
+    wires = [p for p in phases if not p.is_delay and p.category == "wire"]
+    others = [p for p in phases if not p.is_delay and p.category != "wire"]
+    if len(wires) < 2:
+        return phases
+    loads: dict[tuple[str, int], float] = {}
+    for w in wires:
+        for role, r, sec in w.loads:
+            loads[(role, r)] = loads.get((role, r), 0.0) + sec
+    holds: dict[tuple[str, int], float] = {}
+    for w in wires:
+        for role, r, h in w.holds:
+            holds[(role, r)] = max(holds.get((role, r), 0.0), h)
+    wire = Phase("wire", loads=tuple((k[0], k[1], v) for k, v in loads.items()),
+                 holds=tuple((k[0], k[1], v) for k, v in holds.items()),
+                 min_time_s=sum(w.standalone_s() for w in wires),
+                 wire_bytes=sum(w.wire_bytes for w in wires), hbm_bytes=sum(w.hbm_bytes for w in wires),
+                 copy_bytes=sum(w.copy_bytes for w in wires))
+    return merge_delays([*delays, *others, wire])
+
+
+def moe_windows(plan: alg.WirePlan, mode: str, bytes_per_copy: float, experts_per_rank: int) -> tuple[int, ...]:
+    """Windows each peer's MoE payload lands in. HT (normal kernels): one packed window per peer,
+    laid out from the count exchange. LL: fixed per-expert slots, one window per expert of the
+    peer that the copies hit — c copies spread over E experts hit E·(1 − (1 − 1/E)^c) of them."""
+    if mode != "ll" or bytes_per_copy <= 0:
+        return (1,) * len(plan.peer_work)
+    e = max(1, experts_per_rank)
+    out = []
+    for nbytes, _ in plan.peer_work:
+        c = nbytes / bytes_per_copy
+        out.append(max(1, round(e * (1 - (1 - 1 / e) ** c)) if e > 1 else 1))
+    return tuple(out)
 
 
 def _p2p_roles(p: Phase, total_bytes: float, only: str = "") -> Phase:
@@ -354,6 +516,10 @@ def _p2p_roles(p: Phase, total_bytes: float, only: str = "") -> Phase:
         name = _RES_NAME[r]
         if name == "hbm":
             loads += [("src", r, s / 2), ("dst", r, s / 2)]  # the sender reads, the receiver writes
+        elif name == "l1_up":
+            loads.append(("sw_src", r, s))
+        elif name == "l1_down":
+            loads.append(("sw_dst", r, s))
         else:
             loads.append(("dst" if name.endswith("_rx") else "src", r, s))
     holds = tuple(("src", r, h) for _, r, h in p.holds)
@@ -416,13 +582,22 @@ class LibraryRuntime:
             if key in seen:
                 continue
             seen.add(key)
-            phases = self.model.collective_phases(op.coll, size, g, op.peer_bytes, op.moe_mode, cores)
+            phases = self.model.collective_phases(op.coll, size, g, op.peer_bytes, op.moe_mode, cores,
+                                                  self._moe_shape(op))
             t = sum(p.standalone_s() for p in phases)
             if t > best_t:
                 best, best_t, best_group = phases, t, g
         info = self.model.op_info(op.coll, size, tuple(best_group), op.peer_bytes, cores)
         # accounting fields count bytes over the whole op (all groups)
         return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1, info
+
+    def _moe_shape(self, op: Op) -> tuple[float, int]:
+        """(bytes per token copy, experts per rank) a MoE workload declares in trace.meta["moe"]
+        for its dispatch/combine ops; () when it does not."""
+        meta = self.trace.meta.get("moe") if op.moe_mode else None
+        if not meta:
+            return ()
+        return float(meta["bytes_per_copy"][op.coll]), int(meta["experts_per_rank"])
 
     def _lower_p2p(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
         fab = self.fabric
@@ -432,7 +607,10 @@ class LibraryRuntime:
         sizes = np.full(len(op.src), sizes[0]) if sizes.size == 1 else sizes
         # the slowest pair paces the SPMD op
         worst = max(range(len(sizes)), key=lambda i: sizes[i] / fab.tier(int(tiers[i]), plane).beta_Bps)
-        phases = self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()), self.cores(op))
+        dpn = fab.dies_per_node
+        per_node = max(int(np.bincount(np.asarray(ends) // dpn).max()) for ends in (op.src, op.dst))
+        phases = self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()),
+                                       self.cores(op), per_node)
         return phases, 1, OpInfo(algorithm="p2p", core_spread=0.0)
 
 

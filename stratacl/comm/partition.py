@@ -3,7 +3,8 @@
 `uniform` gives each peer a fixed core group (HCCL-style: cores split evenly among peers, or peers
 dealt round-robin to cores when there are more peers than cores). `balanced` (StrataCL §4.3) cuts
 each peer's payload into units of a tier-specific size, prices a unit τ(s) = α_t + s / r_t and
-assigns units to cores by LPT list scheduling, with at most `fanout_cap` cores serving one peer.
+assigns units to cores by LPT list scheduling in stripes, with at most `fanout_cap` units of one
+peer per stripe; the policy generator refines the units where few fall on each core.
 The makespan (max per-core load) is the time the cores need to move the data. The latency of a
 core's first unit overlaps the step latency the algorithm already pays, so it is not charged twice.
 """
@@ -22,6 +23,7 @@ class PeerWork:
     nbytes: float
     alpha_s: float  # per-unit start-up cost on this tier
     rate_Bps: float  # bytes/s one core moves to this peer
+    copies: int = 1  # separate windows the payload lands in (MoE LL: one per expert), each a start-up
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,38 +54,71 @@ def uniform(peers: list[PeerWork], cores: int) -> CoreSchedule:
         c = 0
         for j, w in enumerate(peers):
             k = base + (1 if j < extra else 0)
-            per_core = w.nbytes / k / w.rate_Bps
+            per_core = w.nbytes / k / w.rate_Bps + (math.ceil(w.copies / k) - 1) * w.alpha_s
             loads[c:c + k] = per_core
             c += k
     else:
         for j, w in enumerate(peers):  # more peers than cores: deal peers round-robin
-            loads[j % cores] += (w.alpha_s if j >= cores else 0.0) + w.nbytes / w.rate_Bps
+            starts = w.copies - 1 + (1 if j >= cores else 0)
+            loads[j % cores] += starts * w.alpha_s + w.nbytes / w.rate_Bps
     return CoreSchedule(tuple(loads))
 
 
-def balanced(peers: list[PeerWork], cores: int, unit_bytes: list[float], fanout_cap: int) -> CoreSchedule:
-    """LPT over units (largest first, each to the least-loaded core allowed for its peer)."""
-    units: list[tuple[float, float, int, int]] = []  # (transfer time, start-up α, index, peer)
+def balanced(peers: list[PeerWork], cores: int, unit_bytes: list[float], fanout_cap: int,
+             refine_below: float = 0.0, min_unit: float = 4096.0) -> CoreSchedule:
+    """StrataCL's policy: cut each peer's payload into units of its tier's size and place them by
+    LPT under a per-stripe fan-out cap (`lpt`). Where the tier units leave fewer than
+    `refine_below` units per core, the policy generator halves them (never below `min_unit`
+    bytes) while that shortens the makespan: finer units where few fall on each core, as long as
+    the extra start-ups pay for the shorter tail."""
+    best = lpt(peers, cores, unit_bytes, fanout_cap)
+    units = list(unit_bytes)
+    count = _units(peers, units)
+    while count < refine_below * cores and any(u > min_unit for u in units):
+        units = [max(min_unit, u / 2) for u in units]
+        if _units(peers, units) == count:
+            continue  # units still larger than the payloads: nothing changes yet
+        count = _units(peers, units)
+        cand = lpt(peers, cores, units, fanout_cap)
+        if cand.makespan_s >= best.makespan_s * (1 - 1e-9):
+            break
+        best = cand
+    return best
+
+
+def _units(peers: list[PeerWork], unit_bytes: list[float]) -> int:
+    return sum(max(1, w.copies, math.ceil(w.nbytes / u))
+               for w, u in zip(peers, unit_bytes, strict=True) if w.nbytes > 0)
+
+
+def lpt(peers: list[PeerWork], cores: int, unit_bytes: list[float], fanout_cap: int) -> CoreSchedule:
+    """LPT list scheduling in stripes: each stripe hands one unit to each core, largest units
+    first, at most `fanout_cap` units of one peer per stripe (REFERENCE §4: a per-stripe fan-out
+    cap per peer, so no peer is hammered by all cores at once); within a stripe the largest unit
+    goes to the least-loaded core. A unit costs its start-up α unless it is its core's first."""
+    queues: list[tuple[float, float, float, int, int]] = []  # (-τ, move, α, units left, peer)
     for j, (w, u) in enumerate(zip(peers, unit_bytes, strict=True)):
         if w.nbytes <= 0:
             continue
-        n = max(1, math.ceil(w.nbytes / u))
-        size = w.nbytes / n
-        units += [(size / w.rate_Bps, w.alpha_s, i, j) for i in range(n)]
-    # largest first; equal units interleaved across peers so each peer spreads before it is capped
-    units.sort(key=lambda x: (-(x[0] + x[1]), x[2], x[3]))
-    heap = [(0.0, c) for c in range(cores)]
+        n = max(1, w.copies, math.ceil(w.nbytes / u))
+        move = w.nbytes / n / w.rate_Bps
+        queues.append((-(move + w.alpha_s), move, w.alpha_s, n, j))
+    heapq.heapify(queues)  # peers by their unit cost τ = α + s/r, largest first
     loads = [0.0] * cores
-    used: dict[int, set[int]] = {}
-    for move, alpha, _, j in units:
-        allowed = used.setdefault(j, set())
-        if len(allowed) < fanout_cap:
-            load, c = heapq.heappop(heap)
-            while loads[c] != load:  # stale heap entry
-                load, c = heapq.heappop(heap)
-            allowed.add(c)
-        else:  # peer at its fan-out cap: least-loaded of its own cores
-            c = min(allowed, key=lambda k: loads[k])
-        loads[c] += move + (alpha if loads[c] > 0 else 0.0)
-        heapq.heappush(heap, (loads[c], c))
+    core_heap = [(0.0, c) for c in range(cores)]
+    while queues:
+        stripe: list[tuple[float, float]] = []
+        later: list[tuple[float, float, float, int, int]] = []
+        while queues and len(stripe) < cores:
+            tau, move, alpha, left, j = heapq.heappop(queues)
+            take = min(left, fanout_cap, cores - len(stripe))
+            stripe += [(move, alpha)] * take
+            if left > take:
+                later.append((tau, move, alpha, left - take, j))
+        for q in later:
+            heapq.heappush(queues, q)
+        for move, alpha in stripe:  # already largest first
+            load, c = heapq.heappop(core_heap)
+            loads[c] = load + move + (alpha if load > 0 else 0.0)
+            heapq.heappush(core_heap, (loads[c], c))
     return CoreSchedule(tuple(loads))

@@ -37,13 +37,16 @@ class Submission:
 
 
 def descriptors(plan: WirePlan, fabric: Fabric, unit_bytes: dict[int, float] | None = None) -> int:
-    """Descriptors the busiest die writes: per peer ⌈bytes / unit⌉ (unit = the library's transfer unit
+    """Descriptors the busiest die writes: per peer max(⌈bytes / unit⌉, windows) (unit = the library's transfer unit
     for that tier, at most the engine's maximum descriptor length) + one completion per step or peer."""
     cap = fabric.sdma_descriptor_bytes
     data = 0
-    for nbytes, tier in plan.peer_work:
+    copies = plan.peer_copies or (1,) * len(plan.peer_work)
+    for (nbytes, tier), windows in zip(plan.peer_work, copies, strict=True):
         unit = min(cap, (unit_bytes or {}).get(tier, cap))
-        data += max(1, math.ceil(nbytes / unit))
+        # a peer's payload landing in separate windows (MoE LL: one per expert hit) needs at least
+        # one descriptor per window (LibraryModel.transfer_windows)
+        data += max(1, windows, math.ceil(nbytes / unit))
     completions = max(plan.steps, len(plan.peer_work))
     return data + completions
 

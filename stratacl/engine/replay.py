@@ -119,6 +119,7 @@ class Replay:
         self._events = 0
         self._role_cache: list[dict[str, int] | None] = [None] * n
         self._by_tuple: dict[tuple[int, ...], int] = {}
+        self._node_cache: dict[tuple[int, ...], tuple[int, ...]] = {}
         # collect first: an op with no phases ends at once and may release later roots
         for i in [i for i in range(n) if self._waiting[i] == 0]:
             self._start_op(i)
@@ -151,7 +152,8 @@ class Replay:
 
     def _recorder(self) -> UtilisationRecorder:
         dies = sorted({r for op in self.trace.ops for r in op.ranks})
-        return UtilisationRecorder(self.fluid, self.trace.world_size, np.asarray(dies, dtype=np.int64))
+        extra = self.trace.world_size // self.fabric.dies_per_node + 1 if self.fabric.switch else 0
+        return UtilisationRecorder(self.fluid, self.trace.world_size + extra, np.asarray(dies, dtype=np.int64))
 
     # ------------------------------------------------------------------ op lifecycle
     def _start_op(self, i: int) -> None:
@@ -215,7 +217,20 @@ class Replay:
             if op.kind == "p2p":
                 roles["src"] = self._intern(op.src)
                 roles["dst"] = self._intern(op.dst)
+            if self.fabric.switch is not None and self.fabric.switch.blocking:  # one pseudo-die per node
+                roles["sw"] = self._intern(self._nodes(op.ranks))
+                if op.kind == "p2p":
+                    roles["sw_src"] = self._intern(self._nodes(op.src))
+                    roles["sw_dst"] = self._intern(self._nodes(op.dst))
         return roles
+
+    def _nodes(self, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        """Pseudo-dies (after the trace's ranks) standing for the nodes' switch port groups."""
+        hit = self._node_cache.get(ranks)
+        if hit is None:
+            dpn, base = self.fabric.dies_per_node, self.trace.world_size
+            hit = self._node_cache[ranks] = tuple(sorted({base + r // dpn for r in ranks}))
+        return hit
 
     def _intern(self, ranks: tuple[int, ...]) -> int:
         hit = self._by_tuple.get(ranks)  # equal tuples (ops of one group) share the lookup
