@@ -97,6 +97,9 @@ class AllocatorSettings:
     """The framework's setting of PyTorch's device allocator (a library may force it off)."""
 
     expandable_segments: bool = True  # PYTORCH_NPU_ALLOC_CONF=expandable_segments:True
+    # share of HBM the serving engine plans for (weights, library, profiled activations, KV cache);
+    # the rest is headroom for activations beyond the profiling forward (vLLM gpu_memory_utilization)
+    memory_utilization: float = knob(0.9, gt=0, le=1)
 
 
 @dataclass

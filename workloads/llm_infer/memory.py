@@ -125,7 +125,7 @@ class ServingDie:
         self.tbo, self.tbo_min = cfg.scheduler.tbo, cfg.scheduler.tbo_min_tokens
         self.jit_lookups = self.jit_misses = 0
         try:
-            self.plan = self._start_up(hbm_bytes, profile_tokens(cfg, role), dp)
+            self.plan = self._start_up(hbm_bytes, profile_tokens(cfg, role), dp, cfg.allocator.memory_utilization)
         except OutOfMemoryError as exc:
             raise ConfigError(f"workload.layout.{role}_ep", f"the model does not fit a {role} die with "
                               f"'{library.name}': {exc}", fix) from None
@@ -136,7 +136,7 @@ class ServingDie:
             self.maps += 1
 
     # ------------------------------------------------------------------ start-up
-    def _start_up(self, hbm: float, profile_tokens: int, dp: int) -> MemoryPlan:
+    def _start_up(self, hbm: float, profile_tokens: int, dp: int, utilisation: float) -> MemoryPlan:
         a, s = self.alloc, self.alloc.stats
         for i, nbytes in enumerate(self.t.weight_tensors()):
             self.live[f"w{i}"] = a.malloc(nbytes, 0.0)
@@ -145,10 +145,12 @@ class ServingDie:
         if profile_tokens > 0:  # the profiling forward at the largest shape, expected routing
             seqs = max(1, profile_tokens // verify)
             self._iteration(0.0, seqs, seqs * dp, expected=True)
-        kv_budget = a.cfg.capacity_bytes - s.reserved_bytes_peak
-        if kv_budget <= 0:
+        kv_budget = utilisation * hbm - self.comm_bytes - self.pool_bytes - s.reserved_bytes_peak
+        if kv_budget <= self._kv_slack():
             raise OutOfMemoryError(f"{s.reserved_bytes_peak / GiB:.1f} GiB reserved by weights and the "
-                                   f"profiling forward leave no KV cache")
+                                   f"profiling forward and {(self.comm_bytes + self.pool_bytes) / GiB:.1f} GiB "
+                                   f"held by the library leave no KV cache in {utilisation:g} of "
+                                   f"{hbm / GiB:.1f} GiB")
         activations = s.reserved_bytes_peak - weights
         a.empty_cache(0.0)
         for i, nbytes in enumerate(self.t.kv_tensors(kv_budget - self._kv_slack())):

@@ -202,7 +202,7 @@ class ServingSim:
             mem = self.mem_prefill[i].step(env.now, tokens, sum(per_die)) if i < len(self.mem_prefill) else QUIET
             st = self.iters.prefill(self.lib, tokens, mem.maps > 0, _miss(mem))
             yield env.timeout(st.time_s)
-            self._record("prefill", i, tokens, sum(per_die), 0.0, st, mem)
+            self._record("prefill", i, tokens, sum(per_die), 0.0, st, mem, min(per_die))
             kv_left = max(0.0, st.kv_ready_s - st.time_s)  # layer-wise KV sends still in flight
             for rid in finished:
                 self.t_first_token[rid] = env.now
@@ -254,7 +254,8 @@ class ServingSim:
             st = self.iters.decode(self.lib, batch, ctx, mem.maps > 0, _miss(mem))
             yield env.timeout(st.time_s)
             kv_used = sum(self.kv_per_die - d.free_kv for d in dies) / (self.kv_per_die * len(dies))
-            self._record("decode", i, batch, n_running * step_tokens, kv_used, st, mem)
+            self._record("decode", i, batch, n_running * step_tokens, kv_used, st, mem,
+                         min(len(d.running) for d in dies))
             for d in dies:
                 keep = []
                 for rid in d.running:
@@ -280,9 +281,9 @@ class ServingSim:
             self.all_done.succeed()
 
     def _record(self, phase: str, inst: int, batch: float, tokens: float, kv_util: float, st: IterStats,
-                mem: StepMemory) -> None:
-        self.iter_rows.append((phase, inst, self.env.now - st.time_s, st.time_s, batch, tokens, kv_util,
-                               st.compute_s, st.exposed_comm_s, st.copy_s, st.register_s, mem.maps > 0,
+                mem: StepMemory, min_batch: float = 0.0) -> None:
+        self.iter_rows.append((phase, inst, self.env.now - st.time_s, st.time_s, batch, min_batch, tokens,
+                               kv_util, st.compute_s, st.exposed_comm_s, st.copy_s, st.register_s, mem.maps > 0,
                                mem.lookups, mem.misses))
 
     # ------------------------------------------------------------------ results
@@ -305,7 +306,7 @@ class ServingSim:
 
     def iteration_frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self.iter_rows, columns=["phase", "instance", "start_s", "time_s", "batch_per_die",
-                                                   "tokens", "kv_utilisation", "compute_s", "exposed_comm_s",
+                                                   "min_batch_per_die", "tokens", "kv_utilisation", "compute_s", "exposed_comm_s",
                                                    "copy_s", "register_s", "remap", "jit_lookups", "jit_misses"])
         df["library"] = self.lib
         return df
