@@ -74,9 +74,10 @@ class LayoutConfig:
     prefill_instances: int = knob(2, ge=1)
     prefill_dp: int = knob(32, ge=1)  # attention data parallel per prefill instance (= dies)
     prefill_ep: int = knob(32, ge=1)  # MoE expert parallel per prefill instance
-    decode_instances: int = knob(8, ge=1)
+    decode_instances: int = knob(8, ge=0)  # 0 with total_dies: the dies the prefill instances leave
     decode_dp: int = knob(16, ge=1)
     decode_ep: int = knob(16, ge=1)
+    total_dies: int = knob(0, ge=0)  # > 0: decode_instances = (total - prefill dies) / decode_dp
 
 
 @dataclass

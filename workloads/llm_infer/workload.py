@@ -32,6 +32,7 @@ def estimate(cfg: LlmInferConfig) -> RunSize:
     """Requests generated for the run (arrivals are drawn for 1.5× the expected count plus 50, as
     requests.generate does) and the closed-loop pool (its population is bounded by every decode die
     at its batch cap)."""
+    resolve_layout(cfg)
     r = cfg.requests
     n = 0.0 if r.arrival == "csv" else r.rate * r.duration_s * 1.5 + 50  # a user's table is bounded by its file
     if cfg.capacity.saturation:
@@ -41,7 +42,22 @@ def estimate(cfg: LlmInferConfig) -> RunSize:
     return RunSize(requests=int(n))
 
 
+def resolve_layout(cfg: LlmInferConfig) -> None:
+    """With `layout.total_dies`, the decode instances take the dies the prefill instances leave
+    (the prefill:decode ratio as one knob: vary `prefill_instances`)."""
+    lay = cfg.layout
+    if not lay.total_dies:
+        return
+    left = lay.total_dies - lay.prefill_instances * lay.prefill_dp
+    if left < lay.decode_dp or left % lay.decode_dp:
+        raise ConfigError("workload.layout.total_dies", f"{lay.total_dies} dies minus {lay.prefill_instances} "
+                          f"prefill instances of {lay.prefill_dp} leave {left}, not a positive multiple of "
+                          f"decode_dp {lay.decode_dp}", "choose prefill_instances / total_dies that divide")
+    lay.decode_instances = left // lay.decode_dp
+
+
 def validate_layout(cfg: LlmInferConfig, world: int) -> None:
+    resolve_layout(cfg)
     lay = cfg.layout
     for key in ("prefill_instances", "prefill_dp", "prefill_ep", "decode_instances", "decode_dp", "decode_ep"):
         if getattr(lay, key) <= 0:
