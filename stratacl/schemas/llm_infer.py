@@ -111,7 +111,7 @@ class CapacityConfig:
     saturation_duration_s: float = knob(60.0, gt=0)  # closed-loop run length
     saturation_warmup_s: float = knob(20.0, ge=0)  # excluded from the closed-loop measurement
     slo_search: bool = False  # bisection on the rate for the SLO capacity (several serving runs)
-    ttft_p99_slo_s: float = knob(10.0, gt=0)
+    ttft_p99_slo_s: float = knob(30.0, gt=0)
     tpot_p99_slo_s: float = knob(0.05, gt=0)
     rate_step: float = knob(0.5, gt=0)  # resolution of the SLO-capacity search (req/s)
     rate_max: float = knob(64.0, gt=0)  # the search gives up above this rate
