@@ -135,16 +135,20 @@ def memory_metrics(dies: list[ServingDie]) -> dict[str, float]:
 
 
 def registration_metrics(sim: ServingSim, warmup_s: float) -> dict[str, float]:
-    """Decode iterations after the warm-up: the share that remapped memory (registration-on-
-    allocation), the JIT cache's hit rate, and the registration time per iteration."""
+    """Iterations after the warm-up, per phase: the share that mapped new memory (the remaps
+    registration-on-allocation sees), the JIT cache's hit rate, the registration time per
+    iteration (decode keys unprefixed, prefill keys prefixed `prefill_`)."""
     it = sim.iteration_frame()
-    dec = it[(it["phase"] == "decode") & (it["start_s"] >= warmup_s)]
-    if not len(dec):
-        dec = it[it["phase"] == "decode"]
-    look = float(dec["jit_lookups"].sum())
-    return {"remap_fraction": float(dec["remap"].mean()) if len(dec) else 0.0,
-            "jit_hit_rate": 1.0 - float(dec["jit_misses"].sum()) / look if look else float("nan"),
-            "register_ms_per_decode_iter": float(dec["register_s"].mean() * 1e3) if len(dec) else 0.0}
+    out = {}
+    for phase, prefix, name in (("decode", "", "decode_iter"), ("prefill", "prefill_", "prefill_iter")):
+        x = it[(it["phase"] == phase) & (it["start_s"] >= warmup_s)]
+        if not len(x):
+            x = it[it["phase"] == phase]
+        look = float(x["jit_lookups"].sum())
+        out[f"{prefix}remap_fraction"] = float(x["remap"].mean()) if len(x) else 0.0
+        out[f"{prefix}jit_hit_rate"] = 1.0 - float(x["jit_misses"].sum()) / look if look else float("nan")
+        out[f"register_ms_per_{name}"] = float(x["register_s"].mean() * 1e3) if len(x) else 0.0
+    return out
 
 
 def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float]:
@@ -260,7 +264,8 @@ def run(ctx: RunContext) -> WorkloadResult:
     keys = ["throughput_tok_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p99_s",
             "mean_decode_batch_per_die", "kv_utilisation_mean", "prefill_busy_fraction", "decode_step_s_mean",
             "decode_exposed_comm_share", "kv_cache_GiB_per_die", "library_GiB_per_die", "reserved_GiB_per_die",
-            "fragmentation_GiB_per_die", "remap_fraction", "jit_hit_rate", "register_ms_per_decode_iter",
+            "fragmentation_GiB_per_die", "remap_fraction", "prefill_remap_fraction", "jit_hit_rate",
+            "prefill_jit_hit_rate", "register_ms_per_decode_iter", "register_ms_per_prefill_iter",
             "saturation_throughput_tok_per_s", "slo_capacity_req_per_s"]
     keys = [k for k in keys if k in next(iter(metrics.values()))]
     table = metric_table(metrics, ctx.baseline, keys)
