@@ -12,18 +12,20 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from hydra import compose, initialize_config_dir
 
-from helpers import compose_run  # noqa: E402
+from stratacl.comm.library import LibraryModel
+from stratacl.config import to_object
+from stratacl.engine.replay import simulate
+from stratacl.fabric import Fabric
+from workloads.llm_train import iteration_trace, prepare
 
-from stratacl.comm.library import LibraryModel  # noqa: E402
-from stratacl.engine.replay import simulate  # noqa: E402
-from stratacl.fabric import Fabric  # noqa: E402
-from workloads.llm_train import iteration_trace, prepare  # noqa: E402
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
 
 
 def main(iterations: list[int]) -> None:
-    cfg = compose_run(["workload=llm_train"])
+    with initialize_config_dir(config_dir=CONF, version_base=None):
+        cfg = to_object(compose("config", overrides=["workload=llm_train"]))
     fabric = Fabric(cfg.fabric)
     t0 = time.perf_counter()
     prep = prepare(cfg.workload, fabric)

@@ -1,8 +1,34 @@
 """Exchange traces with ASTRA-sim and other tools as MLCommons Chakra execution traces (ET).
 
 Export writes one ET file per rank, `<prefix>.<rank>.et` (ASTRA-sim's `--workload-configuration`
-naming), plus `<prefix>.json`, the communicator groups `{pg_name: [ranks]}` ASTRA-sim reads with
-`--comm-group-configuration`. Needs the optional extra: `pip install -e ".[chakra]"`.
+naming), plus `<prefix>.json`, the communicator groups `{"<id>": [ranks]}` ASTRA-sim reads with
+`--comm-group-configuration`. Needs the Chakra schema, installed without its analysis
+dependencies (they pull JupyterLab): `pip install protobuf && pip install --no-deps "mlc-chakra>=1.0,<2"`.
+
+What ASTRA-sim does with each field, read in its source (astra-sim/astra-sim at 518bd51, 2026-03;
+its ET feeder is astra-sim/chakra `src/feeder_v3`), and what the harness writes there. The harness
+`nbytes` of a collective follows nccl-tests (`stratacl/comm/library.py` `_IN_OUT`): all-gather S =
+gathered output (input S/n per rank), reduce-scatter S = input (output S/n), others S = buffer.
+
+| field | ASTRA-sim meaning (source) | export (import is the inverse) |
+|---|---|---|
+| ALL_REDUCE `comm_size` | per-rank buffer, in = out: ring msg size/n, 2(n−1) steps (`Ring.cc`) | S |
+| ALL_GATHER `comm_size` | per-rank **input**: msg = size, output = size·n (`Ring.cc`, `HalvingDoubling.cc`) | S/n (n = the rank's group size) |
+| REDUCE_SCATTER `comm_size` | per-rank **input**: msg = size/n, output = size/n (`Ring.cc`) | S |
+| ALL_TO_ALL `comm_size` | per-rank send buffer, size/n to each member (`Ring.cc`, `AllToAll.cc`) | S; with `peer_bytes` the uniform equivalent n/(n−1)·(busiest member's off-diagonal send or receive bytes) |
+| BROADCAST `comm_size` | unused: replayed for `duration_micros` (`Workload.cc` `issue_coll_comm`) | S (export with `sim` to give it a time) |
+| `comm_size` on every member | receives match sends by (tag, src, dst, size) (`CommonNetworkApi.cc` `sim_recv`): all members must agree | the size the harness prices, from max(nbytes) (`LibraryRuntime._lower_collective`) |
+| `pg_name` | id in the comm-group file; "" or "0" = all ranks (`Workload.cc` `extract_comm_group`) | communicators numbered 1, 2, … in trace order |
+| comm-group file ids | must be > 0: 0 is reserved for all ranks (`CommunicatorGroup.cc` `set_id` asserts) | 1, 2, …; import reads "0" on a node as all ranks and rejects it in the file |
+| SEND / RECV | issued by `comm_src` / `comm_dst` rank; `comm_size`, `comm_tag` as uint32 (`Workload.cc`) | one node per pair end, same size and tag on both |
+| COMP `duration_micros` | replay time (µs → ns, 0 → 1 ns); roofline mode uses `num_ops` / `tensor_size` instead (`Workload.cc`) | fixed time, or the simulated time with `sim` |
+| COMM nodes `is_cpu_op` | must be false (`Workload.cc` `issue_comm` throws) | false |
+| the file | GlobalMetadata first, then nodes; needs ≥ 1 node without deps ("No dependancy free nodes found") and every dep in the same file (`et_feeder.cpp`, `dependancy_solver.cpp`); every rank's file must exist (`Workload.cc`) | a rank with no work gets one zero-time COMP node `stratacl_idle` |
+
+Run as well: ASTRA-sim's congestion-unaware analytical backend built from that source runs these
+exports (8-NPU ring, α = 500 ns, 50 GB/s: an 8 MiB all-gather takes 140.30 µs against the α–β ring
+7·(α + S/8/β) = 140.22 µs; with S as comm_size it took 1.097 ms), and rejects what the previous
+export wrote (group id 0: `set_id` assertion; a node-less idle-rank file: "No dependancy free nodes").
 
 Mapping (one harness op = one node per rank it runs on; p2p: one SEND/RECV node per pair end):
 
@@ -10,7 +36,7 @@ Mapping (one harness op = one node per rank it runs on; p2p: one SEND/RECV node 
 |---|---|---|
 | compute | COMP_NODE | `num_ops` = FLOPs, `tensor_size` = HBM bytes, `duration_micros` |
 | memcpy | COMP_NODE | `tensor_size` = 2·nbytes (read + write), `num_ops` = 0 |
-| collective | COMM_COLL_NODE | `comm_type` (CollectiveCommType), `comm_size` = bytes per rank (nccl-tests convention, as ASTRA-sim), `pg_name` |
+| collective | COMM_COLL_NODE | `comm_type` (CollectiveCommType), `comm_size` (table above), `pg_name` |
 | p2p pair | COMM_SEND_NODE / COMM_RECV_NODE | `comm_src`, `comm_dst`, `comm_tag`, `comm_size` |
 
 `data_deps` hold the explicit dependencies that run on the same rank; `ctrl_deps` hold per-rank
@@ -19,24 +45,28 @@ the same id on every rank (a p2p op takes one id per pair). With a `SimResult`, 
 carries the simulated `start_time_micros` / `duration_micros`.
 
 Round trip: every node also carries `stratacl_*` attributes (op id, kind, stream, rank position,
-all explicit deps, communicator family, exact fixed time, alltoallv rows), so `import_chakra`
-rebuilds the same ops and communicators. Documented losses:
-- FLOPs, HBM bytes and per-rank / per-pair bytes are written as integers (rounded);
+all explicit deps, communicator family, exact per-rank nbytes, exact fixed time, alltoallv rows),
+so `import_chakra` rebuilds the same ops and communicators. Documented losses:
+- FLOPs, HBM bytes and per-pair p2p bytes are written as integers (rounded);
 - per-rank vectors whose values are all equal come back as one value (same meaning, `Op.per_rank`);
 - explicit dependencies on ops of *other* ranks cannot be expressed per rank in Chakra: they are
   kept in `stratacl_deps` for the round trip, but other tools see only same-rank `data_deps`;
 - alltoallv / dispatch / combine become ALL_TO_ALL for other tools (`stratacl_coll` keeps them).
+ASTRA-sim's roofline mode divides by `num_ops` / `tensor_size`: nodes with 0 FLOPs (memcpy,
+fixed-time compute) are meaningful to it only in replay mode, with the durations `sim` writes.
 
 Foreign traces (e.g. from Chakra's converter or ASTRA-sim's generators) import too: collectives
-are matched across ranks by order of issue on their `pg_name` (no `pg_name`: all ranks), SEND/RECV
-by (src, dst, tag) in order, and COMP / MEM nodes with the same (id, type, name) on several ranks
-merge into one SPMD op (their `duration_micros` becomes the op's minimum time, the slowest rank's).
+are matched across ranks by order of issue on their `pg_name` (no `pg_name` or "0": all ranks),
+SEND/RECV by (src, dst, tag) in order, and COMP / MEM nodes with the same (id, type, name) on
+several ranks merge into one SPMD op (their `duration_micros` becomes the op's minimum time, the
+slowest rank's). `comm_size` is read with ASTRA-sim's meaning (all-gather: × group size).
 Streams: one `compute` stream per rank (devices run one kernel at a time), one stream per process
 group for collectives (as NCCL does) and one for p2p. REDUCE / GATHER / SCATTER have no harness
 equivalent and fail with a message naming the node; BARRIER becomes a 0-byte allreduce.
 
 CLI: `python -m stratacl.chakra export <trace.parquet> <outdir> [--prefix trace]` and
-`python -m stratacl.chakra import <dir-or-prefix> <trace.parquet>`.
+`python -m stratacl.chakra import <dir-or-prefix> <trace.parquet>`; bad input (a prefix that is
+not a plain file name, a missing or corrupt file) prints one line and exits 2.
 """
 
 from __future__ import annotations
@@ -53,10 +83,11 @@ from typing import Any
 
 import numpy as np
 
-from stratacl.errors import TraceError
+from stratacl.errors import ConfigError, HarnessError, TraceError
 from stratacl.trace import Op, Trace, family_of, stream_predecessors
 
-SCHEMA = "stratacl-chakra-1"
+SCHEMA = "stratacl-chakra-2"  # 2: ASTRA-sim's comm_size meaning, group ids from 1, stratacl_nbytes
+INSTALL = 'pip install protobuf && pip install --no-deps "mlc-chakra>=1.0,<2"'
 ET_VERSION = "1.0.0"
 _ET_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et$")
 _COLL_TO_CHAKRA = {"allreduce": "ALL_REDUCE", "allgather": "ALL_GATHER", "reducescatter": "REDUCE_SCATTER",
@@ -73,8 +104,7 @@ def _chakra() -> tuple[Any, Any, Any]:
         from chakra.schema.protobuf import et_def_pb2
         from chakra.src.third_party.utils.protolib import decodeMessage, encodeMessage
     except ImportError as exc:
-        raise ImportError("Chakra support needs the optional extra: pip install -e '.[chakra]' "
-                          "(PyPI mlc-chakra + protobuf)") from exc
+        raise ImportError(f"Chakra support needs the Chakra schema (PyPI mlc-chakra): {INSTALL}") from exc
     return et_def_pb2, encodeMessage, decodeMessage
 
 
@@ -119,11 +149,12 @@ def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
     `sim` (a `SimResult` of this trace) adds simulated start times and durations.
     Returns the ET files written.
     """
+    check_prefix(prefix)
     pb, encode, _ = _chakra()
     trace.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    pg_id = {name: str(i) for i, name in enumerate(trace.communicators)}
+    pg_id = pg_ids(trace.communicators)
     (out / f"{prefix}.json").write_text(json.dumps(
         {pg_id[n]: list(r) for n, r in trace.communicators.items()}) + "\n")
 
@@ -154,14 +185,58 @@ def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
             _attr(pb, "stratacl_meta", json.dumps(trace.meta, default=str)),
             _attr(pb, "stratacl_buffers", json.dumps(trace.buffers))]
     files = []
-    for r in range(trace.world_size):  # idle ranks get a file too: ASTRA-sim expects one per NPU
+    for r in range(trace.world_size):  # ASTRA-sim opens one file per NPU and exits if one is missing
+        nodes = [node for _, node in sorted(per_rank.get(r, []), key=lambda t: (t[0], t[1].id))]
         path = out / f"{prefix}.{r}.et"
         with path.open("wb") as f:
             encode(f, pb.GlobalMetadata(version=ET_VERSION, attr=[*meta, _attr(pb, "stratacl_rank", r)]))
-            for _, node in sorted(per_rank.get(r, []), key=lambda t: (t[0], t[1].id)):
+            for node in nodes or [_idle_node(pb, nid)]:
                 encode(f, node)
         files.append(path)
     return files
+
+
+def check_prefix(prefix: str) -> str:
+    """An export prefix must be a plain file name: the files go inside the output folder."""
+    if (not prefix or prefix in (".", "..") or "/" in prefix or "\\" in prefix or "\0" in prefix
+            or Path(prefix).name != prefix):
+        raise ConfigError("prefix", f"{prefix!r} is not a plain file-name prefix (files must stay "
+                          "inside the output folder)", "use a name without '/', '\\' or '..', e.g. trace")
+    return prefix
+
+
+def pg_ids(comms: dict[str, tuple[int, ...]]) -> dict[str, str]:
+    """Communicator name -> `pg_name`: 1, 2, … in trace order (ASTRA-sim reserves 0 for all ranks)."""
+    return {name: str(i) for i, name in enumerate(comms, start=1)}
+
+
+def _idle_node(pb: Any, node_id: int) -> Any:
+    """A zero-time COMP node for a rank with no work: ASTRA-sim's feeder rejects a file without a
+    dependency-free node; replay runs it for 1 ns, roofline mode skips it (tensor_size 0)."""
+    node = pb.Node(id=node_id, name="stratacl_idle", type=pb.COMP_NODE)
+    node.attr.extend([pb.AttributeProto(name="is_cpu_op", bool_val=False),
+                      pb.AttributeProto(name="num_ops", uint64_val=0),
+                      pb.AttributeProto(name="tensor_size", uint64_val=0),
+                      pb.AttributeProto(name="stratacl_idle", bool_val=True)])
+    return node
+
+
+def comm_size(op: Op, n: int) -> int:
+    """`comm_size` of a collective for a member of an n-rank group, with ASTRA-sim's meaning
+    (module docstring). The same on every member: ASTRA-sim matches messages by size."""
+    size = max(op.nbytes)  # what the harness prices (LibraryRuntime._lower_collective)
+    if op.coll == "allgather":
+        return round(size / n)  # ASTRA-sim: the per-rank input; nccl-tests S: the gathered output
+    if op.peer_bytes and n > 1:  # uneven exchange -> uniform ALL_TO_ALL with the busiest member's volume
+        m = np.asarray(op.peer_bytes, dtype=float).reshape(n, n)
+        np.fill_diagonal(m, 0.0)
+        return round(max(m.sum(axis=1).max(), m.sum(axis=0).max()) * n / (n - 1))
+    return round(size)
+
+
+def harness_nbytes(coll: str, size: float, n: int) -> float:
+    """Inverse of `comm_size` for a uniform collective: ASTRA-sim's comm_size -> nccl-tests bytes."""
+    return size * n if coll == "allgather" else size
 
 
 def _topological(preds: list[list[int]]) -> list[int]:
@@ -226,8 +301,8 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
     elif op.kind == "collective":
         comm, idx, n = groups[r]
         a = {"comm_type": pb.CollectiveCommType.Value(_COLL_TO_CHAKRA[op.coll]),
-             "comm_size": round(_at(op.nbytes, pos)), "pg_name": pg_id[comm],
-             "stratacl_coll": op.coll, "stratacl_comm": op.comm}
+             "comm_size": comm_size(op, n), "pg_name": pg_id[comm],
+             "stratacl_coll": op.coll, "stratacl_comm": op.comm, "stratacl_nbytes": _at(op.nbytes, pos)}
         if op.peer_bytes:
             a["stratacl_peer_bytes"] = tuple(float(v) for v in op.peer_bytes[idx * n:(idx + 1) * n])
         specs.append((base, "COMM_COLL_NODE", a))
@@ -269,6 +344,8 @@ def et_files(path: str | Path) -> dict[int, Path]:
     path = Path(path)
     if path.is_dir():
         candidates, prefix = list(path.glob("*.et")), None
+    elif not path.parent.is_dir():
+        raise TraceError(f"{path.parent}: no such directory")
     else:
         candidates, prefix = list(path.parent.glob(f"{path.name}.*.et")), path.name
     sets: dict[str, dict[int, Path]] = defaultdict(dict)
@@ -283,19 +360,50 @@ def et_files(path: str | Path) -> dict[int, Path]:
 
 
 def read_et(path: Path) -> tuple[dict[str, object], list[Any]]:
-    """(global metadata attributes, nodes in file order) of one ET file."""
-    pb, _, decode = _chakra()
-    with path.open("rb") as f:
-        meta = pb.GlobalMetadata()
-        if not decode(f, meta):
-            raise TraceError(f"{path}: not a Chakra ET file (no global metadata)")
-        nodes = []
+    """(global metadata attributes, nodes in file order) of one ET file; a damaged file is a
+    TraceError naming it (Chakra's own reader would stop silently at the damage)."""
+    pb = _chakra()[0]
+    from google.protobuf.message import DecodeError
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    messages = list(_framed(data, path))
+    if not messages:
+        raise TraceError(f"{path}: empty file, not a Chakra ET file (no global metadata)")
+    out = []
+    for i, (offset, buf) in enumerate(messages):
+        msg = pb.GlobalMetadata() if i == 0 else pb.Node()
+        try:
+            msg.ParseFromString(buf)
+        except DecodeError as exc:
+            what = "global metadata" if i == 0 else f"node record {i}"
+            raise TraceError(f"{path}: not a valid Chakra ET file ({what} at byte {offset} does not "
+                             f"decode: {exc})") from None
+        out.append(msg)
+    return _attrs(out[0]), out[1:]
+
+
+def _framed(data: bytes, path: Path) -> Iterable[tuple[int, bytes]]:
+    """(offset, payload) of each varint-length-prefixed message (Chakra's `encodeMessage` framing)."""
+    pos = 0
+    while pos < len(data):
+        start, size, shift = pos, 0, 0
         while True:
-            node = pb.Node()
-            if not decode(f, node):
+            if pos >= len(data) or shift > 28:  # a varint32 has at most 5 bytes
+                raise TraceError(f"{path}: not a valid Chakra ET file (bad record length at byte {start})")
+            b = data[pos]
+            pos += 1
+            size |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
                 break
-            nodes.append(node)
-    return _attrs(meta), nodes
+        if pos + size > len(data):
+            raise TraceError(f"{path}: not a valid Chakra ET file (record at byte {start} needs {size} "
+                             f"bytes, {len(data) - pos} left: truncated?)")
+        yield start, data[pos:pos + size]
+        pos += size
 
 
 def import_chakra(path: str | Path, merge: bool = True) -> Trace:
@@ -307,7 +415,11 @@ def import_chakra(path: str | Path, merge: bool = True) -> Trace:
     files = et_files(path)
     ranks = {r: read_et(f) for r, f in files.items()}
     meta = next(iter(ranks.values()))[0]
-    if meta.get("schema") == SCHEMA:
+    schema = str(meta.get("schema", ""))
+    if schema.startswith("stratacl-chakra-") and schema != SCHEMA:
+        raise TraceError(f"{next(iter(files.values()))}: written by an older export ({schema}: other "
+                         f"comm_size meaning and group ids); export the trace again")
+    if schema == SCHEMA:
         trace = _import_own(meta, {r: nodes for r, (_, nodes) in ranks.items()})
     else:
         groups = _comm_groups(next(iter(files.values())))
@@ -326,7 +438,13 @@ def _comm_groups(et_file: Path) -> dict[str, tuple[int, ...]]:
     group_file = et_file.parent / f"{m['prefix']}.json" if m else None
     if group_file is None or not group_file.is_file():
         return {}
-    return {str(k): tuple(int(r) for r in v) for k, v in json.loads(group_file.read_text()).items()}
+    try:
+        groups = {str(k): tuple(int(r) for r in v) for k, v in json.loads(group_file.read_text()).items()}
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise TraceError(f"{group_file}: not a comm-group file {{\"<id>\": [ranks]}} ({exc})") from None
+    if "0" in groups:  # ASTRA-sim: CommunicatorGroup::set_id asserts id > 0
+        raise TraceError(f"{group_file}: group id 0 is reserved for all ranks; number groups from 1")
+    return groups
 
 
 def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) -> Trace:
@@ -339,7 +457,8 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
     for r, nodes in nodes_by_rank.items():
         for node in nodes:
             a = _attrs(node)
-            by_op[int(a["stratacl_op"])].append((r, node, a))  # type: ignore[arg-type]
+            if not a.get("stratacl_idle"):
+                by_op[int(a["stratacl_op"])].append((r, node, a))  # type: ignore[arg-type]
     if sorted(by_op) != list(range(len(by_op))):
         raise TraceError("Chakra export is incomplete: op ids are not 0..n-1 (a rank file is missing?)")
     for op_id in range(len(by_op)):
@@ -360,7 +479,7 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
             op.nbytes = _vec([float(first[r]["tensor_size"]) / 2 for r in op_ranks])  # type: ignore[arg-type]
         elif kind == "collective":
             op.coll, op.comm = str(a["stratacl_coll"]), str(a["stratacl_comm"])
-            op.nbytes = _vec([first[r]["comm_size"] for r in op_ranks])
+            op.nbytes = _vec([first[r]["stratacl_nbytes"] for r in op_ranks])
             if "stratacl_peer_bytes" in a:  # one group's rows make the shared group-local matrix
                 pg = comms_by_pg(comms)[str(a["pg_name"])]
                 op.peer_bytes = tuple(float(v) for r in pg for v in first[r]["stratacl_peer_bytes"])  # type: ignore[union-attr]
@@ -380,8 +499,8 @@ def _allocs(value: object) -> Any:
 
 
 def comms_by_pg(comms: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-    """pg_name (export order index) -> ranks, the inverse of export's numbering."""
-    return {str(i): ranks for i, ranks in enumerate(comms.values())}
+    """pg_name -> ranks, the inverse of export's numbering (`pg_ids`)."""
+    return {pg: comms[name] for name, pg in pg_ids(comms).items()}
 
 
 def _vec(values: Iterable[object]) -> tuple[float, ...]:
@@ -399,6 +518,8 @@ def _import_foreign(nodes_by_rank: dict[int, list[Any]], pg_ranks: dict[str, tup
         seen: dict[tuple, int] = defaultdict(int)
         for node in nodes:
             a = _attrs(node)
+            if a.get("stratacl_idle"):  # placeholder of a rank with no work (export)
+                continue
             key = _foreign_key(pb, r, node, a, seen, merge)
             if (r, node.id) in key_of:
                 raise TraceError(f"rank {r}: Chakra node id {node.id} appears twice")
@@ -419,6 +540,7 @@ def _foreign_key(pb: Any, r: int, node: Any, a: dict[str, object], seen: dict[tu
     t = node.type
     if t == pb.COMM_COLL_NODE:
         pg = str(a.get("pg_name", ""))
+        pg = "" if pg == "0" else pg  # ASTRA-sim: "" and "0" both mean all ranks
         k = seen[("coll", pg)]
         seen[("coll", pg)] += 1
         return ("coll", pg, k)  # the k-th collective on a process group is one op on all members
@@ -472,9 +594,11 @@ def _foreign_op(pb: Any, trace: Trace, op_id: int, key: tuple, ms: list, key_of:
         comm = f"pg[{pg}]" if pg else "world"
         if comm not in trace.communicators:
             trace.add_communicator(comm, ranks if pg else range(world))
-        nbytes = [0.0 if ctype == "BARRIER" else float(a.get("comm_size", 0)) for _, _, a in ms]  # type: ignore[arg-type]
+        n, coll = len(trace.communicators[comm]), _CHAKRA_TO_COLL[ctype]
+        nbytes = [0.0 if ctype == "BARRIER" else harness_nbytes(coll, float(a.get("comm_size", 0)), n)  # type: ignore[arg-type]
+                  for _, _, a in ms]
         return Op(id=op_id, kind="collective", ranks=ranks, name=node0.name, stream=f"comm:{pg or 'world'}",
-                  deps=tuple(deps), coll=_CHAKRA_TO_COLL[ctype], comm=comm, nbytes=_vec(nbytes))
+                  deps=tuple(deps), coll=coll, comm=comm, nbytes=_vec(nbytes))
     if key[0] == "p2p":
         sends = [m for m in ms if m[1].type == pb.COMM_SEND_NODE]
         if len(sends) != 1 or len(ms) != 2:
@@ -517,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
             trace.save(args.trace)
             print(f"wrote {args.trace}: {len(trace.ops)} ops, {len(trace.communicators)} communicators, "
                   f"{trace.world_size} ranks")
-    except (TraceError, ImportError, OSError) as exc:
+    except (HarnessError, ImportError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

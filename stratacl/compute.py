@@ -1,59 +1,118 @@
-"""Lowering of compute and local-copy ops: a roofline on the die's cores and HBM (the compute hub).
+"""Lowering of compute and local-copy ops: a roofline on the die's AI cores and HBM (the compute hub).
 
-A compute op loads its core type (FLOPs / peak) and HBM (bytes / bandwidth) at once, so alone it
-takes max(compute time, memory time); beside communication it slows down when a transfer holds
-vector cores or a staging copy takes HBM bandwidth. Per-rank vectors use the slowest rank: an
-SPMD op ends when its last rank does. Communication ops are not lowered here (`stratacl.comm`).
+Kernel kinds (docs/architecture.md; Ascend split architecture, a core group = 1 cube core + its vector cores):
+- ``cube``: matmul on the AIC only; loads the die's cube capacity with FLOPs / cube peak.
+- ``vector``: AIV only (norms, routing, element-wise, quantisation); loads the vector capacity.
+- ``mixed``: every block pairs an AIC with its AIVs (fused attention, fused grouped matmul with
+  quantisation/activation). Its cube and vector pipelines overlap inside a block, so on all core
+  groups it takes t_group = max(cube FLOPs / cube peak, vector FLOPs / vector peak), and it keeps
+  whole groups busy for that time: it loads *both* the cube and the vector capacity with t_group.
+  A communication kernel holding half the AIVs therefore leaves it half the complete groups and it
+  runs at most at half rate, while a cube-only kernel, which loads only the cube capacity, is not
+  slowed by held AIVs.
+
+A kernel launches on at most `block_dim` cores (AIC / AIV / groups, as Ascend C counts blockDim)
+and at most what its stream's core limit allows (`Trace.stream_cores`); on c of C cores its compute
+cannot take less than t·C/c (a rate cap), and it uses only c/C of the die's capacity, leaving the
+rest to kernels of other streams. HBM is loaded as bytes / bandwidth at the same time, so alone a
+kernel takes max(compute, memory); beside communication it slows when a transfer holds cores it
+needs or a copy takes HBM bandwidth. Per-rank vectors use the slowest rank: an SPMD op ends when
+its last rank does. Communication ops are not lowered here (`stratacl.comm`).
+
+Local copies (`memcpy`: device-to-device) run on the SDMA engines when the die has them — runtime
+memcpy tasks are SDMA tasks (HCCL fault guide: "SDMA memory copy task", taskType Memcpy) — so they
+load the SDMA pool and HBM (read + write) and hold no AI core; without engines, HBM only.
 """
 
 from __future__ import annotations
 
+from stratacl.errors import TraceError
 from stratacl.fabric import Fabric, R
 from stratacl.phases import Phase
 from stratacl.trace import Op
 
+NO_LIMIT = (0, 0)
 
-def lower_compute(op: Op, fabric: Fabric) -> list[Phase]:
+
+def core_fraction(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> float:
+    """Fraction of the die's cores of its kind a kernel runs on: block_dim and its stream's
+    (AIC, AIV) limit cap it (NO_LIMIT: the whole die)."""
+    aic, aiv = limit
+    if op.core == "cube":
+        total, cap = fabric.cube_cores, aic
+    elif op.core == "vector":
+        total, cap = fabric.vector_cores, aiv
+    else:  # mixed: complete core groups (1 AIC + its AIVs) within both limits
+        total, cap = fabric.cube_cores, min(aic, int(aiv // fabric.aiv_per_group))
+    if limit == NO_LIMIT:
+        cap = total
+    used = min(total, cap, op.block_dim or total)
+    if used < 1:
+        raise TraceError(f"{op.label()}: its stream's core limit {limit} leaves no {op.core} core "
+                         f"(a mixed kernel needs 1 AIC + {fabric.aiv_per_group:g} AIV per block)")
+    return used / total
+
+
+def lower_compute(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> list[Phase]:
     flops = max(op.flops)
     hbm = max(op.hbm_bytes)
-    core = R["cube"] if op.core == "cube" else R["vec"]
-    peak = fabric.cube_flops if op.core == "cube" else fabric.vector_flops
-    loads = []
-    if flops > 0:
-        loads.append(("all", core, flops / peak))
+    loads: list[tuple[str, int, float]] = []
+    cube_peak = fabric.cube_peak(op.dtype)  # the matmuls' numeric format picks the die's peak
+    if op.core == "mixed":
+        t_group = max(flops / cube_peak, max(op.vector_flops) / fabric.vector_flops)
+        if t_group > 0:
+            loads += [("all", R["cube"], t_group), ("all", R["vec"], t_group)]
+        t_core = t_group
+    else:
+        unit, peak = (R["cube"], cube_peak) if op.core == "cube" else (R["vec"], fabric.vector_flops)
+        t_core = flops / peak
+        if t_core > 0:
+            loads.append(("all", unit, t_core))
     if hbm > 0:
         loads.append(("all", R["hbm"], hbm / fabric.hbm_Bps))
-    n = len(op.ranks)
-    hbm_total = sum(op.per_rank(op.hbm_bytes))
     if not loads:
         return [Phase("compute", delay_s=op.fixed_time_s)] if op.fixed_time_s > 0 else []
-    return [Phase("compute", loads=tuple(loads), min_time_s=op.fixed_time_s,
-                  hbm_bytes=hbm_total if n else 0.0)]
+    min_t = op.fixed_time_s
+    if t_core > 0:
+        frac = core_fraction(op, fabric, limit)
+        if frac < 1.0:  # fewer cores: a rate cap, and only that share of the die's capacity
+            min_t = max(min_t, t_core / frac)
+    return [Phase("compute", loads=tuple(loads), min_time_s=min_t,
+                  hbm_bytes=float(sum(op.per_rank(op.hbm_bytes))))]
 
 
 def lower_memcpy(op: Op, fabric: Fabric) -> list[Phase]:
-    """Device-local copy: read + write of nbytes per rank through HBM."""
+    """Device-local copy: read + write of nbytes per rank through HBM, on the SDMA engines."""
     nbytes = max(op.nbytes)
     if nbytes <= 0:
         return []
-    return [Phase("copy", loads=(("all", R["hbm"], 2 * nbytes / fabric.hbm_Bps),),
-                  hbm_bytes=2 * float(sum(op.per_rank(op.nbytes))),
+    loads = [("all", R["hbm"], 2 * nbytes / fabric.hbm_Bps)]
+    if fabric.sdma_Bps > 0:
+        loads.append(("all", R["sdma"], nbytes / fabric.sdma_Bps))
+    return [Phase("copy", loads=tuple(loads), hbm_bytes=2 * float(sum(op.per_rank(op.nbytes))),
                   copy_bytes=float(sum(op.per_rank(op.nbytes))))]
 
 
 class ComputeLowering:
-    """Lowers compute and memcpy ops, memoised by op shape (layers repeat)."""
+    """Lowers compute and memcpy ops, memoised by op shape (layers repeat). `stream_cores` are the
+    per-stream core limits the replay runs with (the trace's, unless the library drops them)."""
 
     KINDS = ("compute", "memcpy")
 
-    def __init__(self, fabric: Fabric) -> None:
+    def __init__(self, fabric: Fabric, stream_cores: dict[str, tuple[int, int]] | None = None) -> None:
         self.fabric = fabric
+        self.stream_cores = stream_cores or {}
         self._cache: dict[tuple, list[Phase]] = {}
 
     def lower(self, op: Op) -> list[Phase]:
-        key = (op.kind, op.ranks, op.nbytes, op.flops, op.hbm_bytes, op.core, op.fixed_time_s)
+        limit = self.stream_cores.get(op.stream, NO_LIMIT)
+        key = (op.kind, op.ranks, op.nbytes, op.flops, op.hbm_bytes, op.core, op.fixed_time_s,
+               op.vector_flops, op.block_dim, limit, op.dtype)
         hit = self._cache.get(key)
         if hit is None:
-            fn = lower_compute if op.kind == "compute" else lower_memcpy
-            hit = self._cache[key] = fn(op, self.fabric)
+            if op.kind == "compute":
+                hit = lower_compute(op, self.fabric, limit)
+            else:
+                hit = lower_memcpy(op, self.fabric)
+            hit = self._cache[key] = hit
         return hit

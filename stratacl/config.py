@@ -57,6 +57,9 @@ class SdmaConfig:
     engines: int = knob(0, ge=0)  # DMA engines per die
     engine_GBps: float = knob(0.0, ge=0)  # per-engine copy rate (> 0 when engines > 0)
     launch_us: dict[str, float] = knob(factory=dict, ge=0)  # per trigger: host | aicpu | device
+    descriptor_us: dict[str, float] = knob(factory=dict, ge=0)  # per trigger: time to write one descriptor
+    descriptor_KiB: float = knob(1024.0, gt=0)  # most bytes one descriptor moves (larger payloads take several)
+    startup_us: float = knob(0.0, ge=0)  # engine start-up from the first doorbell to the first byte moving
 
 
 @dataclass
@@ -66,6 +69,9 @@ class DieConfig:
     hbm_GB: float = knob(MISSING, gt=0)
     hbm_GBps: float = knob(MISSING, gt=0)
     cube_TFLOPs: float = knob(MISSING, gt=0)  # dense BF16
+    # dense cube peak of other numeric formats (int8, fp8, int4, fp4, fp16); a format not listed
+    # runs widened to the next format the die has (stratacl.fabric.FORMAT_FALLBACK)
+    cube_TFLOPs_by_format: dict[str, float] = knob(factory=dict, gt=0)
     vector_TFLOPs: float = knob(MISSING, gt=0)
     vector_core_move_GBps: float = knob(MISSING, gt=0)  # bytes/s one vector core moves to a remote die
     cores_shared: bool = False  # GPUs: SMs do both matmul and communication (holds hit both)
@@ -126,6 +132,14 @@ class Trigger(StrEnum):
     device = "device"
 
 
+class ExpansionMode(StrEnum):
+    """HCCL_OP_EXPANSION_MODE: where the algorithm is expanded, which decides the data mover."""
+
+    custom = "custom"  # mover and trigger as configured
+    ai_cpu = "ai_cpu"  # AI CPU writes SDMA task descriptors: mover sdma, trigger aicpu, no AI core held
+    aiv = "aiv"  # vector cores run the algorithm and move the data: mover vector_cores
+
+
 @dataclass
 class LibraryConfig:
     """A communication library as a point in the design space (docs/architecture.md)."""
@@ -160,6 +174,9 @@ class LibraryConfig:
     # does not remove staging for reducescatter and only partly for ring allreduce)
     stage_anyway: dict[str, float] = knob(factory=dict, ge=0, le=1)
     moe_layout_exchange: bool = True  # MoE dispatch: exchange per-peer counts first (an extra step)
+    expansion_mode: ExpansionMode = ExpansionMode.custom  # HCCL-style mode; not custom: sets mover/trigger
+    sdma_submit_cores: int = knob(1, ge=1)  # device-triggered SDMA: vector cores that write the descriptors
+    stream_core_split: bool = True  # run with the workload's per-stream core limits (False: all cores)
 
 
 # --------------------------------------------------------------------------- run
@@ -270,12 +287,55 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     bad = [str(a) for a in lib.auto_candidates if a in (Algorithm.auto, Algorithm.pairwise)]
     if bad:
         raise ConfigError(f"{where}.auto_candidates", f"{bad} cannot be auto candidates", "use ring, mesh, fullmesh, rhd")
+    validate_expansion(name, lib, fab)
     for tier in lib.unit_KiB:
         if tier not in TIER_ORDER:
             raise ConfigError(f"{where}.unit_KiB.{tier}", f"unknown tier '{tier}'", f"use tiers {TIER_ORDER}")
     if lib.partitioning == Partitioning.balanced and lib.mover == Mover.vector_cores and not lib.unit_KiB:
         raise ConfigError(f"{where}.unit_KiB", "balanced partitioning needs transfer unit sizes",
                           "e.g. unit_KiB: {die: 256, node: 256, supernode: 512}")
+
+
+def resolved_mover(lib: LibraryConfig) -> tuple[Mover, Trigger]:
+    """The data mover and trigger an expansion mode implies (custom: as configured).
+
+    HCCL documentation (HCCL_OP_EXPANSION_MODE; architecture brief §2.4 in the HCCL repository):
+    AI_CPU mode runs the algorithm on the AI CPU, which submits task descriptors the scheduler runs
+    on the communication hardware (SDMA inside a supernode), holding no compute core; AIV mode runs
+    and moves on the vector cores.
+    """
+    if lib.expansion_mode == ExpansionMode.ai_cpu:
+        return Mover.sdma, Trigger.aicpu
+    if lib.expansion_mode == ExpansionMode.aiv:
+        return Mover.vector_cores, Trigger.device
+    return lib.mover, lib.trigger
+
+
+def validate_expansion(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
+    where = f"library.{name}"
+    mode = lib.expansion_mode
+    defaults = LibraryConfig()
+    mover, trigger = resolved_mover(lib)
+    if mode != ExpansionMode.custom:
+        # an explicitly set mover/trigger that contradicts the mode is a mistake, not a preference
+        for key, want in (("mover", mover), ("trigger", trigger)):
+            got = getattr(lib, key)
+            if got != want and got != getattr(defaults, key):
+                raise ConfigError(f"{where}.{key}", f"{key}={got.value} contradicts expansion_mode={mode.value} "
+                                  f"(which moves with {mover.value}, trigger {trigger.value})",
+                                  f"drop {where}.{key} or set {where}.expansion_mode=custom")
+    if mover == Mover.sdma and fab.die.sdma.engines <= 0:
+        raise ConfigError(f"{where}.expansion_mode", f"expansion_mode={mode.value} moves data with SDMA but "
+                          f"fabric '{fab.name}' has none", "use expansion_mode=aiv or a fabric with SDMA engines")
+    if mover == Mover.sdma and trigger.value not in fab.die.sdma.launch_us:
+        raise ConfigError(f"{where}.trigger", f"no SDMA launch cost for trigger '{trigger.value}'",
+                          f"add fabric.die.sdma.launch_us.{trigger.value}")
+    if mover == Mover.sdma and trigger.value not in fab.die.sdma.descriptor_us:
+        raise ConfigError(f"{where}.trigger", f"no SDMA descriptor cost for trigger '{trigger.value}'",
+                          f"add fabric.die.sdma.descriptor_us.{trigger.value}")
+    if not 0 < lib.sdma_submit_cores <= fab.die.vector_cores:
+        raise ConfigError(f"{where}.sdma_submit_cores", f"{lib.sdma_submit_cores} is outside "
+                          f"1..{fab.die.vector_cores}", "use at most the die's vector cores")
 
 
 def world_size(fab: FabricConfig) -> int:

@@ -21,6 +21,10 @@ from stratacl.errors import ConfigError
 PORTS = tuple(f"{plane}_{way}" for plane in Plane for way in ("tx", "rx"))
 RESOURCES = (*PORTS, "hbm", "vec", "cube", "sdma")
 R = {name: i for i, name in enumerate(RESOURCES)}
+# A matmul format the die has no cube peak for runs as the hardware would: its operands are
+# widened to the next wider format (fp4 -> fp8 -> bf16, int4 -> int8 -> bf16), e.g. FP8 weights
+# on the 910C, which has no FP8 cube format, are dequantised to bf16.
+FORMAT_FALLBACK = {"fp4": "fp8", "fp8": "bf16", "int4": "int8", "int8": "bf16", "fp16": "bf16", "fp32": "bf16"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,12 @@ class Fabric:
         self.hbm_Bps = die.hbm_GBps * 1e9
         self.hbm_bytes = die.hbm_GB * 1e9
         self.cube_flops = die.cube_TFLOPs * 1e12
+        self.cube_flops_by_format = {"bf16": self.cube_flops,
+                                     **{k: v * 1e12 for k, v in die.cube_TFLOPs_by_format.items()}}
+        bad = set(self.cube_flops_by_format) - set(FORMAT_FALLBACK) - {"bf16"}
+        if bad:
+            raise ConfigError("fabric.die.cube_TFLOPs_by_format", f"unknown formats {sorted(bad)}",
+                              f"use keys of {sorted(FORMAT_FALLBACK)}")
         self.vector_flops = die.vector_TFLOPs * 1e12
         self.vector_cores = die.vector_cores
         self.cube_cores = die.cube_cores
@@ -75,6 +85,25 @@ class Fabric:
         self.cores_shared = die.cores_shared
         self.sdma_Bps = die.sdma.engines * die.sdma.engine_GBps * 1e9
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
+        # SDMA submission: seconds to write one descriptor per trigger, bytes one descriptor moves,
+        # engine start-up after the first doorbell (stratacl/comm/sdma.py)
+        self.sdma_descriptor_s = {k: v * 1e-6 for k, v in die.sdma.descriptor_us.items()}
+        self.sdma_descriptor_bytes = die.sdma.descriptor_KiB * 1024
+        self.sdma_startup_s = die.sdma.startup_us * 1e-6
+        # a core group (Ascend split architecture: 1 AIC + 2 AIV on a 910C die) is what a mixed
+        # kernel's block runs on
+        self.aiv_per_group = die.vector_cores / die.cube_cores
+
+    def cube_format(self, fmt: str) -> str:
+        """The format a matmul in `fmt` actually runs in on this die (itself, or widened)."""
+        fmt = fmt or "bf16"
+        while fmt not in self.cube_flops_by_format:
+            fmt = FORMAT_FALLBACK.get(fmt, "bf16")
+        return fmt
+
+    def cube_peak(self, fmt: str) -> float:
+        """Dense cube FLOP/s of a matmul in `fmt` ("" = bf16)."""
+        return self.cube_flops_by_format[self.cube_format(fmt)]
 
     # ------------------------------------------------------------------ placement
     def check_ranks(self, n: int, field: str) -> None:

@@ -43,3 +43,7 @@ class CommLowering(Protocol):
     fabric: Fabric
 
     def runtime(self, trace: Trace) -> CommRuntime: ...
+
+    def core_limits(self, trace: Trace) -> dict[str, tuple[int, int]]:
+        """Per-stream (AIC, AIV) limits the replay runs compute kernels with under this library."""
+        ...

@@ -21,6 +21,7 @@ from pathlib import Path
 import hydra
 import pandas as pd
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -32,7 +33,8 @@ from stratacl.config import RunConfig, to_object, validate_run
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError, HarnessError
 from stratacl.fabric import Fabric
-from stratacl.precheck import precheck
+from stratacl.precheck import CONF, precheck
+from stratacl.precheck import one_line as precheck_one_line
 from stratacl.progress import Progress
 from stratacl.sweep_resume import skip_finished
 from stratacl.timeline import write_timeline
@@ -187,6 +189,24 @@ def main(dcfg: DictConfig) -> None:
         log.info("failed: %s", exc)
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         sys.exit(2)
+
+
+def run_overrides(overrides: list[str], out_dir: Path) -> tuple[int, str]:
+    """What `python -m stratacl.run <overrides>` does for one run, in process (tests, notebooks):
+    (exit code, the one-line error or "")."""
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            dcfg = compose("config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        return 2, f"error: {precheck_one_line(exc)}"
+    try:
+        execute(to_object(dcfg), out_dir, echo=False)
+    except EXPECTED as exc:
+        _remove_outputs(out_dir)
+        return 2, f"error: {_one_line(exc)}"
+    return 0, ""
 
 
 # Failures a user can cause and fix (a config value, an input file, a directory); anything else

@@ -25,7 +25,9 @@ COLLECTIVES = (
     "allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "broadcast", "dispatch",
     "combine",
 )
-CORES = ("cube", "vector")
+# kernel kinds: cube-only (matmul on AIC), vector-only (AIV) or mixed (each block pairs one AIC
+# with its AIVs, e.g. fused attention); stratacl/compute.py prices them on the die's core groups
+CORES = ("cube", "vector", "mixed")
 # MoE dispatch/combine kernel families (DeepEP's naming): "ht" = normal/high-throughput kernels,
 # whose receivers learn a packed layout from a count exchange first; "ll" = low-latency kernels
 # with fixed per-expert receive slots (counts travel with the data)
@@ -53,11 +55,17 @@ class Op:
     name: str = ""
     stream: str = "main"
     deps: tuple[int, ...] = ()
-    # compute: per-rank FLOPs and HBM bytes on one core type, or a fixed time
+    # compute: per-rank FLOPs and HBM bytes on one kernel kind, or a fixed time. `flops` run on the
+    # kind's own unit (cube for cube/mixed, vector for vector); a mixed kernel's vector-unit FLOPs
+    # are `vector_flops`. `block_dim`: cores it launches on (AIC for cube, AIV for vector, core
+    # groups for mixed, as Ascend C counts blockDim); 0 = all its stream may use.
     flops: Vec = (0.0,)
     hbm_bytes: Vec = (0.0,)
     core: str = "cube"
     fixed_time_s: float = 0.0
+    vector_flops: Vec = (0.0,)
+    block_dim: int = 0
+    dtype: str = ""  # compute: numeric format of a cube op's matmuls ("" = bf16); picks the die's peak
     # collective: type, communicator family (or one communicator), bytes per rank (nccl-tests)
     coll: str = ""
     comm: str = ""
@@ -77,7 +85,10 @@ class Op:
         return f"op {self.id}" + (f" '{self.name}'" if self.name else "") + f" ({self.kind})"
 
 
-_VEC_FIELDS = ("flops", "hbm_bytes", "nbytes", "peer_bytes")
+_VEC_FIELDS = ("flops", "hbm_bytes", "nbytes", "peer_bytes", "vector_flops")
+# columns added after format 1 was first written: traces saved before them load with these values
+# columns added after format 1 was first written, with the value older files mean
+_LATE_COLUMNS = {"vector_flops": [0.0], "block_dim": 0, "moe_mode": "", "dtype": ""}
 _INT_TUPLE_FIELDS = ("ranks", "deps", "src", "dst")
 
 
@@ -93,6 +104,9 @@ class Trace:
     # maps new memory for it, e.g. a dispatch buffer growing with routing; -1 = allocated before
     # the trace starts (weights, KV cache, warm-up allocations)
     buffers: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # per-stream core limits (Ascend stream resource limits): stream -> (AIC, AIV) its kernels may
+    # use at most, e.g. a decode micro-batch split of 16 AIC + 32 AIV vs 8 AIC + 16 AIV
+    stream_cores: dict[str, tuple[int, int]] = field(default_factory=dict)
     _preds: tuple[int, list[list[int]]] | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ building
@@ -127,6 +141,12 @@ class Trace:
         """
         self.buffers[name] = (*self.buffers.get(name, ()), int(alloc_op))
         return name
+
+    def limit_stream(self, stream: str, aic: int, aiv: int) -> str:
+        """Limit the kernels (compute and communication) of `stream` to `aic` cube and `aiv`
+        vector cores per die."""
+        self.stream_cores[stream] = (int(aic), int(aiv))
+        return stream
 
     def compute(self, ranks: Iterable[int], flops: object = 0.0, hbm_bytes: object = 0.0,
                 core: str = "cube", **kw: object) -> int:
@@ -164,6 +184,9 @@ class Trace:
                 raise TraceError(f"communicator '{name}' has invalid ranks {list(ranks)[:8]}"
                                  f" (must be distinct, in 0..{self.world_size - 1})")
         families = {family_of(n) for n in self.communicators}
+        for stream, lim in self.stream_cores.items():
+            if len(lim) != 2 or any(int(c) != c or c < 1 for c in lim):
+                raise TraceError(f"stream '{stream}' core limit {lim} must be (AIC, AIV) positive integers")
         for name, allocs in self.buffers.items():
             for alloc in allocs:
                 if not REGISTERED <= alloc < len(self.ops):
@@ -194,13 +217,17 @@ class Trace:
             vals = getattr(op, key)
             if any(not math.isfinite(v) or v < 0 for v in vals):
                 raise bad(f"{key} must be finite and ≥ 0, got {list(vals)[:4]}")
-        for key in ("flops", "hbm_bytes"):
+        for key in ("flops", "hbm_bytes", "vector_flops"):
             if len(getattr(op, key)) not in (1, len(op.ranks)):
                 raise bad(f"{key} has {len(getattr(op, key))} values for {len(op.ranks)} ranks")
         if not math.isfinite(op.fixed_time_s) or op.fixed_time_s < 0:
             raise bad(f"fixed_time_s must be ≥ 0, got {op.fixed_time_s}")
         if op.kind == "compute" and op.core not in CORES:
             raise bad(f"core '{op.core}' unknown (use one of {CORES})")
+        if any(op.vector_flops) and op.core != "mixed":
+            raise bad(f"vector_flops are for mixed kernels; a {op.core} kernel puts its FLOPs in flops")
+        if op.block_dim < 0:
+            raise bad(f"block_dim must be ≥ 0 (0 = all cores), got {op.block_dim}")
         if op.kind == "collective":
             self._validate_collective(op, families, bad)
         if op.moe_mode not in MOE_MODES or (op.moe_mode and op.coll not in ("dispatch", "combine")):
@@ -259,6 +286,7 @@ class Trace:
             "stratacl.communicators": json.dumps({k: list(v) for k, v in self.communicators.items()}),
             "stratacl.meta": json.dumps(self.meta, default=str),
             "stratacl.buffers": json.dumps(self.buffers),
+            "stratacl.stream_cores": json.dumps({k: list(v) for k, v in self.stream_cores.items()}),
         }
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
         path = Path(path)
@@ -287,22 +315,26 @@ class Trace:
             meta = json.loads(md.get("stratacl.meta", "{}"))
             buffers = {str(k): tuple(int(x) for x in v)
                        for k, v in json.loads(md.get("stratacl.buffers", "{}")).items()}
-        except (KeyError, ValueError, TypeError) as exc:
+            stream_cores = {str(k): (int(v[0]), int(v[1]))
+                            for k, v in json.loads(md.get("stratacl.stream_cores", "{}")).items()}
+        except (KeyError, ValueError, TypeError, IndexError) as exc:
             raise TraceError(f"trace file {path} has corrupt metadata: {exc}") from None
-        trace = cls(world_size=world, communicators=comms, meta=meta, buffers=buffers)
+        trace = cls(world_size=world, communicators=comms, meta=meta, buffers=buffers,
+                    stream_cores=stream_cores)
         expected = {f.name for f in fields(Op)}
-        optional = {"moe_mode": ""}  # columns added after format 1 was written: their default
         text = {f.name for f in fields(Op) if f.type in ("str", str)}
         try:  # a corrupt schema or page can fail anywhere from the column names to the values
-            missing = expected - set(table.column_names) - set(optional)
+            missing = expected - set(table.column_names) - set(_LATE_COLUMNS)
             if missing:
                 raise TraceError(f"trace file {path} lacks op columns {sorted(missing)}")
             for row in table.to_pylist():
+                for key, default in _LATE_COLUMNS.items():
+                    row.setdefault(key, default)
                 for key in _INT_TUPLE_FIELDS:
                     row[key] = tuple(int(x) for x in row[key])
                 for key in _VEC_FIELDS:
                     row[key] = tuple(float(x) for x in row[key])
-                op = Op(**{k: row.get(k, optional.get(k)) for k in expected})
+                op = Op(**{k: row[k] for k in expected})
                 bad = [k for k in text if not isinstance(getattr(op, k), str)]
                 if bad or not isinstance(op.id, int) or not isinstance(op.fixed_time_s, float):
                     raise TypeError(f"op {op.id}: wrong column types {bad or ['id/fixed_time_s']}")

@@ -1,15 +1,22 @@
-"""Helpers shared by tests: configs composed from conf/ exactly as the CLI composes them."""
+"""Helpers shared by tests: configs composed from conf/ exactly as the CLI composes them, the CLI
+run as users run it, and scripts outside the packages loaded by path."""
 
 from __future__ import annotations
 
 import copy
 import functools
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 from hydra import compose, initialize_config_dir
 
 from stratacl.comm.library import LibraryModel
-from stratacl.config import RunConfig, to_object
+from stratacl.config import ExpansionMode, RunConfig, to_object
 from stratacl.fabric import Fabric
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +38,27 @@ def make_library(fabric: Fabric, preset: str = "hccl", **knobs: object) -> Libra
     """A library preset from conf/library with knob overrides (e.g. data_path=DataPath.pool)."""
     cfg = compose_run([f"library=[{preset}]", f"baseline={preset}"])
     lib_cfg = cfg.library[preset]
+    if ("mover" in knobs or "trigger" in knobs) and "expansion_mode" not in knobs:
+        knobs["expansion_mode"] = ExpansionMode.custom  # an explicit mover overrides the preset's mode
     for key, value in knobs.items():
         setattr(lib_cfg, key, value)
     return LibraryModel(preset, lib_cfg, fabric)
+
+
+def run_cli(args: Sequence[str], cwd: Path, timeout: float = 300,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m stratacl.run *args` in `cwd`, on this checkout's code (not whichever copy is
+    pip-installed): the child's PYTHONPATH starts with the repository root."""
+    base = {**os.environ, **(env or {})}
+    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), base.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-m", "stratacl.run", *args], cwd=cwd, env=base,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def load_script(path: Path) -> ModuleType:
+    """Import a file outside the packages (benchmarks/, analysis/) by path, leaving sys.path alone."""
+    spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import run_cli
 
 SMALL = ["workload.max_bytes=4194304"]  # keep CLI tests quick: 64 KiB – 4 MiB
-
-
-def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stratacl.run", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
 
 
 def test_default_run_writes_the_run_directory(tmp_path) -> None:  # noqa: ANN001

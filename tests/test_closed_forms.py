@@ -28,7 +28,7 @@ def one_op_time(fabric, lib, coll: str, ranks: range, size: float) -> float:  # 
 
 @pytest.fixture()
 def zero_copy_ring(cm384):  # noqa: ANN001
-    return make_library(cm384, data_path=DataPath.pool, algorithm=Algorithm.ring)
+    return make_library(cm384, data_path=DataPath.pool, algorithm=Algorithm.ring, mover=Mover.vector_cores)
 
 
 @pytest.mark.parametrize("n, tier", [(8, "node"), (16, "node"), (32, "supernode")])
@@ -64,7 +64,7 @@ def test_fullmesh_is_one_step_over_mixed_tiers(cm384) -> None:  # noqa: ANN001
 
 
 def test_p2p_closed_form(cm384) -> None:  # noqa: ANN001
-    lib = make_library(cm384, data_path=DataPath.pool)
+    lib = make_library(cm384, data_path=DataPath.pool, mover=Mover.vector_cores)
     tr = Trace(world_size=32)
     tr.add("p2p", [0, 20], src=[0], dst=[20], nbytes=2**26)
     res = simulate(tr, lib)

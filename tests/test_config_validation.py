@@ -147,7 +147,8 @@ def test_library_plane_must_be_one_the_fabric_routes_on() -> None:
     with pytest.raises(ConfigError) as err:  # SIO carries die-to-die traffic only
         validate_run(compose_run(["library.hccl.plane=sio"]))
     assert err.value.field == "library.hccl.plane"
-    validate_run(compose_run(["fabric=dgx_b200", "library.hccl.plane=nvlink", "library.stratacl.plane=nvlink"]))
+    validate_run(compose_run(["fabric=dgx_b200", "library.hccl.plane=nvlink", "library.stratacl.plane=nvlink",
+                              "library.hccl.expansion_mode=aiv"]))  # GPUs: no AI CPU to expand on
 
 
 def test_nvidia_fabrics_name_nvlink() -> None:

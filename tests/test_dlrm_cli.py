@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
+from helpers import run_cli
 
-
-def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stratacl.run", "workload=dlrm_train", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+DLRM = ["workload=dlrm_train"]
 
 
 def test_default_dlrm_run_compares_both_libraries(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = run_cli([f"hydra.run.dir={out}", "output.timeline=false"], tmp_path)
+    proc = run_cli([*DLRM, f"hydra.run.dir={out}", "output.timeline=false"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["workload"] == "dlrm_train" and list(summary["libraries"]) == ["hccl", "stratacl"]
@@ -35,7 +31,7 @@ def test_default_dlrm_run_compares_both_libraries(tmp_path: Path) -> None:
 
 def test_bad_sharding_exits_2_without_summary(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = run_cli([f"hydra.run.dir={out}", "workload.sharding=table_wise"], tmp_path)
+    proc = run_cli([*DLRM, f"hydra.run.dir={out}", "workload.sharding=table_wise"], tmp_path)
     assert proc.returncode == 2
     assert "workload.sharding" in proc.stderr and "Traceback" not in proc.stderr
     assert not (out / "summary.json").exists()

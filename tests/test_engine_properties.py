@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 
-from helpers import make_library
+import numpy as np
+from helpers import ROOT, load_script, make_library
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stratacl.config import DataPath, Mover
+from stratacl.engine import fluid
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
 from stratacl.trace import Trace, stream_predecessors
@@ -25,6 +27,9 @@ def traces(draw, chain: bool = False) -> Trace:  # noqa: ANN001
     tr = Trace(world_size=WORLD)
     tr.add_family("g", [range(0, 4), range(4, 8)])
     tr.add_family("w", [range(WORLD)])
+    if draw(st.booleans()):  # a per-stream core split (compute and comm kernels obey it)
+        tr.limit_stream("a", draw(st.integers(1, 24)), draw(st.integers(2, 48)))
+        tr.limit_stream("b", draw(st.integers(1, 24)), draw(st.integers(2, 48)))
     n_ops = draw(st.integers(1, 10))
     for i in range(n_ops):
         stream = "s" if chain else draw(st.sampled_from(["a", "b", "c"]))
@@ -32,8 +37,10 @@ def traces(draw, chain: bool = False) -> Trace:  # noqa: ANN001
         kind = draw(st.sampled_from(["compute", "collective", "p2p", "memcpy"]))
         if kind == "compute":
             ranks = draw(st.sampled_from([range(4), range(4, 8), range(8), [0], [5]]))
-            tr.compute(ranks, flops=draw(FLOPS), hbm_bytes=draw(BYTES),
-                       core=draw(st.sampled_from(["cube", "vector"])), stream=stream, deps=deps)
+            core = draw(st.sampled_from(["cube", "vector", "mixed"]))
+            extra = {"vector_flops": draw(FLOPS)} if core == "mixed" else {}
+            tr.compute(ranks, flops=draw(FLOPS), hbm_bytes=draw(BYTES), core=core, stream=stream, deps=deps,
+                       block_dim=draw(st.integers(0, 24)), **extra)
         elif kind == "collective":
             comm = draw(st.sampled_from(["g", "w", "g[0]"]))
             coll = draw(st.sampled_from(["allreduce", "allgather", "reducescatter", "alltoall", "broadcast"]))
@@ -51,7 +58,9 @@ def traces(draw, chain: bool = False) -> Trace:  # noqa: ANN001
 
 
 def _libs(fabric: Fabric):  # noqa: ANN202
+    # AI_CPU (SDMA, staged), device-triggered SDMA without a core split, AIV with held cores
     return [make_library(fabric, "hccl"), make_library(fabric, "stratacl"),
+            make_library(fabric, "hccl", mover=Mover.vector_cores, data_path=DataPath.pool),
             make_library(fabric, "hccl", mover=Mover.sdma, data_path=DataPath.pool)]
 
 
@@ -92,13 +101,41 @@ def test_more_bandwidth_never_slower_for_a_chain(cm384, tr: Trace, factor: float
         assert fast_t <= slow_t * (1 + 1e-12)
 
 
+def _benchmark_trace(n_ops: int) -> Trace:
+    """The engine benchmark's synthetic mix (compute, staged copies, group and world collectives, p2p)."""
+    return load_script(ROOT / "benchmarks" / "bench_engine.py").synthetic_trace(n_ops, world=768)
+
+
 def test_deterministic_replay(cm384) -> None:  # noqa: ANN001
-    import sys
-
-    sys.path.insert(0, str(__import__("helpers").ROOT / "benchmarks"))
-    from bench_engine import synthetic_trace
-
-    tr = synthetic_trace(2000, world=768)
+    tr = _benchmark_trace(2000)
     lib = make_library(cm384, "hccl")
     a, b = simulate(tr, lib), simulate(tr, lib)
     assert (a.end == b.end).all() and a.makespan_s == b.makespan_s
+
+
+def test_solve_memo_only_saves_solver_time(cm384, monkeypatch) -> None:  # noqa: ANN001
+    """With the memo off (cap 0) every shared component is solved afresh: the same start and end
+    of every op, while the memo did serve repeated components."""
+    tr = _benchmark_trace(1500)
+    lib = make_library(cm384, "hccl")
+    fills: list[int] = []
+    fill = fluid.FluidSystem._fill
+    monkeypatch.setattr(fluid.FluidSystem, "_fill", lambda self, comp: (fills.append(1), fill(self, comp))[1])
+    memo = simulate(tr, lib)
+    with_memo = len(fills)
+    monkeypatch.setattr(fluid, "SOLVE_MEMO_MAX_ENTRIES", 0)
+    fresh = simulate(tr, lib)
+    assert len(fills) - with_memo > with_memo  # the memo answered most shared solves
+    np.testing.assert_allclose(fresh.start, memo.start, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(fresh.end, memo.end, rtol=1e-12, atol=0)
+
+
+@SETTINGS
+@given(tr=traces(chain=True), aic=st.integers(1, 24), aiv=st.integers(2, 48))
+def test_a_core_limit_never_speeds_a_chain_up(cm384, tr: Trace, aic: int, aiv: int) -> None:  # noqa: ANN001
+    tr.limit_stream("s", aic, aiv)  # every op of the chain runs on stream "s"
+    for preset in ("hccl", "stratacl_no_sdma"):
+        split = simulate(tr, make_library(cm384, preset, stream_core_split=True), check=True)
+        whole = simulate(tr, make_library(cm384, preset, stream_core_split=False), check=True)
+        assert split.max_violation < 1e-9 and split.work_error < 1e-7
+        assert whole.makespan_s <= split.makespan_s * (1 + 1e-12)

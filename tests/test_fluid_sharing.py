@@ -14,7 +14,7 @@ ALPHA_NODE = 5e-6 + 0.7e-6 + 1.3e-6  # launch + tier α + flag sync before the w
 
 
 def test_two_equal_transfers_through_one_port_each_get_half(cm384) -> None:  # noqa: ANN001
-    lib = make_library(cm384, data_path=DataPath.pool)
+    lib = make_library(cm384, data_path=DataPath.pool, mover=Mover.vector_cores)
     nbytes = 2**28
     tr = Trace(world_size=16)
     tr.add("p2p", [0, 2], src=[0], dst=[2], nbytes=nbytes, stream="a")
@@ -27,7 +27,7 @@ def test_two_equal_transfers_through_one_port_each_get_half(cm384) -> None:  # n
 
 
 def test_transfers_on_different_ports_do_not_interfere(cm384) -> None:  # noqa: ANN001
-    lib = make_library(cm384, data_path=DataPath.pool)
+    lib = make_library(cm384, data_path=DataPath.pool, mover=Mover.vector_cores)
     tr = Trace(world_size=16)
     tr.add("p2p", [0, 2], src=[0], dst=[2], nbytes=2**28, stream="a")
     tr.add("p2p", [4, 6], src=[4], dst=[6], nbytes=2**28, stream="b")
@@ -36,7 +36,7 @@ def test_transfers_on_different_ports_do_not_interfere(cm384) -> None:  # noqa: 
 
 
 def test_staging_copy_and_memory_bound_kernel_share_hbm(cm384) -> None:  # noqa: ANN001
-    lib = make_library(cm384, data_path=DataPath.pool)
+    lib = make_library(cm384, data_path=DataPath.pool, mover=Mover.vector_cores)
     hbm = cm384.hbm_Bps
     nbytes = 2**30  # a copy reads + writes: 2·nbytes of HBM traffic
     tr = Trace(world_size=2)
@@ -66,7 +66,7 @@ def test_transfer_holding_vector_cores_slows_vector_compute(cm384) -> None:  # n
 
 
 def test_cube_compute_is_not_slowed_by_vector_core_transfer(cm384) -> None:  # noqa: ANN001
-    lib = make_library(cm384, data_path=DataPath.pool)
+    lib = make_library(cm384, data_path=DataPath.pool, mover=Mover.vector_cores)
     tr = Trace(world_size=16)
     tr.add("p2p", [0, 2], src=[0], dst=[2], nbytes=2**31, stream="comm")
     tr.compute([0], flops=cm384.cube_flops * 1e-3, core="cube", stream="compute")

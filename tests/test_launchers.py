@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import CONF
+from helpers import CONF, run_cli
 from hydra import compose, initialize_config_dir
 
 SMALL = ["workload.max_bytes=1048576"]  # 64 KiB – 1 MiB: each point simulates in ~0.1 s
-
-
-def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stratacl.run", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
 
 
 def hydra_launcher(overrides: list[str]) -> dict:

@@ -8,21 +8,26 @@ from __future__ import annotations
 
 import copy
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import compose_run
+from helpers import compose_run, run_cli
 
 from stratacl.comm.library import LibraryModel
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.workload_api import RunContext
 from workloads.common.model import model_costs
+from workloads.llm_infer import workload as serving_workload
 from workloads.llm_infer.costs import ServingCosts
-from workloads.llm_infer.iteration import PREFILL_BUCKETS, IterationModel, bucket
+from workloads.llm_infer.iteration import (
+    BATCH_BUCKETS,
+    CONTEXT_BUCKETS,
+    PREFILL_BUCKETS,
+    IterationModel,
+    bucket,
+)
 from workloads.llm_infer.requests import Requests, generate
 from workloads.llm_infer.workload import Serving, summarise, validate_layout
 
@@ -109,11 +114,65 @@ def test_ttft_non_decreasing_in_load(env: Env) -> None:
     assert means[-1] > means[0]
 
 
-def test_requests_identical_for_every_library(env: Env) -> None:
-    reqs = generate(env.w.requests, seed=4)
-    frames = [env.serve(lib, reqs)[0].request_frame() for lib in ("hccl", "stratacl")]
+def test_workload_serves_every_library_the_requests_of_its_seed(env: Env, monkeypatch) -> None:  # noqa: ANN001
+    """Through the workload's own `run`: each library's request rows are exactly the requests the
+    run's seed generates (all served), the same for both libraries; another seed draws others."""
+    monkeypatch.setattr(serving_workload, "model_costs", lambda ref, cache_dir: env.mc)  # measured once
+    cfg = copy.deepcopy(env.cfg)
+    req = cfg.workload.requests
+    req.input_dist = req.output_dist = "uniform"  # lengths vary with the seed too
+    req.duration_s, cfg.workload.warmup_s = 6.0, 0.0
     cols = ["arrival_s", "input_tokens", "output_tokens"]
-    pd.testing.assert_frame_equal(frames[0][cols], frames[1][cols])
+
+    def served(seed: int, libraries: tuple[str, ...]) -> dict[str, np.ndarray]:
+        libs = {n: env.ctx.libraries[n] for n in libraries}
+        ctx = RunContext(cfg=cfg, fabric=env.ctx.fabric, libraries=libs, baseline=libraries[0], seed=seed)
+        rows = serving_workload.run(ctx).rows
+        assert rows["completion_s"].notna().all()
+        return {lib: g.sort_values("request")[cols].to_numpy(float) for lib, g in rows.groupby("library")}
+
+    seeds = {4: served(4, ("hccl", "stratacl")), 5: served(5, ("hccl",))}
+    for seed, by_lib in seeds.items():
+        reqs = generate(cfg.workload.requests, seed=seed)
+        expected = np.column_stack([reqs.arrival_s, reqs.input_tokens, reqs.output_tokens]).astype(float)
+        for lib, got in by_lib.items():
+            np.testing.assert_array_equal(got, expected, err_msg=f"{lib}, seed {seed}")
+    np.testing.assert_array_equal(seeds[4]["hccl"], seeds[4]["stratacl"])
+    a, b = seeds[4]["hccl"], seeds[5]["hccl"]
+    n = min(len(a), len(b))
+    for col, name in enumerate(cols):  # every column is drawn from the seed
+        assert not np.array_equal(a[:n, col], b[:n, col]), name
+
+
+def test_shape_buckets_bound_the_over_pricing_they_claim() -> None:
+    """A shape is priced at the smallest bucket ≥ it: at most 1.5× the batch above 8 sequences,
+    2× the context or prefill tokens; the default scheduler and request limits stay inside."""
+    for table, bound, start in ((BATCH_BUCKETS, 1.5, 8), (BATCH_BUCKETS, 2.0, 1), (CONTEXT_BUCKETS, 2.0, 1),
+                                (PREFILL_BUCKETS, 2.0, 1)):
+        xs = np.linspace(max(start, table[0]), table[-1], 2001)
+        priced = np.array([bucket(table, x) for x in xs])
+        assert (priced >= xs).all() and (priced / xs).max() <= bound + 1e-12
+    assert bucket(PREFILL_BUCKETS, 1024) == 1024 and bucket(BATCH_BUCKETS, 4096) == BATCH_BUCKETS[-1]
+    w = compose_run(["workload=llm_infer"]).workload
+    assert w.scheduler.decode_max_batch <= BATCH_BUCKETS[-1]
+    assert w.scheduler.prefill_token_budget <= PREFILL_BUCKETS[-1]
+    assert w.requests.input_max + w.requests.output_max <= CONTEXT_BUCKETS[-1]
+
+
+def test_moe_bytes_of_an_iteration_conserve_token_copies(env: Env) -> None:
+    """Decode (LL): each die dispatches tokens·k copies of INT8+scales and combines the transpose
+    back in the activation dtype."""
+    tr = env.iters.trace("decode", 8, 1024)
+    c = env.costs
+    hidden, n = c.hidden, 4
+    ops = {op.name: op for op in tr.ops}
+    assert "L1.dispatch.mb1" not in ops  # 8 sequences < tbo_min_tokens: one micro-batch
+    tokens = 8 * 2  # 8 sequences per die, MTP verifies 2 tokens each
+    d = np.asarray(ops["L1.dispatch.mb0"].peer_bytes).reshape(n, n)
+    k = np.asarray(ops["L1.combine.mb0"].peer_bytes).reshape(n, n)
+    per_copy = hidden * (1 + env.w.dispatch_scale_ratio)
+    assert d.sum(axis=1) == pytest.approx(np.full(n, tokens * c.top_k * per_copy))
+    np.testing.assert_allclose(k, d.T / per_copy * hidden * env.cfg.workload.model.dtype_bytes, rtol=1e-12)
 
 
 def test_decode_batch_capped_by_kv_memory_and_library_memory_costs_exactly_its_bytes() -> None:
@@ -176,8 +235,7 @@ def test_layout_larger_than_fabric(env: Env) -> None:
 ])  # unknown choices (arrival=weibull) fail at compose time: tests/test_config_validation.py
 def test_cli_failures_name_the_field(tmp_path, override, field) -> None:  # noqa: ANN001
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "stratacl.run", "workload=llm_infer", override,
-                           f"hydra.run.dir={out}"], capture_output=True, text=True, timeout=300)
+    proc = run_cli(["workload=llm_infer", override, f"hydra.run.dir={out}"], tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert field in proc.stderr and "Traceback" not in proc.stderr
     assert not (out / "summary.json").exists()

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
+from helpers import run_cli
 
 SMALL = ["workload=llm_train", "workload.num_layers=4", "workload.dies=16", "workload.fsdp=4",
          "workload.ep=8", "workload.global_batch=4", "workload.seq_len=512", "workload.iterations=[0,1000]",
@@ -15,8 +14,7 @@ SMALL = ["workload=llm_train", "workload.num_layers=4", "workload.dies=16", "wor
 
 def test_cli_small_layout(tmp_path) -> None:  # noqa: ANN001
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "stratacl.run", *SMALL, f"hydra.run.dir={out}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = run_cli([*SMALL, f"hydra.run.dir={out}"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["workload"] == "llm_train" and summary["baseline"] == "hccl"
@@ -31,8 +29,7 @@ def test_cli_small_layout(tmp_path) -> None:  # noqa: ANN001
 
 def test_cli_layout_that_does_not_fit(tmp_path) -> None:  # noqa: ANN001
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "stratacl.run", *SMALL, "fabric.die.hbm_GB=4",
-                           f"hydra.run.dir={out}"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = run_cli([*SMALL, "fabric.die.hbm_GB=4", f"hydra.run.dir={out}"], tmp_path)
     assert proc.returncode == 2
     assert "GB per die" in proc.stderr and "Traceback" not in proc.stderr
     assert not (out / "summary.json").exists()

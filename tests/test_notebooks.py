@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 
 ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
 REPO = ANALYSIS.parent
@@ -52,10 +53,8 @@ def test_notebook_runs_headless_from_scratch(name: str, tmp_path: Path) -> None:
 def test_moe_notebook_uses_existing_runs(tmp_path: Path) -> None:
     """With a matching run under STRATACL_RUNS it loads that instead of simulating."""
     runs = tmp_path / "runs"
-    made = subprocess.run([sys.executable, "-m", "stratacl.run", "+experiment=moe_table", "workload.iters=1",
-                           "workload.warmup=1", "output.timeline=false", f"hydra.run.dir={runs / 'moe'}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    made = run_cli(["+experiment=moe_table", "workload.iters=1", "workload.warmup=1", "output.timeline=false",
+                    f"hydra.run.dir={runs / 'moe'}"], tmp_path, timeout=240)
     assert made.returncode == 0, made.stderr
     summary = json.loads((runs / "moe" / "summary.json").read_text())
     proc = run_notebook("moe", tmp_path, runs)

@@ -11,15 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import load_script, run_cli
 
 from stratacl.results import flatten, load_runs
 
 SMALL = ["workload.max_bytes=262144", "output.timeline=false"]  # 64–256 KiB: 3 sizes
-
-
-def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stratacl.run", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +95,7 @@ ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
 @pytest.fixture(scope="module")
 def plots():  # noqa: ANN201
     pytest.importorskip("matplotlib")
-    sys.path.insert(0, str(ANALYSIS))
-    try:
-        import plots as module
-    finally:
-        sys.path.remove(str(ANALYSIS))
-    return module
+    return load_script(ANALYSIS / "plots.py")
 
 
 def test_busbw_plot_draws_every_library_and_paper_targets(runs_root, plots) -> None:  # noqa: ANN001

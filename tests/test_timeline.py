@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from helpers import compose_run, make_library
 
+from stratacl.config import ExpansionMode, Mover
 from stratacl.engine.replay import SimResult, simulate
 from stratacl.fabric import RESOURCES, Fabric
 from stratacl.timeline import ENGINE_TID, RANK_PID, chrome_trace, write_timeline
@@ -39,7 +40,10 @@ def overlap_trace(layers: int = 3) -> Trace:
 @pytest.fixture(scope="module")
 def replays(fabric) -> dict[str, tuple[Trace, SimResult]]:  # noqa: ANN001
     tr = overlap_trace()
-    return {lib: (tr, simulate(tr, make_library(fabric, lib), utilisation=True)) for lib in ("hccl", "stratacl")}
+    # hccl in AIV mode: one library that moves data with vector cores, one with SDMA
+    libs = {"hccl": make_library(fabric, "hccl", expansion_mode=ExpansionMode.aiv),
+            "stratacl": make_library(fabric, "stratacl")}
+    return {lib: (tr, simulate(tr, model, utilisation=True)) for lib, model in libs.items()}
 
 
 # --------------------------------------------------------------------------- timeline
@@ -155,7 +159,7 @@ def test_timeline_without_recorded_phases_keeps_the_split_in_args(fabric) -> Non
 
 def test_recording_does_not_change_the_replay(fabric, replays) -> None:  # noqa: ANN001
     trace, rec = replays["hccl"]
-    plain = simulate(trace, make_library(fabric, "hccl"))
+    plain = simulate(trace, make_library(fabric, "hccl", expansion_mode=ExpansionMode.aiv))
     np.testing.assert_array_equal(plain.start, rec.start)
     np.testing.assert_array_equal(plain.end, rec.end)
     # the recorded phases account for every op's time split
@@ -200,13 +204,14 @@ def test_single_transfer_closed_form(fabric, lib: str) -> None:  # noqa: ANN001
     mid = (wire["start_s"] + wire["end_s"]) / 2
     assert _value_at(u, "ub_tx", mid) > 0 and _value_at(u, "ub_rx", mid) > 0
     assert _value_at(u, "ub_tx", wire["start_s"] - 1e-9) == 0.0  # nothing on the wire before it
-    engine = "sdma" if lib == "stratacl" else "vec"
+    engine = "vec" if model.mover == Mover.vector_cores else "sdma"  # hccl: AI_CPU mode moves with SDMA
     assert _value_at(u, engine, mid) > 0
 
 
 def test_held_cores_count_as_busy(fabric) -> None:  # noqa: ANN001
-    """hccl's transfer holds comm_cores of the vector cores on every member die for the whole phase."""
-    model = make_library(fabric, "hccl")
+    """hccl's AIV-mode transfer holds comm_cores of the vector cores on every member die for the whole
+    phase."""
+    model = make_library(fabric, "hccl", expansion_mode=ExpansionMode.aiv)
     tr = Trace(world_size=4)
     tr.add_family("w", [range(4)])
     tr.collective("allgather", "w", 32e6, buffer="x")

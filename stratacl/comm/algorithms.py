@@ -43,19 +43,18 @@ class WirePlan:
         return max(list(self.tx_s.values()) + list(self.rx_s.values()) + [0.0])
 
 
-def _tiers(tier_idx: np.ndarray, fabric: Fabric, plane: str) -> list[Tier]:
-    return [fabric.tier(int(t), plane) for t in range(4)]
+def _tiers(tidx: np.ndarray, fabric: Fabric, plane: str) -> dict[int, Tier]:
+    """The tiers a group's members are apart (tier index -> Tier), over `plane`. Only distances that
+    occur are looked up, so a fabric without e.g. a scale-out tier serves groups inside it."""
+    return {int(t): fabric.tier(int(t), plane) for t in np.unique(tidx)}
 
 
-def _per_plane(bytes_mat: np.ndarray, tidx: np.ndarray, tiers: list[Tier], axis: int) -> dict[str, float]:
+def _per_plane(bytes_mat: np.ndarray, tidx: np.ndarray, tiers: dict[int, Tier], axis: int) -> dict[str, float]:
     """Port seconds per plane on the busiest die: Σ_peers bytes/β over that plane's tiers."""
     out: dict[str, float] = {}
     secs_by_plane: dict[str, np.ndarray] = {}
-    for t in range(4):
+    for t, tier in tiers.items():
         mask = tidx == t
-        if not mask.any():
-            continue
-        tier = tiers[t]
         secs = np.where(mask, bytes_mat, 0.0).sum(axis=axis) / tier.beta_Bps
         secs_by_plane[tier.plane] = secs_by_plane.get(tier.plane, 0.0) + secs
     for plane, secs in secs_by_plane.items():
@@ -63,7 +62,7 @@ def _per_plane(bytes_mat: np.ndarray, tidx: np.ndarray, tiers: list[Tier], axis:
     return out
 
 
-def peer_matrix(coll: str, n: int, size: float, peer_bytes: tuple[float, ...]) -> np.ndarray:
+def peer_matrix(n: int, size: float, peer_bytes: tuple[float, ...]) -> np.ndarray:
     """Bytes each member sends each other member in one full-mesh exchange (row = sender)."""
     if peer_bytes:
         m = np.asarray(peer_bytes, dtype=float).reshape(n, n).copy()
@@ -104,7 +103,7 @@ def fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, p
     """
     tiers = _tiers(tidx, fabric, plane)
     exchanges = 2 if coll in ("allreduce", "broadcast") else 1
-    m = peer_matrix(coll, n, size, peer_bytes)
+    m = peer_matrix(n, size, peer_bytes)
     off = ~np.eye(n, dtype=bool)
     step_s = max(tiers[int(t)].alpha_s + tiers[int(t)].sync_s for t in np.unique(tidx[off])) if n > 1 else 0.0
     tx = {p: s * exchanges for p, s in _per_plane(m, tidx, tiers, axis=1).items()}
@@ -122,7 +121,7 @@ def pairwise(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, p
              peer_bytes: tuple[float, ...] = ()) -> WirePlan:
     """n−1 synchronised steps; in step k member i sends its slice to member (i+k) mod n."""
     tiers = _tiers(tidx, fabric, plane)
-    m = peer_matrix(coll, n, size, peer_bytes)
+    m = peer_matrix(n, size, peer_bytes)
     idx = np.arange(n)
     latency = 0.0
     tx: dict[str, float] = {}
@@ -142,7 +141,7 @@ def pairwise(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, p
                     peers=n - 1, peer_work=_busiest_peer_work(m, tidx, tiers, 1))
 
 
-def _busiest_peer_work(m: np.ndarray, tidx: np.ndarray, tiers: list[Tier],
+def _busiest_peer_work(m: np.ndarray, tidx: np.ndarray, tiers: dict[int, Tier],
                        exchanges: int) -> tuple[tuple[float, int], ...]:
     """(bytes, tier) per peer of the member that sends the most (it finishes last)."""
     i = int(np.argmax(m.sum(axis=1)))

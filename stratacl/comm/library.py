@@ -13,7 +13,10 @@ of phases:
   fastest of them for this size and group on an idle fabric.
 - mover: `vector_cores` hold `comm_cores` cores for the transfer, which cannot finish before the
   cores' makespan under the partitioning (partition.py); `sdma` moves data on DMA engines, cores
-  held only while a device trigger writes descriptors.
+  held only while a device trigger writes descriptors (sdma.py). `expansion_mode` (HCCL's AI_CPU /
+  AIV) picks mover and trigger. Staging copies run on the op's mover: SDMA memcpy tasks for SDMA
+  movers, the comm kernel's own vector cores otherwise; both load HBM.
+- stream core limits: a comm kernel on a limited stream holds at most the stream's vector cores.
 
 `LibraryRuntime` carries per-replay state (registrations) so the same trace replays per library.
 """
@@ -28,10 +31,19 @@ from functools import lru_cache
 import numpy as np
 
 from stratacl.comm import algorithms as alg
-from stratacl.comm import partition
+from stratacl.comm import partition, sdma
 from stratacl.comm.buffers import MiB, buffer_sizes_MiB
 from stratacl.comm.registration import RegistrationState
-from stratacl.config import Algorithm, DataPath, LibraryConfig, Mover, Partitioning, Trigger
+from stratacl.config import (
+    TIER_ORDER,
+    Algorithm,
+    DataPath,
+    LibraryConfig,
+    Mover,
+    Partitioning,
+    Trigger,
+    resolved_mover,
+)
 from stratacl.fabric import Fabric, R
 from stratacl.lowering import OpInfo
 from stratacl.memory import (
@@ -59,7 +71,11 @@ _IN_OUT = {
 }
 _EXCHANGES = ("alltoall", "alltoallv", "dispatch", "combine")
 COUNT_BYTES = 4  # one int32 token count per peer in the MoE layout exchange
-_TIERS = ("die", "node", "supernode", "scaleout")
+# Balanced partitioning cuts each peer's payload into units of a tier-specific size
+# (`unit_KiB`). A tier a library leaves unsized gets its finest configured unit; a library with
+# no units at all (validation allows it with the SDMA mover, where units only shape the reported
+# core spread) gets DEFAULT_UNIT_KiB. ASSUMPTION: the die/node unit of conf/library/stratacl.yaml.
+DEFAULT_UNIT_KiB = 256.0
 
 
 def staging_bytes(coll: str, size: float, n: int) -> tuple[float, float]:
@@ -73,6 +89,12 @@ class LibraryModel:
         self.name = name
         self.cfg = cfg
         self.fabric = fabric
+        self.mover, self.trigger = resolved_mover(cfg)
+
+    def core_limits(self, trace: Trace) -> dict[str, tuple[int, int]]:
+        """Per-stream core limits the deployment runs with under this library (the trace's, or none
+        when the preset drops the split: `stream_core_split`)."""
+        return dict(trace.stream_cores) if self.cfg.stream_core_split else {}
 
     # ------------------------------------------------------------------ memory
     def comm_memory_bytes(self, communicators: int = 1) -> float:
@@ -174,17 +196,19 @@ class LibraryModel:
 
     # ------------------------------------------------------------------ pricing
     def collective_phases(self, coll: str, size: float, group: tuple[int, ...],
-                          peer_bytes: tuple[float, ...] = (), moe_mode: str = "") -> list[Phase]:
+                          peer_bytes: tuple[float, ...] = (), moe_mode: str = "",
+                          cores: int | None = None) -> list[Phase]:
         """Static phases of one collective on one communicator (registration is added at run
         time by the runtime). With algorithm=auto, the fastest candidate on an idle fabric.
+        `cores`: vector cores the comm kernel may use (a stream limit; default comm_cores).
 
         An HT-mode MoE dispatch first exchanges per-peer token counts (DeepEP's notify step, part
         of its dispatch call): receivers need them to lay out a packed receive buffer. LL-mode
         kernels write into fixed per-expert slots and skip it (`moe_layout_exchange` turns the
         step off for a library that derives the layout otherwise)."""
-        phases = self._best(coll, size, group, peer_bytes)[1]
+        phases = self._best(coll, size, group, peer_bytes, cores)[1]
         if coll == "dispatch" and moe_mode == "ht" and self.cfg.moe_layout_exchange and len(group) > 1:
-            counts = self._best("alltoall", COUNT_BYTES * len(group), group, ())[1]
+            counts = self._best("alltoall", COUNT_BYTES * len(group), group, (), cores)[1]
             phases = merge_delays([*counts, *phases])
         return phases
 
@@ -197,32 +221,32 @@ class LibraryModel:
         return self.cfg.data_path == DataPath.on_alloc
 
     def chosen_algorithm(self, coll: str, size: float, group: tuple[int, ...],
-                         peer_bytes: tuple[float, ...] = ()) -> str:
-        return self._best(coll, size, group, peer_bytes)[0]
+                         peer_bytes: tuple[float, ...] = (), cores: int | None = None) -> str:
+        return self._best(coll, size, group, peer_bytes, cores)[0]
 
     def op_info(self, coll: str, size: float, group: tuple[int, ...],
-                peer_bytes: tuple[float, ...] = ()) -> OpInfo:
+                peer_bytes: tuple[float, ...] = (), cores: int | None = None) -> OpInfo:
         """The algorithm that runs and the spread of the comm cores' completion times under the
         library's core partitioning (as a vector-core mover would run this plan)."""
-        algo = self.chosen_algorithm(coll, size, group, peer_bytes)
+        algo = self.chosen_algorithm(coll, size, group, peer_bytes, cores)
         if len(group) < 2:
             return OpInfo(algo, 0.0)
         plan = self.wire_plan(coll, size, group, peer_bytes, algo)
-        return OpInfo(algo, self.core_schedule(plan).spread)
+        return OpInfo(algo, self.core_schedule(plan, cores).spread)
 
     def _best(self, coll: str, size: float, group: tuple[int, ...],
-              peer_bytes: tuple[float, ...]) -> tuple[str, list[Phase]]:
+              peer_bytes: tuple[float, ...], cores: int | None = None) -> tuple[str, list[Phase]]:
         best: tuple[str, list[Phase]] = ("", [])
         best_t = math.inf
         for algo in self.candidates(coll):
             plan = self.wire_plan(coll, size, group, peer_bytes, algo)
-            phases = self._phases(coll, size, len(group), plan)
+            phases = self._phases(coll, size, len(group), plan, cores)
             t = sum(p.standalone_s() for p in phases)
             if t < best_t:
                 best, best_t = (algo, phases), t
         return best
 
-    def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan) -> list[Phase]:
+    def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan, cores: int | None = None) -> list[Phase]:
         cfg = self.cfg
         phases: list[Phase] = delay("launch", cfg.launch_us * 1e-6)
         rounds, cin, cout = 1, 0.0, 0.0
@@ -235,39 +259,64 @@ class LibraryModel:
             frac = cfg.stage_anyway[coll]
             cin, cout = (frac * b for b in staging_bytes(coll, size, n))
         if cin > 0:  # with pipelining only the first chunk's copy is exposed
-            phases.append(self._copy_phase(cin / chunks, n))
-        phases += delay("sync", plan.latency_s * rounds)
+            phases.append(self._copy_phase(cin / chunks, n, cores))
+        sync_s = plan.latency_s * rounds
         if plan.wire_s > 0:
             overlapped = (cin + cout) * (chunks - 1) / chunks
-            phases += self._transfer_phases(plan, n, overlapped_copy=overlapped)
+            phases += self._transfer_phases(plan, n, overlapped_copy=overlapped, cores=cores, sync_s=sync_s)
+        else:
+            phases += delay("sync", sync_s)
         if cout > 0:
-            phases.append(self._copy_phase(cout / chunks, n))
+            phases.append(self._copy_phase(cout / chunks, n, cores))
         return merge_delays(phases)
 
-    def _copy_phase(self, nbytes: float, n: int) -> Phase:
-        """Device-to-device copy between a user buffer and a comm buffer (read + write HBM)."""
+    def _copy_phase(self, nbytes: float, n: int, cores: int | None = None) -> Phase:
+        """Device-to-device copy between a user buffer and a comm buffer (read + write HBM) on the
+        engine that does it: SDMA memcpy tasks for an SDMA mover (HCCL's AI_CPU executor issues
+        LocalCopy tasks), the comm kernel's vector cores for a vector-core mover (AIV kernels copy
+        in-kernel), which it holds meanwhile."""
         fab = self.fabric
         min_t = nbytes / (self.cfg.copy_GBps * 1e9) if self.cfg.copy_GBps > 0 else 0.0
-        return Phase("copy", loads=(("all", R["hbm"], 2 * nbytes / fab.hbm_Bps),), min_time_s=min_t,
+        loads: tuple[tuple[str, int, float], ...] = (("all", R["hbm"], 2 * nbytes / fab.hbm_Bps),)
+        holds: tuple[tuple[str, int, float], ...] = ()
+        if self.mover == Mover.sdma:
+            loads += (("all", R["sdma"], nbytes / fab.sdma_Bps),)
+        else:
+            holds = self._core_holds(self._cores(cores))
+        return Phase("copy", loads=loads, holds=holds, min_time_s=min_t,
                      hbm_bytes=2 * nbytes * n, copy_bytes=nbytes * n)
 
-    def core_schedule(self, plan: alg.WirePlan) -> partition.CoreSchedule:
+    def _cores(self, cores: int | None) -> int:
+        return self.cfg.comm_cores if cores is None else min(cores, self.cfg.comm_cores)
+
+    def _core_holds(self, cores: float, frac: float = 1.0) -> tuple[tuple[str, int, float], ...]:
+        """Vector cores a comm kernel holds (on GPUs the same SMs also run matmuls)."""
+        fab = self.fabric
+        held = cores / fab.vector_cores * frac
+        kinds = ("vec", "cube") if fab.cores_shared else ("vec",)
+        return tuple(("all", R[k], held) for k in kinds) if held > 0 else ()
+
+    def core_schedule(self, plan: alg.WirePlan, cores: int | None = None) -> partition.CoreSchedule:
         """How the comm cores of the busiest die share its per-peer payloads."""
         fab = self.fabric
         peers = []
-        units = []
+        tier_names = []
         for nbytes, t in plan.peer_work:
             tier = fab.tier(t, self.cfg.plane)
             rate = min(fab.core_move_Bps, tier.beta_Bps)
             peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate))
-            units.append(self.cfg.unit_KiB.get(_TIERS[tier.index], 256.0) * 1024)
+            tier_names.append(tier.name)
+        ncores = self._cores(cores)
         if self.cfg.partitioning == Partitioning.balanced:
-            return partition.balanced(peers, self.cfg.comm_cores, units, self.cfg.fanout_cap)
-        return partition.uniform(peers, self.cfg.comm_cores)
+            finest = min(self.cfg.unit_KiB.values(), default=DEFAULT_UNIT_KiB)
+            units = [self.cfg.unit_KiB.get(name, finest) * 1024 for name in tier_names]
+            return partition.balanced(peers, ncores, units, self.cfg.fanout_cap)
+        return partition.uniform(peers, ncores)
 
-    def _transfer_phases(self, plan: alg.WirePlan, n: int, overlapped_copy: float = 0.0) -> list[Phase]:
+    def _transfer_phases(self, plan: alg.WirePlan, n: int, overlapped_copy: float = 0.0,
+                         cores: int | None = None, sync_s: float = 0.0) -> list[Phase]:
+        """[SDMA start] → the algorithm's synchronised steps (`sync_s`) → the wire phase."""
         fab = self.fabric
-        cfg = self.cfg
         loads: list[tuple[str, int, float]] = []
         for p, s in plan.tx_s.items():
             loads.append(("all", R[f"{p}_tx"], s))
@@ -277,29 +326,54 @@ class LibraryModel:
         hbm = plan.send_bytes + plan.recv_bytes + 2 * plan.reduce_bytes + 2 * overlapped_copy
         loads.append(("all", R["hbm"], hbm / fab.hbm_Bps))
         moved = max(plan.send_bytes, plan.recv_bytes)
-        core_kinds = ("vec", "cube") if fab.cores_shared else ("vec",)
-        held = cfg.comm_cores / fab.vector_cores
         phases: list[Phase] = []
-        if cfg.mover == Mover.vector_cores:
-            holds = tuple(("all", R[k], held) for k in core_kinds)
-            min_t = self.core_schedule(plan).makespan_s
+        if self.mover == Mover.vector_cores:
+            holds = self._core_holds(self._cores(cores))
+            min_t = self.core_schedule(plan, cores).makespan_s
+            phases += delay("sync", sync_s)
         else:
-            # device trigger: the cores write descriptors and ring the doorbell (held briefly);
-            # host / AI-CPU triggers build them off the device (no cores, but the launch is slower)
-            launch = fab.sdma_launch_s[cfg.trigger.value]
-            if cfg.trigger == Trigger.device:
-                phases.append(Phase("launch", holds=tuple(("all", R[k], held) for k in core_kinds),
-                                    min_time_s=launch))
-            else:
-                phases += delay("launch", launch)
             loads.append(("all", R["sdma"], moved / fab.sdma_Bps))
-            holds, min_t = (), 0.0
+            holds, min_t = self._sdma_submission(plan, loads, cores, phases, sync_s)
         phases.append(Phase("wire", loads=tuple(loads), holds=holds, min_time_s=min_t,
                             wire_bytes=plan.group_wire_bytes, hbm_bytes=hbm * n,
                             copy_bytes=overlapped_copy * n))
         return phases
 
-    def p2p_phases(self, tier_index: int, nbytes: float, total_bytes: float) -> list[Phase]:
+    def _sdma_submission(self, plan: alg.WirePlan, loads: list[tuple[str, int, float]], cores: int | None,
+                         phases: list[Phase], sync_s: float) -> tuple[tuple[tuple[str, int, float], ...], float]:
+        """Append the SDMA start (trigger launch, every agent's first descriptor, engine start-up) and
+        the algorithm's synchronised steps to `phases`; return the wire phase's holds and minimum
+        time while the remaining descriptors are written (the transfer cannot end before them).
+
+        Device trigger (StrataCL §4.4): a step's readiness flags come first, then the vector cores
+        write that step's descriptors, holding the cores while they write — fully until their first
+        doorbells, then (a fluid average) over the engine start-up and the transfer. AI CPU / host
+        triggers (HCCL's AI_CPU expansion) queue the tasks ahead: writing overlaps the steps, and
+        holds no AI core.
+        """
+        fab = self.fabric
+        trig = self.trigger.value
+        units = {t: self.cfg.unit_KiB[name] * 1024 for t, name in enumerate(TIER_ORDER)
+                 if name in self.cfg.unit_KiB}
+        sub = sdma.submission(plan, fab, trig, min(self.cfg.sdma_submit_cores, self._cores(cores)), units)
+        start = fab.sdma_launch_s[trig] + sub.first_s + fab.sdma_startup_s
+        during = min(sub.rest_s, fab.sdma_startup_s)  # the agents go on writing while engines start
+        rest = sub.rest_s - during
+        if self.trigger == Trigger.device:
+            phases += delay("sync", sync_s)
+            if start > 0:  # (a zero-length activity would have nothing to integrate)
+                frac = (sub.first_s + during) / start
+                phases.append(Phase("launch", holds=self._core_holds(sub.agents, frac), min_time_s=start))
+            if rest <= 0:
+                return (), 0.0
+            wire_s = max(s for _, _, s in loads)
+            return self._core_holds(sub.agents, min(1.0, rest / wire_s) if wire_s > 0 else 1.0), rest
+        phases += delay("launch", start) + delay("sync", sync_s)
+        rest -= min(rest, sync_s)
+        return (), max(rest, 0.0)
+
+    def p2p_phases(self, tier_index: int, nbytes: float, total_bytes: float,
+                   cores: int | None = None) -> list[Phase]:
         """Send/recv of `nbytes` per pair (the slowest pair); staged libraries copy on both ends."""
         tier = self.fabric.tier(tier_index, self.cfg.plane)
         wire_s = {tier.plane: nbytes / tier.beta_Bps}
@@ -312,12 +386,12 @@ class LibraryModel:
         copy = frac * nbytes if staged else 0.0
         phases = delay("launch", self.cfg.launch_us * 1e-6)
         if copy > 0:
-            phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1), 0.0, "src"))
-        phases += delay("sync", plan.latency_s)
+            phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "src"))
         overlapped = 2 * copy * (chunks - 1) / chunks
-        phases += [_p2p_roles(p, total_bytes) for p in self._transfer_phases(plan, 1, overlapped)]
+        phases += [p if p.is_delay else _p2p_roles(p, total_bytes)
+                   for p in self._transfer_phases(plan, 1, overlapped, cores, plan.latency_s)]
         if copy > 0:
-            phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1), 0.0, "dst"))
+            phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "dst"))
         return merge_delays(phases)
 
     def runtime(self, trace: Trace) -> LibraryRuntime:
@@ -354,6 +428,12 @@ class LibraryRuntime:
         self.fabric = model.fabric
         self.registration = RegistrationState(model.cfg, trace.buffers)
         self._cache: dict[tuple, tuple[list[Phase], int, OpInfo]] = {}
+        self._limits = model.core_limits(trace)
+
+    def cores(self, op: Op) -> int | None:
+        """Vector cores the op's comm kernel may use: its stream's AIV limit (None: no limit)."""
+        lim = self._limits.get(op.stream)
+        return lim[1] if lim else None
 
     def observe_start(self, op: Op, now: float) -> None:
         self.registration.note_start(op.id, now)
@@ -370,7 +450,8 @@ class LibraryRuntime:
         return self._static(op)[2]
 
     def _static(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
-        key = (op.kind, op.coll, op.comm, op.ranks, op.nbytes, op.peer_bytes, op.src, op.dst, op.moe_mode)
+        key = (op.kind, op.coll, op.comm, op.ranks, op.nbytes, op.peer_bytes, op.src, op.dst, op.moe_mode,
+               self.cores(op))
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self._lower_p2p(op) if op.kind == "p2p" else self._lower_collective(op)
@@ -380,6 +461,7 @@ class LibraryRuntime:
         """Phases, the number of peers a rank maps (for registration) and the choices made."""
         groups = self.trace.op_groups(op)
         size = max(op.nbytes)
+        cores = self.cores(op)
         # groups of a family usually share a shape; price each distinct shape, keep the slowest
         best: list[Phase] = []
         best_t, best_group = -1.0, groups[0]
@@ -389,11 +471,11 @@ class LibraryRuntime:
             if key in seen:
                 continue
             seen.add(key)
-            phases = self.model.collective_phases(op.coll, size, g, op.peer_bytes, op.moe_mode)
+            phases = self.model.collective_phases(op.coll, size, g, op.peer_bytes, op.moe_mode, cores)
             t = sum(p.standalone_s() for p in phases)
             if t > best_t:
                 best, best_t, best_group = phases, t, g
-        info = self.model.op_info(op.coll, size, tuple(best_group), op.peer_bytes)
+        info = self.model.op_info(op.coll, size, tuple(best_group), op.peer_bytes, cores)
         # accounting fields count bytes over the whole op (all groups)
         return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1, info
 
@@ -405,7 +487,7 @@ class LibraryRuntime:
         sizes = np.full(len(op.src), sizes[0]) if sizes.size == 1 else sizes
         # the slowest pair paces the SPMD op
         worst = max(range(len(sizes)), key=lambda i: sizes[i] / fab.tier(int(tiers[i]), plane).beta_Bps)
-        phases = self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()))
+        phases = self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()), self.cores(op))
         return phases, 1, OpInfo(algorithm="p2p", core_spread=0.0)
 
 

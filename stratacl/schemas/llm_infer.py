@@ -69,6 +69,13 @@ class RequestsConfig:
     output_sigma: float = knob(0.6, ge=0)
 
 
+class ExpertPlacement(StrEnum):
+    """How experts sit on EP dies (workloads/common/placement.py)."""
+
+    contiguous = "contiguous"  # expert e on die e // (experts / ep); ep must divide the experts
+    eplb = "eplb"  # EPLB-style: redundant replicas of hot experts, balanced packing, shared-expert replicas
+
+
 @dataclass
 class LayoutConfig:
     prefill_instances: int = knob(2, ge=1)
@@ -78,6 +85,12 @@ class LayoutConfig:
     decode_dp: int = knob(16, ge=1)
     decode_ep: int = knob(16, ge=1)
     total_dies: int = knob(0, ge=0)  # > 0: decode_instances = (total - prefill dies) / decode_dp
+    expert_placement: ExpertPlacement = ExpertPlacement.contiguous
+    # slots per die = (routed + redundant + shared replicas) / EP (eplb placement only)
+    prefill_redundant_experts: int = knob(0, ge=0)  # extra replicas of the hottest experts
+    prefill_shared_expert_replicas: int = knob(0, ge=0)  # dies serving the shared expert (0 = every die, locally)
+    decode_redundant_experts: int = knob(0, ge=0)
+    decode_shared_expert_replicas: int = knob(0, ge=0)
 
 
 @dataclass
@@ -117,10 +130,29 @@ class CapacityConfig:
     rate_max: float = knob(64.0, gt=0)  # the search gives up above this rate
 
 
+class ServingMode(StrEnum):
+    """What the serving workload measures."""
+
+    serve = "serve"  # request-level serving: arrivals, scheduler, latency percentiles
+    fixed = "fixed"  # one decode and one prefill iteration at fixed shapes (workloads/llm_infer/fixed.py)
+
+
+@dataclass
+class FixedShapeConfig:
+    """Shapes of `mode=fixed` (per die)."""
+
+    decode_batch_per_die: int = knob(48, ge=1)  # sequences per die in a decode step
+    context: int = knob(4096, ge=1)  # cached tokens per decoding sequence
+    prefill_tokens_per_die: int = knob(4096, ge=1)  # prompt tokens per die in a prefill iteration
+
+
 @dataclass
 class LlmInferConfig(WorkloadConfig):
     name: str = "llm_infer"
-    model: ModelRef = field(default_factory=ModelRef)
+    mode: ServingMode = ServingMode.serve
+    fixed: FixedShapeConfig = field(default_factory=FixedShapeConfig)
+    # served W8A8 as on Ascend (conf/workload/llm_infer.yaml; workloads/common/quant.py)
+    model: ModelRef = field(default_factory=lambda: ModelRef(quant="w8a8"))
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     requests: RequestsConfig = field(default_factory=RequestsConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

@@ -8,6 +8,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from stratacl.schemas.base import WorkloadConfig, knob
+from stratacl.schemas.model import AttentionKernels
 
 
 @dataclass
@@ -26,6 +27,7 @@ class LlmTrainConfig(WorkloadConfig):
     name: str = "llm_train"
     model: str = "deepseek_v32"  # conf/model/<model>.yaml
     num_layers: int = knob(0, ge=0)  # 0 = the model's own depth; else overrides num_hidden_layers
+    attention: AttentionKernels = AttentionKernels.production  # production sparse kernels | reference
     model_overrides: dict[str, Any] = field(default_factory=dict)  # extra transformers config fields
     dies: int = knob(512, ge=1)
     fsdp: int = knob(128, ge=1)
@@ -34,6 +36,7 @@ class LlmTrainConfig(WorkloadConfig):
     global_batch: int = knob(512, ge=1)  # sequences per iteration
     seq_len: int = knob(4096, ge=1)
     dtype_bytes: int = knob(2, ge=1)  # compute / all-gather dtype (bf16)
+    quant: str = ""  # numeric-format preset of the forward's tensors (workloads/common/quant.py; "" = dtype_bytes)
     master_dtype_bytes: int = knob(4, ge=1)  # sharded fp32 parameters
     grad_dtype_bytes: int = knob(4, ge=1)  # reduce-scatter / sharded gradient dtype
     optimizer_state_bytes: int = knob(8, ge=0)  # Adam exp_avg + exp_avg_sq in fp32

@@ -17,6 +17,7 @@ from transformers import PretrainedConfig
 
 from stratacl.errors import ConfigError
 from stratacl.schemas.model import ModelRef
+from workloads.common.quant import resolve
 from workloads.common.routing import RoutingModel
 from workloads.modelcost import ModelCosts, load_model_config
 from workloads.modelcost.config import CONF_MODEL_DIR, config_from_node
@@ -48,19 +49,25 @@ def hf_config(ref: ModelRef, *, field: str = "workload.model",
 
 
 def model_costs(ref: ModelRef, cache_dir: str = "", routing: RoutingModel | None = None, *,
-                field: str = "workload.model", preset_field: str = "workload.model.preset") -> ModelCosts:
+                field: str = "workload.model", preset_field: str = "workload.model.preset",
+                quant_field: str = "workload.model.quant") -> ModelCosts:
     """Measured costs of the referenced model (`cache_dir`: on-disk cache, "" = none)."""
+    resolve(ref.quant, dict(ref.formats), field=quant_field)  # bad formats name their own field
     overrides = OmegaConf.to_container(OmegaConf.create(dict(ref.overrides)), resolve=True)  # plain, for the key
     key = json.dumps({"preset": ref.preset, "model_type": ref.model_type, "config_json": ref.config_json,
-                      "overrides": overrides, "dtype_bytes": ref.dtype_bytes}, sort_keys=True)
+                      "overrides": overrides, "dtype_bytes": ref.dtype_bytes, "attention": str(ref.attention),
+                      "quant": ref.quant, "formats": dict(ref.formats)},
+                     sort_keys=True)
     return _model_costs(key, cache_dir, routing or RoutingModel(), field, preset_field)
 
 
 @lru_cache(maxsize=8)
 def _model_costs(key: str, cache_dir: str, routing: RoutingModel, field: str, preset_field: str) -> ModelCosts:
     ref = ModelRef(**json.loads(key))
+    formats = resolve(ref.quant, dict(ref.formats))
     hf = hf_config(ref, field=field, preset_field=preset_field)
     try:
-        return ModelCosts(hf, dtype_bytes=ref.dtype_bytes, routing=routing, cache_dir=cache_dir or None)
+        return ModelCosts(hf, dtype_bytes=ref.dtype_bytes, routing=routing, cache_dir=cache_dir or None,
+                          attention=str(ref.attention), formats=formats)
     except ValueError as exc:  # CostInputError
         raise ConfigError(field, str(exc), FIX) from None

@@ -62,10 +62,11 @@ def expert_weights(experts: int, skew: str, zipf_s: float = 1.0,
 
 # ---------------------------------------------------------------------------- sampled batches
 def route(tokens_per_rank: int, ep: int, experts: int, top_k: int, weights: np.ndarray,
-          rng: np.random.Generator) -> np.ndarray:
+          rng: np.random.Generator, *, placed: bool = False) -> np.ndarray:
     """Chosen experts per token: array (ep, tokens, top_k). k draws with replacement, redrawn for
-    the tokens that drew an expert twice (cheap: ~10 % of tokens for top-8 of 256 uniform)."""
-    if experts % ep:
+    the tokens that drew an expert twice (cheap: ~10 % of tokens for top-8 of 256 uniform).
+    `placed`: experts sit by a `workloads.common.placement.Placement`, so ep need not divide them."""
+    if experts % ep and not placed:
         raise ConfigError("workload.ep", f"{ep} ranks do not divide {experts} experts",
                           "use an EP size that divides the number of experts")
     if not 0 < top_k <= experts:

@@ -14,8 +14,13 @@ from collections import Counter
 import numpy as np
 
 from stratacl.errors import ConfigError
+from stratacl.schemas.llm_infer import LayoutConfig
 from workloads.common.cost import Cost
+from workloads.common.placement import Placement, contiguous, eplb
 from workloads.modelcost import ModelCosts
+from workloads.modelcost.costs import ATTENTION_CORE_FORMAT
+
+CORE = ".core"  # suffix of an attention type's core part when it runs in another format
 
 DECODE_BATCH = (1, 8, 32, 128, 512)  # sequences per die
 DECODE_CONTEXT = (1024, 8192)  # cached tokens per sequence
@@ -25,7 +30,10 @@ PREFILL_TOKENS = (256, 1024, 4096, 16384)  # tokens per die per iteration
 class ServingCosts:
     """Interpolated per-die layer costs for prefill and decode on one EP layout."""
 
-    def __init__(self, mc: ModelCosts, prefill_ep: int, decode_ep: int, seq_len: int) -> None:
+    def __init__(self, mc: ModelCosts, prefill_ep: int, decode_ep: int, seq_len: int, *,
+                 layout: LayoutConfig | None = None, shares: np.ndarray | None = None) -> None:
+        """`layout`: expert placement knobs (None: contiguous experts); `shares`: the expected
+        expert popularity an EPLB placement balances (None: uniform)."""
         self.mc = mc
         self.prefill_ep = prefill_ep
         self.decode_ep = decode_ep
@@ -38,23 +46,85 @@ class ServingCosts:
         self.experts = int(info.get("n_routed_experts", 0))
         self.top_k = int(info.get("top_k", 0))
         self.hidden = int(mc.cfg.hidden_size)
+        self.placement: dict[str, Placement] = {}
         if not self.experts:  # a dense model serves data-parallel: every die holds the whole model
             self.prefill_ep = self.decode_ep = 1
-        for ep, field in ((prefill_ep, "prefill_ep"), (decode_ep, "decode_ep")):
-            if self.experts and self.experts % ep:
-                raise ConfigError(f"workload.layout.{field}", f"EP {ep} does not divide the model's "
-                                  f"{self.experts} routed experts", "choose a divisor of the expert count")
+        else:
+            self._place(info, layout, shares)
+        # the EP size per-die costs are measured at: the placement's, or (ep not dividing the
+        # experts) the largest divisor of the expert count below it; `moe_per_die` rescales
+        self.measure_ep = {ph: _divisor_at_most(self.experts, ep) if self.experts else 1
+                           for ph, ep in (("prefill", self.prefill_ep), ("decode", self.decode_ep))}
+        # format each layer type's matmuls run in; an attention layer whose projections are
+        # quantised keeps its core (scores, values) in bf16: priced as a separate `<type>.core`
+        self.dtypes = mc.matmul_formats()
+        self.split_core = {t for t in dict.fromkeys(self.attn_plan) if self.dtypes[t] != ATTENTION_CORE_FORMAT}
+        for t in self.split_core:
+            self.dtypes[t + CORE] = ATTENTION_CORE_FORMAT
         self._memo: dict[tuple, dict[str, Cost]] = {}
 
     def _measure(self, tokens: int, context: int, phase: str) -> dict[str, Cost]:
         key = (tokens, context, phase)
         hit = self._memo.get(key)
         if hit is None:
-            ep = self.decode_ep if phase == "decode" else self.prefill_ep
+            ep = self.measure_ep[phase]
             seq = min(tokens, self.seq_len) if phase == "prefill" else None
             raw = self.mc.costs_for_shape(tokens, context=context, phase=phase, ep=ep, seq_len=seq)
-            hit = self._memo[key] = {t: c.cost for t, c in raw.items()}
+            hit = {t: c.cost for t, c in raw.items()}
+            if self.split_core:
+                cores = self.mc.attention_cores(tokens, context=context, phase=phase, ep=ep, seq_len=seq)
+                for t in self.split_core:
+                    core = Cost(float(cores[t].cube_flops)) if t in cores else Cost()
+                    hit[t] = hit[t] - core
+                    hit[t + CORE] = core
+            self._memo[key] = hit
         return hit
+
+    def _place(self, info: dict, layout: LayoutConfig | None, shares: np.ndarray | None) -> None:
+        """Expert placement per phase, and the per-layer expert weight bytes it moves around."""
+        e = self.experts
+        shares = np.full(e, 1.0 / e) if shares is None else np.asarray(shares, dtype=float)
+        inter = int(info.get("moe_intermediate", 0)) or 1
+        # shared-expert rows per token in routed-expert-row units (its width over a routed expert's)
+        self.shared_weight = int(info.get("n_shared_experts", 0)) * int(info.get("shared_intermediate", 0)) / inter
+        by_role = self.mc.weight_bytes_by_role(tp=1, ep=1)
+        n_moe = max(int(info.get("n_moe_layers", 0)), 1)
+        self.expert_bytes = by_role.get("moe_experts", 0.0) / (n_moe * e)  # one routed expert, one layer
+        self.shared_bytes = by_role.get("shared_experts", 0.0) / n_moe  # all shared experts, one layer
+        self.n_moe_layers = n_moe
+        kind = str(layout.expert_placement) if layout is not None else "contiguous"
+        for phase, ep in (("prefill", self.prefill_ep), ("decode", self.decode_ep)):
+            red = getattr(layout, f"{phase}_redundant_experts", 0) if layout is not None else 0
+            shr = getattr(layout, f"{phase}_shared_expert_replicas", 0) if layout is not None else 0
+            if kind == "contiguous":
+                if red or shr:
+                    raise ConfigError("workload.layout.expert_placement", f"{phase}: redundant experts and "
+                                      "shared-expert replicas need a balancing placement", "set it to eplb")
+                if e % ep:
+                    raise ConfigError(f"workload.layout.{phase}_ep", f"EP {ep} does not divide the model's "
+                                      f"{e} routed experts", "choose a divisor of the expert count, or "
+                                      "expert_placement=eplb with redundant experts / shared-expert replicas")
+                self.placement[phase] = contiguous(e, ep)
+            else:
+                if shr and not self.shared_weight:
+                    raise ConfigError(f"workload.layout.{phase}_shared_expert_replicas",
+                                      "the model has no shared expert", "set it to 0")
+                self.placement[phase] = eplb(shares, ep, self.top_k, red, shr, self.shared_weight)
+
+    def moe_per_die(self, phase: str, cost: Cost, tokens: float, rows: np.ndarray) -> tuple[Cost, np.ndarray, np.ndarray]:
+        """Per-die MoE work under the placement: (row-proportional part of `cost`, its per-die
+        scale, per-die expert weight bytes). `cost` was measured with `tokens` per die on
+        `measure_ep` dies; `rows`: weighted routed (and shared-replica) rows each die received."""
+        pl = self.placement[phase]
+        e_m = self.experts // self.measure_ep[phase]
+        measured_w = e_m * self.expert_bytes + self.shared_bytes
+        var = Cost(cost.cube_flops, cost.vector_flops, max(cost.hbm_bytes - measured_w, 0.0))
+        local_shared = tokens * self.shared_weight if pl.shared_local else 0.0
+        ref = tokens * self.top_k + local_shared
+        scale = (rows + local_shared) / ref if ref > 0 else np.ones(pl.ep)
+        shared = self.shared_bytes if pl.shared_local else pl.shared_slots_per_die() * self.shared_bytes
+        weights = pl.routed_slots_per_die() * self.expert_bytes + shared
+        return var, scale, np.broadcast_to(np.asarray(weights, dtype=float), (pl.ep,)).copy()
 
     def decode(self, batch: float, context: float) -> dict[str, Cost]:
         """Costs of a decode step of `batch` sequences per die with `context` cached tokens."""
@@ -66,6 +136,10 @@ class ServingCosts:
 
     def prefill(self, tokens: float) -> dict[str, Cost]:
         return _interp(PREFILL_TOKENS, [self._measure(t, 0, "prefill") for t in PREFILL_TOKENS], tokens)
+
+
+def _divisor_at_most(n: int, k: int) -> int:
+    return max(d for d in range(1, min(n, k) + 1) if n % d == 0)
 
 
 def _interp(xs: tuple[int, ...], values: list[dict[str, Cost]], x: float) -> dict[str, Cost]:

@@ -23,9 +23,18 @@ from stratacl.trace import REGISTERED, Trace
 from stratacl.workload_api import RunContext
 from workloads.common.cost import Cost
 from workloads.common.ops import add_compute
-from workloads.common.routing import copies_matrix, expert_weights, route
-from workloads.llm_infer.costs import ServingCosts
+from workloads.common.placement import copies
+from workloads.common.routing import expert_weights, route
+from workloads.llm_infer.costs import CORE, ServingCosts
 
+# Shape buckets: the memoisation granularity of iteration traces. Each bucket is one trace
+# simulated once per library, and an iteration is priced at the smallest bucket ≥ its shape, so
+# the spacing bounds the over-pricing of a shape (values beyond the last bucket take the last):
+# - decode batch per die: ×2 steps up to 8 (decode there reads the weights, nearly flat in batch),
+#   then half-octaves (×1.5, ×1.33): at most 50 % more sequences than the batch has;
+# - context (cached tokens per sequence): octaves, at most 2× the attention's KV reads;
+# - prefill tokens per die: octaves, at most 2× (chunked prefill mostly fills its budget bucket).
+# Their number bounds the traces simulated per run: |BATCH| × |CONTEXT| decode + |PREFILL| prefill.
 BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 CONTEXT_BUCKETS = (1024, 2048, 4096, 8192, 16384, 32768)
 PREFILL_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -37,6 +46,17 @@ def bucket(values: tuple[int, ...], x: float) -> int:
     """Smallest bucket ≥ x (the largest bucket beyond the range)."""
     i = bisect.bisect_left(values, x)
     return values[min(i, len(values) - 1)]
+
+
+def payload_bytes(costs: ServingCosts, scale_ratio: float) -> tuple[float, float]:
+    """Bytes per token copy of the dispatch and the combine. The dispatch carries the tokens in
+    the dispatch format (the activations entering the experts' matmuls), plus per-group scales
+    when it is narrower than 16 bits: INT8 + scales = hidden·(1 + 512/7168) (REFERENCE §5). The
+    combine returns expert outputs in its format (BF16: 14 KB per token at hidden 7168)."""
+    f, dt = costs.mc.formats, costs.mc.dtype_bytes
+    disp = f.bytes("dispatch", dt)
+    scales = scale_ratio if disp < 2 else 0.0
+    return costs.hidden * (disp + scales), costs.hidden * f.bytes("combine", dt)
 
 
 @dataclass(frozen=True)
@@ -66,8 +86,7 @@ class IterationModel:
         self.decode_dies = tuple(decode_dies)
         self.seed = seed = ctx.seed
         self.weights = expert_weights(costs.experts, cfg.skew, cfg.zipf_s, seed=seed) if costs.experts else None
-        self.dispatch_bytes = costs.hidden * (1 + cfg.dispatch_scale_ratio)  # INT8 + scales
-        self.combine_bytes = costs.hidden * 2  # BF16
+        self.dispatch_bytes, self.combine_bytes = payload_bytes(costs, cfg.dispatch_scale_ratio)
         self._traces: dict[tuple, Trace] = {}
         self._stats: dict[tuple, IterStats] = {}
         self._routing: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
@@ -166,7 +185,7 @@ class IterationModel:
         # computes. Without TBO (one micro-batch) the same streams simply alternate.
         cs, xs = "compute", "comm"
         emb = layer_cost["embedding"]
-        last = [[self._compute(tr, ranks, emb, cs, [], f"embedding.mb{m}")] for m in range(mbs)]
+        last = [[self._compute(tr, ranks, emb, cs, [], f"embedding.mb{m}", dtype="embedding")] for m in range(mbs)]
         layers = list(c.layers)
         if self.mtp and phase == "decode":
             layers.append(c.layers[-1])  # the MTP module: one more decoder layer
@@ -175,8 +194,11 @@ class IterationModel:
             rows = tokens_mb * (verify if li < len(c.layers) else 1)
             attn_op = []
             for m in range(mbs):
-                last[m] = [self._compute(tr, ranks, cost[attn], cs, last[m], f"L{li}.attn.mb{m}")]
-                attn_op.append(last[m][0])
+                last[m] = [self._compute(tr, ranks, cost[attn], cs, last[m], f"L{li}.attn.mb{m}", dtype=attn)]
+                if attn + CORE in cost:  # the bf16 attention core of a layer with quantised projections
+                    last[m] = [self._compute(tr, ranks, cost[attn + CORE], cs, last[m], f"L{li}.attn_core.mb{m}",
+                                             dtype=attn + CORE)]
+                attn_op.append(last[m][0])  # the attention's last op: a JIT buffer is registered after it
                 if kv_dst:  # this layer's KV of the micro-batch's tokens leaves for decode
                     self._kv_send(tr, kv_dst, tokens_mb * self.kv_bytes_per_token / len(c.layers), last[m],
                                   f"L{li}.kv.mb{m}")
@@ -185,19 +207,20 @@ class IterationModel:
                     tr.add_buffer("combine", last[m][0])
             if not (ffn == "moe" and c.experts):
                 for m in range(mbs):
-                    last[m] = [self._compute(tr, ranks, cost[ffn], cs, last[m], f"L{li}.{ffn}.mb{m}")]
+                    last[m] = [self._compute(tr, ranks, cost[ffn], cs, last[m], f"L{li}.{ffn}.mb{m}", dtype=ffn)]
                 continue
-            routed = [self._routing_sample(n, max(1, math.ceil(rows)), mode, li * mbs + m) for m in range(mbs)]
+            routed = [self._routing_sample(phase, n, max(1, math.ceil(rows)), mode, li * mbs + m) for m in range(mbs)]
             for m, (disp, _) in enumerate(routed):
                 peer = disp * self.dispatch_bytes
                 buf = self._buffer(tr, "dispatch", li, m, next(use) in miss, attn_op[m])
                 last[m] = [tr.collective("dispatch", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
                                          stream=xs, deps=last[m], buffer=buf, moe_mode=mode,
                                          name=f"L{li}.dispatch.mb{m}")]
-            for m, (_, per_expert) in enumerate(routed):
-                load = per_expert.sum(axis=0)
-                scale = load / load.mean() if load.mean() > 0 else np.ones(n)  # skew: hot dies
-                last[m] = [self._compute(tr, ranks, cost["moe"], cs, last[m], f"L{li}.moe.mb{m}", scale)]
+            for m, (_, load) in enumerate(routed):
+                # each die's experts: the rows the placement sent it (skew: hot dies) and its weights
+                var, scale, weights = c.moe_per_die(phase, cost["moe"], max(1, math.ceil(rows)), load)
+                last[m] = [self._compute(tr, ranks, var, cs, last[m], f"L{li}.moe.mb{m}", scale,
+                                         dtype="moe", hbm_extra=weights)]
             for m, (disp, _) in enumerate(routed):
                 peer = disp.T * self.combine_bytes
                 buf = self._buffer(tr, "combine", li, m, next(use) in miss, attn_op[m])
@@ -206,7 +229,7 @@ class IterationModel:
                                          name=f"L{li}.combine.mb{m}")]
         head = layer_cost["lm_head"]
         for m in range(mbs):
-            self._compute(tr, ranks, head, cs, last[m], f"lm_head.mb{m}")
+            self._compute(tr, ranks, head, cs, last[m], f"lm_head.mb{m}", dtype="lm_head")
         tr.validate()
         return tr
 
@@ -244,20 +267,25 @@ class IterationModel:
                    name=f"{name}.r{k}")
 
     def _compute(self, tr: Trace, ranks: range, cost: Cost, stream: str, deps: list[int], name: str,
-                 scale: np.ndarray | None = None) -> int:
-        return add_compute(tr, ranks, cost, name=name, stream=stream, deps=deps, scale=scale)[-1]
+                 scale: np.ndarray | None = None, *, dtype: str, hbm_extra: np.ndarray | float = 0.0) -> int:
+        """`dtype`: the layer type whose matmul format the cube op runs in."""
+        return add_compute(tr, ranks, cost, name=name, stream=stream, deps=deps, scale=scale,
+                           dtype=self.costs.dtypes.get(dtype, ""), hbm_extra=hbm_extra)[-1]
 
-    def _routing_sample(self, n: int, tokens: int, mode: str, index: int) -> tuple[np.ndarray, np.ndarray]:
-        key = (n, tokens, mode)
+    def _routing_sample(self, phase: str, n: int, tokens: int, mode: str, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(token copies between dies, weighted expert rows per die) of one routing draw, through
+        the phase's expert placement."""
+        key = (phase, n, tokens, mode)
         samples = self._routing.get(key)
         if samples is None:
             rng = np.random.default_rng([self.seed, n, tokens, 0 if mode == "ht" else 1])
             samples = []
+            pl = self.costs.placement[phase]
             for _ in range(ROUTING_SAMPLES):
-                choice = route(tokens, n, self.costs.experts, self.costs.top_k, self.weights, rng)
-                per_expert = copies_matrix(choice, n, self.costs.experts, per_expert=True)
-                disp = per_expert if mode == "ll" else copies_matrix(choice, n, self.costs.experts, False)
-                samples.append((disp, per_expert))
+                choice = route(tokens, n, self.costs.experts, self.costs.top_k, self.weights, rng, placed=True)
+                dest, weight = pl.destinations(choice)
+                disp, rows = copies(dest, weight, n, per_expert=mode == "ll")
+                samples.append((disp, rows))
             self._routing[key] = samples
         return samples[index % ROUTING_SAMPLES]
 

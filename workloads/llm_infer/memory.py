@@ -33,8 +33,11 @@ from stratacl.memory import DieMemory, GiB, MemEvent, OutOfMemoryError
 from stratacl.memory.communicators import Communicator, MoeWindows
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import Library
+from workloads.common.cost import Cost
 from workloads.common.routing import by_rank
+from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.tensors import ServingTensors
+from workloads.modelcost import ModelCosts
 
 # vLLM-Ascend's buffer sizes per process group (vllm_ascend/utils.py, get_hccl_config_for_pg_options):
 # 200 MiB by default; the DP group max(ceil((dp + 1) * 4 B / MiB), 50) MiB; the MoE (MC2) group none
@@ -84,6 +87,27 @@ class StepMemory:
     maps: int = 0  # map events during the iteration (registration-on-allocation remaps)
     lookups: int = 0  # JIT cache lookups (dispatch / combine receive buffers)
     misses: int = 0
+def weight_bytes_per_die(mc: ModelCosts, ep: int, costs: ServingCosts | None = None, phase: str = "") -> float:
+    """Weights of one die's shard, each weight class in its numeric format (workload.model.quant).
+    With `costs`, the experts follow its `phase` placement: the fullest die's slots (routed,
+    redundant and shared-expert replicas) plus the non-expert weights every die holds."""
+    if costs is None or not costs.experts:
+        return float(sum(mc.weight_bytes_by_role(tp=1, ep=ep).values()))
+    by_role = mc.weight_bytes_by_role(tp=1, ep=1)
+    rest = sum(v for k, v in by_role.items() if k not in ("moe_experts", "shared_experts"))
+    _, _, experts = costs.moe_per_die(phase, Cost(), 0.0, np.zeros(costs.placement[phase].ep))
+    return float(rest + costs.n_moe_layers * experts.max())
+
+
+def expert_scale(mc: ModelCosts, ep: int, costs: ServingCosts, phase: str) -> float:
+    """Expert bytes on the fullest die of the `phase` placement (redundant and shared-expert
+    replicas) over those of a plain EP shard: scales the die's expert tensors."""
+    roles = mc.weight_bytes_by_role(tp=1, ep=ep)
+    plain = roles.get("moe_experts", 0.0) + roles.get("shared_experts", 0.0)
+    if plain <= 0:
+        return 1.0
+    placed = weight_bytes_per_die(mc, ep, costs, phase) - (sum(roles.values()) - plain)
+    return placed / plain
 
 
 class ServingDie:
@@ -91,8 +115,9 @@ class ServingDie:
 
     def __init__(self, tensors: ServingTensors, library: Library, cfg: LlmInferConfig, role: str, dp: int,
                  hbm_bytes: float, *, weights: np.ndarray | None, seed: int, mtp_layer: bool,
-                 instance: int = 0) -> None:
+                 instance: int = 0, expert_scale: float = 1.0) -> None:
         self.t = tensors
+        self.expert_scale = expert_scale
         self.role = role
         self.library = library
         comms = communicators(role, dp, tensors, cfg)
@@ -138,7 +163,7 @@ class ServingDie:
     # ------------------------------------------------------------------ start-up
     def _start_up(self, hbm: float, profile_tokens: int, dp: int, utilisation: float) -> MemoryPlan:
         a, s = self.alloc, self.alloc.stats
-        for i, nbytes in enumerate(self.t.weight_tensors()):
+        for i, nbytes in enumerate(self._weight_tensors()):
             self.live[f"w{i}"] = a.malloc(nbytes, 0.0)
         weights = s.allocated_bytes
         verify = self._verify()
@@ -159,6 +184,15 @@ class ServingDie:
         return MemoryPlan(hbm, self.comm_bytes, self.pool_bytes, float(weights), float(activations), kv,
                           float(s.reserved_bytes_peak), float(s.fragmentation_bytes),
                           a.cfg.expandable_segments)
+
+    def _weight_tensors(self) -> list[int]:
+        """The shard's weight tensors, each in its class's format (tensors.py); the expert tensors
+        scaled to the fullest die's slots of the role's placement (`expert_scale`, placement.py)."""
+        sizes = self.t.weight_tensors()
+        if self.expert_scale == 1.0:
+            return sizes
+        ids = set(self.t.expert_tensor_ids())
+        return [int(round(b * self.expert_scale)) if i in ids else b for i, b in enumerate(sizes)]
 
     def _kv_slack(self) -> int:
         """Rounding of the per-layer KV tensors to whole segments (2 MiB each)."""
@@ -289,3 +323,41 @@ def _split(tokens: int, mbs: int) -> tuple[int, ...]:
     if mbs == 1:
         return (tokens,)
     return (tokens - tokens // 2, tokens // 2)
+# ---------------------------------------------------------------- fixed shapes (mode=fixed)
+COMMUNICATORS_PER_RANK = 2  # the EP communicator and the instance-wide (DP) one
+
+
+@dataclass(frozen=True)
+class HbmPlan:
+    """A die's HBM at one fixed shape, in closed form (workload.mode=fixed, fixed.py): weights in
+    their formats and placement, one layer's working buffers, what the library holds; the rest is
+    KV cache. Serving (mode=serve) runs the allocator instead (ServingDie)."""
+
+    hbm_bytes: float
+    weight_bytes: float
+    activation_bytes: float
+    library_bytes: float
+
+    @property
+    def kv_bytes(self) -> float:
+        return self.hbm_bytes - self.weight_bytes - self.activation_bytes - self.library_bytes
+
+
+def activation_workspace(mc: ModelCosts, tokens: int) -> float:
+    """Working buffers of one layer for `tokens` tokens: residual in/out plus the dispatch and
+    combine buffers that hold top-k copies of each token (an estimate)."""
+    top_k = int(mc.moe_info().get("top_k", 0) or 0)
+    return float(tokens * mc.cfg.hidden_size * mc.dtype_bytes * (2 + 2 * top_k))
+
+
+def die_memory(mc: ModelCosts, ep: int, reserve_tokens: int, library: Library, hbm_bytes: float,
+               role: str, costs: ServingCosts | None = None) -> HbmPlan:
+    mem = HbmPlan(hbm_bytes, weight_bytes_per_die(mc, ep, costs, role), activation_workspace(mc, reserve_tokens),
+                    library.held_memory_bytes(COMMUNICATORS_PER_RANK, "inference"))
+    if mem.kv_bytes <= 0:
+        raise ConfigError(f"workload.layout.{role}_ep",
+                          f"the model does not fit: {mem.weight_bytes / 1e9:.1f} GB weights + "
+                          f"{mem.activation_bytes / 1e9:.1f} GB activations + {mem.library_bytes / 1e9:.1f} GB "
+                          f"held by '{library.name}' exceed {hbm_bytes / 1e9:.0f} GB HBM per die",
+                          "raise the EP size, lower the fixed shapes (workload.fixed) or use a larger fabric")
+    return mem

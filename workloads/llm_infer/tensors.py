@@ -70,7 +70,12 @@ class ServingTensors:
     # ------------------------------------------------------------------ start-up
     def weight_tensors(self) -> list[int]:
         """Bytes of every weight tensor of the die, in load order."""
-        return _weights(self.mc, self.shard)
+        return [b for b, _ in _weights(self.mc, self.shard)]
+
+    def expert_tensor_ids(self) -> list[int]:
+        """Positions in `weight_tensors` of the routed and shared experts' tensors (what an expert
+        placement replicates)."""
+        return [i for i, (_, expert) in enumerate(_weights(self.mc, self.shard)) if expert]
 
     def kv_tensors(self, total_bytes: float) -> list[int]:
         """The KV cache split over the layers by their measured KV bytes per token."""
@@ -113,22 +118,36 @@ def _layer(mc: ModelCosts, shard: torch.nn.Module, attention: str, ffn: str) -> 
     return Layer(attention, ffn, outs, inter)
 
 
-def _weights(mc: ModelCosts, shard: torch.nn.Module) -> list[int]:
+@lru_cache(maxsize=8)
+def _weights(mc: ModelCosts, shard: torch.nn.Module) -> tuple[tuple[int, bool], ...]:
+    """(bytes, is an expert tensor) of each weight tensor in load order, each in its class's
+    numeric format (workload.model.quant, as ModelCosts.weight_bytes_by_role weighs them): norms
+    and the router stay in the model's dtype."""
     layout = mc._layout
-    out = [_nbytes(p) for p in base_model(shard).embed_tokens.parameters()]
+    f = lambda p, cls: _nbytes(p, mc, cls)  # noqa: E731
+    out = [(f(p, "embedding"), False) for p in base_model(shard).embed_tokens.parameters()]
     for attention, ffn in zip(layout.attention, layout.ffn, strict=True):
         a = rep_layer(shard, layout.reps[attention])
-        f = rep_layer(shard, layout.reps[ffn])
-        out += [_nbytes(p) for n, p in a.named_parameters() if not n.startswith("mlp.")]
-        out += [_nbytes(p) for _, p in f.mlp.named_parameters()]
-    out += [_nbytes(p) for n, p in base_model(shard).named_parameters()
+        fl = rep_layer(shard, layout.reps[ffn])
+        out += [(f(p, None if "norm" in n else "attention_weights"), False) for n, p in a.named_parameters()
+                if not n.startswith("mlp.")]
+        for n, p in fl.mlp.named_parameters():
+            if n.startswith("gate."):  # the router
+                out.append((f(p, None), False))
+            elif ffn == "moe":
+                out.append((f(p, "expert_weights"), n.startswith(("experts.", "shared_experts."))))
+            else:
+                out.append((f(p, "dense_weights"), False))
+    out += [(f(p, None), False) for n, p in base_model(shard).named_parameters()
             if not n.startswith(("layers.", "embed_tokens."))]
-    out += [_nbytes(p) for p in shard.lm_head.parameters()]
-    return [b for b in out if b > 0]
+    out += [(f(p, "embedding"), False) for p in shard.lm_head.parameters()]
+    return tuple((b, e) for b, e in out if b > 0)
 
 
-def _nbytes(p: torch.Tensor) -> int:
-    return int(p.numel() * p.element_size())
+def _nbytes(p: torch.Tensor, mc: ModelCosts | None = None, cls: str | None = None) -> int:
+    """Bytes of a parameter; with a weight class, in that class's format instead of the shard's dtype."""
+    per = float(p.element_size()) if mc is None or cls is None else mc.formats.bytes(cls, mc.dtype_bytes)
+    return int(round(p.numel() * per))
 
 
 def _attn_ops(t: ServingTensors, layer: Layer, m: int, tok: int) -> list[tuple]:

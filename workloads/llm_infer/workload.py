@@ -14,13 +14,16 @@ from stratacl.metrics import percentile
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.model import model_costs
+from workloads.common.routing import expert_weights
 from workloads.llm_infer.capacity import population, slo_capacity
 from workloads.llm_infer.costs import ServingCosts
+from workloads.llm_infer.fixed import run_fixed
 from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, IterationModel, bucket
-from workloads.llm_infer.memory import ServingDie
+from workloads.llm_infer.memory import ServingDie, expert_scale
 from workloads.llm_infer.requests import Requests, describe, generate, pool
 from workloads.llm_infer.serving import ServingSim, decode_batch_cap
 from workloads.llm_infer.tensors import ServingTensors
+from workloads.modelcost import ModelCosts
 
 GiB = 2**30
 # closed-loop request pool beyond the population: completions over the run at up to this rate
@@ -34,6 +37,8 @@ def estimate(cfg: LlmInferConfig) -> RunSize:
     at its batch cap)."""
     resolve_layout(cfg)
     r = cfg.requests
+    if cfg.mode == "fixed":
+        return RunSize()  # one decode and one prefill iteration at fixed shapes: no requests
     n = 0.0 if r.arrival == "csv" else r.rate * r.duration_s * 1.5 + 50  # a user's table is bounded by its file
     if cfg.capacity.saturation:
         lay = cfg.layout
@@ -54,6 +59,14 @@ def resolve_layout(cfg: LlmInferConfig) -> None:
                           f"prefill instances of {lay.prefill_dp} leave {left}, not a positive multiple of "
                           f"decode_dp {lay.decode_dp}", "choose prefill_instances / total_dies that divide")
     lay.decode_instances = left // lay.decode_dp
+
+
+def serving_costs(mc: ModelCosts, cfg: LlmInferConfig, seed: int) -> ServingCosts:
+    """Per-die costs on the configured layout; an EPLB placement balances the run's expert popularity."""
+    e = int(mc.moe_info().get("n_routed_experts", 0))
+    shares = expert_weights(e, cfg.skew, cfg.zipf_s, seed=seed) if e else None
+    return ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, cfg.requests.input_mean,
+                        layout=cfg.layout, shares=shares)
 
 
 def validate_layout(cfg: LlmInferConfig, world: int) -> None:
@@ -96,9 +109,11 @@ class Serving:
         lay, cfg = self.cfg.layout, self.cfg
         n = getattr(lay, f"{role}_instances") if drive_all else 1
         dp = getattr(lay, f"{role}_dp")
+        # the weights in their formats, the experts as the role's placement puts them (EPLB replicas)
+        scale = expert_scale(self.costs.mc, getattr(lay, f"{role}_ep"), self.costs, role)
         return [ServingDie(self.tensors[role], self.ctx.libraries[library], cfg, role, dp, self.ctx.fabric.hbm_bytes,
                            weights=self.iters.weights, seed=self.ctx.seed, mtp_layer=cfg.scheduler.mtp and role == "decode",
-                           instance=i) for i in range(n)]
+                           instance=i, expert_scale=scale) for i in range(n)]
 
     def serve(self, library: str, reqs: Requests, what: str = "serve", closed_loop: int = 0,
               until_s: float | None = None) -> tuple[ServingSim, list[ServingDie]]:
@@ -234,13 +249,15 @@ def run(ctx: RunContext) -> WorkloadResult:
     ctx.progress.phase("model costs", total=1, unit="model")
     mc = model_costs(cfg.model, cfg.cache_dir)
     ctx.progress(1)
-    costs = ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, cfg.requests.input_mean)
+    costs = serving_costs(mc, cfg, ctx.seed)
     kv_tok = float(mc.kv_bytes_per_token())
     reqs = generate(cfg.requests, ctx.seed)
     lay = cfg.layout
     first_decode = lay.prefill_instances * lay.prefill_dp  # decode instances follow the prefill ones
     iters = IterationModel(ctx, costs, cfg, kv_bytes_per_token=kv_tok,
                            decode_dies=tuple(range(first_decode, first_decode + lay.decode_dp)))
+    if cfg.mode == "fixed":
+        return run_fixed(ctx, cfg, costs, iters, kv_tok)
     serving = Serving(ctx, cfg, costs, iters, kv_tok)
     req_frames, iter_frames, slo_frames, metrics, timelines, notes = [], [], [], {}, {}, []
     for library in ctx.libraries:

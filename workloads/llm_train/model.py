@@ -31,13 +31,14 @@ def model_ref(cfg: LlmTrainConfig) -> ModelRef:
     overrides = dict(cfg.model_overrides)
     if cfg.num_layers:
         overrides["num_hidden_layers"] = int(cfg.num_layers)
-    return ModelRef(preset=cfg.model, overrides=overrides, dtype_bytes=cfg.dtype_bytes)
+    return ModelRef(preset=cfg.model, overrides=overrides, dtype_bytes=cfg.dtype_bytes, attention=cfg.attention,
+                    quant=cfg.quant)
 
 
 def model_costs(cfg: LlmTrainConfig) -> tuple[ModelCosts, ModelCosts]:
     """(uniform-routing costs, Zipf-probe costs) for the configured model, cached per process."""
     ref = model_ref(cfg)
-    fields = {"field": "workload.model_overrides", "preset_field": "workload.model"}
+    fields = {"field": "workload.model_overrides", "preset_field": "workload.model", "quant_field": "workload.quant"}
     return load_model_costs(ref, **fields), load_model_costs(ref, routing=_PROBE, **fields)
 
 

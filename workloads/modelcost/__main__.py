@@ -7,6 +7,7 @@ import sys
 
 import pandas as pd
 
+from .attention import ATTENTION_MODES
 from .config import load_model_yaml
 from .costs import ModelCosts
 from .errors import CostInputError, ModelConfigError
@@ -24,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="deepseek_v4_flash", help="name of a conf/model/*.yaml")
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--ep", type=int, default=1)
+    p.add_argument("--attention", choices=ATTENTION_MODES, default=None,
+                   help="production kernels (default) or transformers' reference computation")
     raw = sys.argv[1:] if argv is None else argv
     # Accept the Hydra-style `model=<name>` as well as `--model <name>`.
     flat: list[str] = []
@@ -31,12 +34,13 @@ def main(argv: list[str] | None = None) -> int:
         flat += ["--model", a.split("=", 1)[1]] if a.startswith("model=") else [a]
     args = p.parse_args(flat)
     try:
-        mc = ModelCosts(load_model_yaml(args.model))
+        mc = ModelCosts(load_model_yaml(args.model), attention=args.attention)
         table = mc.costs_table([{**s, "tp": args.tp, "ep": args.ep} for s in DEFAULT_SHAPES])
     except (ModelConfigError, CostInputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(f"{args.model}: {mc.total_params() / 1e9:.2f} B params, layer types {mc.layer_types()}")
+    print(f"{args.model}: {mc.total_params() / 1e9:.2f} B params, layer types {mc.layer_types()}, "
+          f"attention {mc.attention}")
     print(f"KV bytes/token {mc.kv_bytes_per_token()}, activation bytes/token {mc.activation_bytes_per_token()}")
     for col in ("cube_flops", "vector_flops"):
         table[col] = table[col] / 1e9

@@ -17,6 +17,7 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, PretrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+from .attention import ATTENTION_KEY, ATTENTION_MODES
 from .errors import ModelConfigError
 
 CONF_MODEL_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
@@ -67,8 +68,14 @@ def load_model_config(
     overrides: dict[str, Any] | None = None,
     config_json: str | None = None,
 ) -> PretrainedConfig:
-    """A transformers config from `model_type` (+ `overrides`) or from a `config.json` path."""
+    """A transformers config from `model_type` (+ `overrides`) or from a `config.json` path.
+
+    `overrides` may also hold `modelcost_attention: production|reference`, which is not passed
+    to transformers but set on the returned config for `ModelCosts`."""
     overrides = dict(overrides or {})
+    attention = overrides.pop(ATTENTION_KEY, None)
+    if attention is not None and attention not in ATTENTION_MODES:
+        raise ModelConfigError(f"overrides.{ATTENTION_KEY}: {attention!r}; valid options: {', '.join(ATTENTION_MODES)}")
     base: dict[str, Any] = {}
     if config_json is not None:
         path = Path(config_json)
@@ -106,6 +113,8 @@ def load_model_config(
         msg = " ".join(str(e).split())
         raise ModelConfigError(f"overrides: {cfg_cls.__name__} rejected the values: {msg}") from None
     _check_sizes(cfg, "config_json" if config_json is not None and not overrides else "overrides")
+    if attention is not None:
+        setattr(cfg, ATTENTION_KEY, attention)
     return cfg
 
 
@@ -140,9 +149,12 @@ def load_model_yaml(name: str, conf_dir: str | Path | None = None) -> Pretrained
 
 
 def config_from_node(node: dict[str, Any], where: str = "model") -> PretrainedConfig:
-    """Config from a Hydra `model` node: {model_type, overrides, config_json}."""
-    allowed = {"model_type", "overrides", "config_json", "name"}
+    """Config from a Hydra `model` node: {model_type, overrides, config_json, attention}."""
+    allowed = {"model_type", "overrides", "config_json", "name", "attention"}
     for key in node:
         if key not in allowed:
             raise ModelConfigError(f"{where}: unknown key {key!r}; valid keys: {', '.join(sorted(allowed))}")
-    return load_model_config(node.get("model_type"), node.get("overrides") or {}, node.get("config_json"))
+    overrides = dict(node.get("overrides") or {})
+    if node.get("attention") is not None:
+        overrides.setdefault(ATTENTION_KEY, node["attention"])
+    return load_model_config(node.get("model_type"), overrides, node.get("config_json"))

@@ -11,8 +11,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from transformers import PretrainedConfig
 
 from workloads.common.cost import Cost
+from workloads.common.quant import Formats
 from workloads.common.routing import RoutingModel
 
+from .attention import ATTENTION_KEY, ATTENTION_MODES, CoreCost, core_cost
 from .diskcache import DiskCache
 from .errors import CostInputError
 from .fakemodel import (
@@ -29,7 +31,8 @@ from .fakemodel import (
 from .measure import PHASES, Measured, make_shape, measure_shape
 from .sizes import ROLES, count_by_role, count_layer_by_role
 
-CACHE_VERSION = "modelcost-1"
+CACHE_VERSION = "modelcost-3"  # 3: per-class numeric formats
+ATTENTION_CORE_FORMAT = "bf16"  # scores/values over the KV cache: bf16 in W8A8 and FP8 stacks
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,13 @@ def _param_bytes(module: torch.nn.Module) -> int:
 
 
 class ModelCosts:
-    """Costs and sizes of one model, measured from its transformers definition."""
+    """Costs and sizes of one model, measured from its transformers definition.
+
+    attention: "production" (default) prices sparse, windowed and MLA-decode attention as
+    production kernels compute it (`attention.py`); "reference" keeps transformers' dense
+    masked computation. None: the config's `modelcost_attention` attribute (from the override
+    of that name or a model node's `attention` key, see `config.py`), else production.
+    """
 
     def __init__(
         self,
@@ -76,11 +85,19 @@ class ModelCosts:
         routing: RoutingModel | None = None,
         cache_dir: str | None = None,
         bucket: str = "exact",
+        attention: str | None = None,
+        formats: Formats | None = None,
     ) -> None:
         if bucket not in ("exact", "pow2"):
             raise CostInputError(f"bucket: {bucket!r}; valid options: exact, pow2")
+        attention = attention or getattr(hf_config, ATTENTION_KEY, None) or "production"
+        if attention not in ATTENTION_MODES:
+            raise CostInputError(f"attention: {attention!r}; valid options: {', '.join(ATTENTION_MODES)}")
+        self.attention = attention
         self.cfg = hf_config
         self.dtype_bytes = dtype_bytes
+        # numeric format per tensor class: measured bytes (in `dtype`) are rescaled per class
+        self.formats = formats or Formats(native=True)
         self.dtype = torch_dtype(dtype_bytes)
         self.routing = routing or RoutingModel()
         self.bucket = bucket
@@ -89,8 +106,10 @@ class ModelCosts:
         self._mode = FakeTensorMode()
         self._shards: dict[tuple[int, int], torch.nn.Module] = {}
         self._memo: dict[tuple, dict[str, LayerCost]] = {}
+        self._cores: dict[tuple, dict[str, CoreCost]] = {}
         self._disk = DiskCache(cache_dir)
-        self._model_key = f"{CACHE_VERSION}|{dtype_bytes}|{self.routing}|{hf_config.to_json_string(use_diff=False)}"
+        self._model_key = (f"{CACHE_VERSION}|{dtype_bytes}|{self.formats.key()}|{self.routing}|{attention}|"
+                           f"{hf_config.to_json_string(use_diff=False)}")
 
     # ---- structure -------------------------------------------------------------------
     def layer_types(self) -> list[str]:
@@ -184,7 +203,8 @@ class ModelCosts:
             window = max(int(getattr(self.cfg, "sliding_window", 0) or 0), 128)
             ctx, new = 8 * window, 8 * window  # multiples of any compression rate <= 128
             m = self._measure(make_shape("prefill", new, ctx, None), 1, 1)
-            self._kv = {t: m.kv_write[t] // new for t in m.kv_write}
+            kv = self._ratio("kv_cache")
+            self._kv = {t: int(m.kv_write[t] * kv) // new for t in m.kv_write}
         return sum(v * self._layout.count(t) for t, v in self._kv.items())
 
     def kv_bytes_per_token_by_type(self) -> dict[str, int]:
@@ -203,39 +223,74 @@ class ModelCosts:
     # ---- costs -----------------------------------------------------------------------
     def _measure(self, shape, tp: int, ep: int) -> Measured:
         n_exp = self.moe_info()["n_routed_experts"]
-        return measure_shape(self._shard(tp, ep), self._layout, self._mode, shape, self.routing, n_exp, ep)
+        return measure_shape(self._shard(tp, ep), self._layout, self._mode, shape, self.routing, n_exp, ep,
+                             attention=self.attention)
 
     def _weights(self, tp: int, ep: int, layer_type: str, expert_rows: int) -> tuple[int, int]:
-        """(all shard weight bytes, bytes a fused kernel reads: only experts that get rows)."""
+        """(all shard weight bytes, bytes a fused kernel reads: only experts that get rows), each
+        weight class in its format (`self.formats`)."""
         shard = self._shard(tp, ep)
+        r = self._ratio
         if layer_type == "embedding":
-            b = _param_bytes(base_model(shard).embed_tokens)
+            b = int(_param_bytes(base_model(shard).embed_tokens) * r("embedding"))
             return b, b
         if layer_type == "lm_head":
-            b = _param_bytes(shard.lm_head) + _param_bytes(base_model(shard).norm)
+            b = int(_param_bytes(shard.lm_head) * r("embedding")) + _param_bytes(base_model(shard).norm)
             return b, b
         layer = rep_layer(shard, self._layout.reps[layer_type])
         if layer_type.startswith("attention"):
-            b = _param_bytes(layer.self_attn)
+            b = int(_param_bytes(layer.self_attn) * r("attention_weights"))
             return b, b
         total = _param_bytes(layer.mlp)
         if not is_moe(layer.mlp):
-            return total, total
+            b = int(total * r("dense_weights"))
+            return b, b
         experts = _param_bytes(layer.mlp.experts)
+        shared_mod = getattr(layer.mlp, "shared_experts", None) or getattr(layer.mlp, "shared_expert", None)
+        shared = _param_bytes(shared_mod) if shared_mod is not None else 0
+        rest = total - experts - shared  # router (and its bias) stays in the model's dtype
         e_local = layer.mlp.experts.gate_up_proj.shape[0]
         hit = e_local * (1.0 - (1.0 - 1.0 / e_local) ** expert_rows)
-        return total, int(total - experts + experts * hit / e_local)
+        re = r("expert_weights")
+        return (int(rest + (experts + shared) * re),
+                int(rest + shared * re + experts * re * hit / e_local))
+
+    def _ratio(self, cls: str) -> float:
+        return self.formats.ratio(cls, self.dtype_bytes)
+
+    def weight_bytes_by_role(self, tp: int = 1, ep: int = 1) -> dict[str, float]:
+        """Weight bytes per role on one TP/EP shard, each role in its class's format (norms and
+        router stay in the model's dtype)."""
+        cls = {"embedding": "embedding", "lm_head": "embedding", "attention": "attention_weights",
+               "dense_mlp": "dense_weights", "moe_experts": "expert_weights", "shared_experts": "expert_weights"}
+        out = {}
+        for role, v in self.param_counts(tp=tp, ep=ep).items():
+            b = self.formats.bytes(cls[role], self.dtype_bytes) if role in cls else float(self.dtype_bytes)
+            out[role] = float(v["per_tp_ep_shard"]) * b
+        return out
+
+    def matmul_formats(self) -> dict[str, str]:
+        """Format each layer type's matmuls run in (its projections; the attention core is
+        `ATTENTION_CORE_FORMAT`): picks the die's cube peak."""
+        f = self.formats
+        out = {}
+        for t in self.layer_types():
+            if t.startswith("attention"):
+                out[t] = f.matmul("attention_weights")
+            elif t == "moe":
+                out[t] = f.matmul("expert_weights")
+            elif t == "dense_mlp":
+                out[t] = f.matmul("dense_weights")
+            else:  # embedding gather, LM head in the embedding format
+                out[t] = "bf16" if f.native else f.embedding
+        return out
 
     def costs_for_shape(
         self, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1, ep: int = 1,
         seq_len: int | None = None,
     ) -> dict[str, LayerCost]:
         """Every layer type's cost at one shape (one measured forward/backward, cached)."""
-        if self.bucket == "pow2":
-            tokens, context = _pow2(tokens), _pow2(context) if context else 0
-            seq_len = _pow2(seq_len) if seq_len else None
-        shape = make_shape(phase, tokens, context, seq_len)
-        key = (shape.phase, shape.tokens, shape.context, shape.seq_len, tp, ep)
+        shape, key = self._shape_key(tokens, context, phase, tp, ep, seq_len)
         if key in self._memo:
             return self._memo[key]
         disk_key = f"{self._model_key}|{key}"
@@ -248,29 +303,52 @@ class ModelCosts:
         self._memo[key] = result
         return result
 
+    def _shape_key(self, tokens: int, context: int, phase: str, tp: int, ep: int, seq_len: int | None):
+        if self.bucket == "pow2":
+            tokens, context = _pow2(tokens), _pow2(context) if context else 0
+            seq_len = _pow2(seq_len) if seq_len else None
+        shape = make_shape(phase, tokens, context, seq_len)
+        return shape, (shape.phase, shape.tokens, shape.context, shape.seq_len, tp, ep)
+
     def _compute(self, shape, tp: int, ep: int) -> dict[str, LayerCost]:
         m = self._measure(shape, tp, ep)
         io = m  # a backward measurement records its (untagged) forward's module boundaries too
+        cores = {t: core_cost(r.structure, r.call, shape.phase, shape.n_seq, shape.q_len, shape.context,
+                              self.dtype_bytes) for t, r in m.attn.items()}
+        self._cores[(shape.phase, shape.tokens, shape.context, shape.seq_len, tp, ep)] = cores
         out = {}
         for t in self.layer_types():
             tot = m.totals.get(t)
             if tot is None:
                 raise CostInputError(f"layer_type: {t!r} saw no ops at {shape} (model structure not recognised)")
+            core = cores.get(t)
             w_all, w_read = self._weights(tp, ep, t, m.expert_rows)
             acts = io.act_in.get(t, 0) + io.act_out.get(t, 0)
             if shape.phase == "train_bwd":
                 fused = 2 * w_read + 2 * acts
             else:
-                fused = w_read + acts + m.kv_read.get(t, 0) + m.kv_write.get(t, 0)
+                kv_read = m.kv_read.get(t, 0) - (core.kv_unread_bytes if core else 0)
+                fused = w_read + acts + (max(kv_read, 0) + m.kv_write.get(t, 0)) * self._ratio("kv_cache")
             out[t] = LayerCost(
-                cube_flops=tot.cube_flops,
-                vector_flops=tot.vector_flops,
-                hbm_bytes=tot.hbm_bytes,
+                cube_flops=tot.cube_flops + (core.cube_flops if core else 0),
+                vector_flops=tot.vector_flops + (core.vector_flops if core else 0),
+                hbm_bytes=tot.hbm_bytes + (core.hbm_bytes if core else 0),
                 hbm_bytes_fused=int(fused),
                 weight_bytes=w_all,
                 activation_bytes_out=io.act_out.get(t, 0),
             )
         return out
+
+    def attention_cores(
+        self, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1, ep: int = 1,
+        seq_len: int | None = None,
+    ) -> dict[str, CoreCost]:
+        """The closed-form kernel part of each replaced attention layer type at one shape
+        (empty in reference mode or for dense attention). Included in `layer_cost`."""
+        shape, key = self._shape_key(tokens, context, phase, tp, ep, seq_len)
+        if key not in self._cores:
+            self._compute(shape, tp, ep)
+        return dict(self._cores[key])
 
     def layer_cost(
         self, layer_type: str, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1,

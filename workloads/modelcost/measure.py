@@ -6,6 +6,8 @@ the attention block (norm + attention + residual glue), the rest to the FFN bloc
 model's prologue (embedding lookup, rotary, masks) to "embedding"; the final norm and head
 to "lm_head". In backward, full-backward pre-hooks set the same tags as autograd reaches
 each module. Decode first fills a KV cache of `context` tokens (not counted).
+With `attention="production"` the attention kernels of sparse, windowed and MLA-decode
+layers are cut out (`attn_hooks.py`) and their call records returned for `attention.py`.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from workloads.common.routing import RoutingModel
 
+from .attention import ATTENTION_MODES
+from .attn_hooks import KernelHooks, Record
 from .counter import OpCounter, OpTotals
 from .errors import CostInputError
-from .fakemodel import LayerLayout, base_model, decoder_layers, is_moe
+from .fakemodel import LayerLayout, base_model, decoder_layers, is_moe, rep_layer
 
 PHASES = ("prefill", "decode", "train_fwd", "train_bwd")
 _FFN_ENTRY = ("post_attention_layernorm", "ffn_hc", "pre_feedforward_layernorm", "mlp")
@@ -68,6 +72,7 @@ class Measured:
     kv_read: dict[str, int] = field(default_factory=dict)   # cache bytes before the step
     kv_write: dict[str, int] = field(default_factory=dict)  # cache growth in the step
     expert_rows: int = 0
+    attn: dict[str, Record] = field(default_factory=dict)   # layers whose kernel was cut out
 
 
 def _first_tensor(x) -> torch.Tensor | None:
@@ -209,8 +214,10 @@ def _forward(model: nn.Module, ids: torch.Tensor, cache, use_cache: bool, head_l
 
 def measure_shape(
     model: nn.Module, layout: LayerLayout, mode: FakeTensorMode, shape: Shape, routing: RoutingModel,
-    n_experts: int, ep: int,
+    n_experts: int, ep: int, attention: str = "reference",
 ) -> Measured:
+    if attention not in ATTENTION_MODES:
+        raise CostInputError(f"attention: {attention!r}; valid options: {', '.join(ATTENTION_MODES)}")
     sink: list = []
     originals = {}
     for i, layer in enumerate(decoder_layers(model)):
@@ -220,8 +227,10 @@ def measure_shape(
     counter = OpCounter()
     train = shape.phase.startswith("train")
     tagger = _Tagger(model, layout, counter, backward=shape.phase == "train_bwd")
+    reps = {t: rep_layer(model, i).self_attn for t, i in layout.reps.items() if t.startswith("attention")}
+    hooks = KernelHooks(model, reps if attention == "production" else {}, counter, shape.phase)
     try:
-        with mode, torch.set_grad_enabled(train):
+        with mode, torch.set_grad_enabled(train), hooks:
             cache = None
             before: dict[int, int] = {}
             if shape.context:
@@ -244,9 +253,14 @@ def measure_shape(
                         counter.tag = tag
                         if y.requires_grad:
                             torch.autograd.backward([y], [torch.empty_like(y)])
+                    # Drop the gradients: a second measurement on this shard would otherwise
+                    # accumulate into them (add_ instead of a fresh write) and price differently.
+                    for p in model.parameters():
+                        p.grad = None
                 counter.tag = None
             m = Measured(dict(counter.totals), dict(tagger.act_in), dict(tagger.act_out))
             m.expert_rows = sink[0][0] if sink else 0
+            m.attn = hooks.by_tag()
             if cache is not None and not train:
                 for tag, i in layout.reps.items():
                     if tag.startswith("attention"):

@@ -1,0 +1,103 @@
+"""Kernel kinds from the model-cost measurement, and the interference experiment's mechanics."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import make_library
+
+from stratacl.config import DataPath, ExpansionMode, Mover
+from stratacl.engine.replay import simulate
+from stratacl.schemas.interference import InterferenceConfig
+from stratacl.trace import Trace
+from workloads.common.kernels import (
+    INFERENCE_FUSED,
+    TRAINING_FUSED,
+    add_kernels,
+    split,
+    stream_limits,
+)
+from workloads.interference import LayerWork, _figures, build_trace
+from workloads.llm_train.blocks import Cost, ModelPlan, SubBlock, Unit
+from workloads.llm_train.layout import Layout
+
+
+def test_kernel_rule() -> None:
+    # fused attention: one mixed kernel carrying both FLOP kinds and the fused bytes
+    (k,) = split("attention", 4e12, 1e10, 6e8, 9e8, TRAINING_FUSED)
+    assert (k.kind, k.cube_flops, k.vector_flops, k.hbm_bytes) == ("mixed", 4e12, 1e10, 6e8)
+    assert split("attention_sparse", 1.0, 1.0, 0.0, fused=TRAINING_FUSED)[0].kind == "mixed"
+    # training MoE is unfused: grouped matmul on the cube, SwiGLU on the vector cores with the
+    # intermediates the fused count leaves out
+    cube, vec = split("moe", 3e12, 2e9, 5e8, 8e8, TRAINING_FUSED)
+    assert (cube.kind, vec.kind, vec.hbm_bytes, vec.suffix) == ("cube", "vector", pytest.approx(3e8), ".vec")
+    assert split("moe", 3e12, 2e9, 5e8, 8e8, INFERENCE_FUSED)[0].kind == "mixed"
+    assert split("shared_experts", 3e12, 2e9, 5e8, fused=INFERENCE_FUSED)[1].kind == "vector"
+    assert [k.kind for k in split("router", 0.0, 1e6, 1e5)] == ["vector"]
+    assert [k.kind for k in split("lm_head", 1e12, 0.0, 1e9)] == ["cube"]
+    assert split("embedding", 0.0, 0.0, 0.0) == []
+
+
+def test_add_kernels_and_layouts(cm384) -> None:  # noqa: ANN001
+    tr = Trace(world_size=2)
+    ids = add_kernels(tr, [0, 1], split("dense_mlp", 2e12, 1e9, 1e8), name="mlp", stream="s")
+    assert [tr.ops[i].core for i in ids] == ["cube", "vector"] and tr.ops[ids[1]].deps == (ids[0],)
+    m = add_kernels(tr, [0, 1], split("attention", 2e12, 1e9, 1e8), name="attn", stream="s", scale=2.0)
+    assert tr.ops[m[0]].vector_flops == (2e9,)
+    assert stream_limits("cloudmatrix_tbo", ("x", "y")) == {"x": (16, 32), "y": (8, 16)}
+    assert stream_limits("none", ("x", "y")) == {}
+    tr.validate()
+
+
+def _work() -> LayerWork:
+    """A layer with a fused attention (cube-bound, 10 ms) and unfused dense MLP on 8 dies."""
+    attn = SubBlock("attention", Cost(3.76e12, 1e10, 1e8), Cost(7.52e12, 2e10, 2e8))
+    mlp = SubBlock("dense_mlp", Cost(3.76e12, 1e9, 1e8), Cost(7.52e12, 2e9, 2e8))
+    unit = Unit("layer0", (attn, mlp), params=2_000_000_000)
+    plan = ModelPlan((unit,), hidden=4096, tokens=4096)
+    return LayerWork(unit, plan, Layout(dies=8, fsdp=8, tp=1, ep=1))
+
+
+def test_held_vector_cores_slow_the_mixed_kernel_not_the_matmul(cm384) -> None:  # noqa: ANN001
+    cfg = InterferenceConfig(dies=8, fsdp=8, tp=1, ep=1)
+    work = _work()
+    tr_c, tag_c = build_trace(cfg, work, compute=True, comm=False)
+    tr_b, tag_b = build_trace(cfg, work, compute=True, comm=True)
+    tr_x, _ = build_trace(cfg, work, compute=False, comm=True)
+    kinds = [op.core for op in tr_c.ops]
+    assert kinds == ["mixed", "cube", "vector", "cube", "vector", "mixed"]  # fwd, then bwd reversed
+    aiv = make_library(cm384, "hccl", data_path=DataPath.pool, expansion_mode=ExpansionMode.aiv)
+    ai_cpu = make_library(cm384, "hccl", data_path=DataPath.pool)
+    out = {}
+    for name, lib in (("aiv", aiv), ("ai_cpu", ai_cpu)):
+        c, x, b = simulate(tr_c, lib), simulate(tr_x, lib), simulate(tr_b, lib, check=True)
+        out[name] = (_figures(c, x, b, tag_c, tag_b, 8), b)
+    m_aiv, b_aiv = out["aiv"]
+    m_cpu, _ = out["ai_cpu"]
+    # the forward all-gather overlaps the first (mixed) kernel: 24 of 48 AIVs held → half its groups
+    first = b_aiv.end[0] - b_aiv.start[0]
+    assert first > 1.4 * 10e-3
+    assert m_aiv["concurrent_compute_slowdown"] == pytest.approx(1.0, rel=0.02)  # rate ½ while overlapped
+    assert m_aiv["compute_slowdown"] > 0.05
+    # AI_CPU moves with SDMA: compute-bound kernels keep their cores (HBM far from saturated)
+    assert abs(m_cpu["compute_slowdown"]) < 1e-9
+    assert m_cpu["step_vs_back_to_back"] < 1.0  # overlap hides the collectives
+
+
+def test_interference_layer_index_is_checked(monkeypatch) -> None:  # noqa: ANN001
+    from stratacl.errors import ConfigError
+    from workloads import interference
+
+    work = _work()
+    monkeypatch.setattr(interference, "build_plan", lambda *_a, **_k: work.plan)  # no model measurement
+    with pytest.raises(ConfigError, match="workload.layer"):
+        interference.layer_work(InterferenceConfig(layer=7))
+    assert interference.layer_work(InterferenceConfig(layer=-1)).unit is work.unit
+
+
+def test_stream_layout_limits_reach_the_trace(cm384) -> None:  # noqa: ANN001
+    cfg = InterferenceConfig(dies=8, fsdp=8, tp=1, ep=1, stream_layout="cloudmatrix_tbo")
+    tr, _ = build_trace(cfg, _work(), compute=True, comm=True)
+    assert tr.stream_cores == {"main": (16, 32), "fsdp_ag": (8, 16)}
+    lib = make_library(cm384, "hccl", data_path=DataPath.pool, mover=Mover.vector_cores)
+    res = simulate(tr, lib, check=True)
+    assert res.max_violation < 1e-9

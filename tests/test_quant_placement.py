@@ -1,0 +1,173 @@
+"""Numeric formats per tensor class and expert placement with redundancy (issue 13 items 1, 3, 4)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from helpers import compose_run, make_library
+
+from stratacl.errors import ConfigError
+from stratacl.fabric import Fabric
+from stratacl.schemas.model import ModelRef
+from stratacl.workload_api import RunContext
+from workloads.common.model import model_costs
+from workloads.common.placement import contiguous, copies, eplb
+from workloads.common.quant import FORMAT_BYTES, resolve
+from workloads.common.routing import expert_weights, route
+from workloads.llm_infer.costs import ServingCosts
+from workloads.llm_infer.iteration import IterationModel, payload_bytes
+from workloads.llm_infer.memory import die_memory, weight_bytes_per_die
+from workloads.llm_infer.workload import serving_costs
+
+TINY = {"num_hidden_layers": 3, "first_k_dense_replace": 1, "hidden_size": 256, "intermediate_size": 512,
+        "moe_intermediate_size": 128, "n_routed_experts": 16, "num_experts_per_tok": 4, "n_group": 1,
+        "topk_group": 1, "num_attention_heads": 4, "num_key_value_heads": 4, "kv_lora_rank": 64,
+        "q_lora_rank": 64, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32, "vocab_size": 1024}
+
+
+def tiny(quant: str = "", formats: dict | None = None, **over: int):  # noqa: ANN201
+    return model_costs(ModelRef(preset="deepseek_v3", overrides={**TINY, **over}, quant=quant,
+                                formats=formats or {}))
+
+
+# ---------------------------------------------------------------------------- formats
+def test_weight_bytes_per_die_follow_each_class_format() -> None:
+    bf, w8, w4 = tiny("bf16"), tiny("w8a8"), tiny("w4a8")
+    c = bf.param_counts(tp=1, ep=4)
+    n = {r: v["per_tp_ep_shard"] for r, v in c.items()}
+    bf16_bytes = 2 * sum(n.values())
+    assert weight_bytes_per_die(bf, 4) == pytest.approx(bf16_bytes)
+    # w8a8: experts, attention, dense MLP at 1 byte; embedding, LM head, norms, router at 2
+    one = n["moe_experts"] + n["shared_experts"] + n["attention"] + n["dense_mlp"]
+    assert weight_bytes_per_die(w8, 4) == pytest.approx(bf16_bytes - one)
+    # w4a8: routed + shared experts at int4 with group scales
+    ex = n["moe_experts"] + n["shared_experts"]
+    assert weight_bytes_per_die(w4, 4) == pytest.approx(bf16_bytes - one + ex * (FORMAT_BYTES["int4"] - 1))
+    # the layer costs read the narrower weights too: a weight-bound decode layer reads less
+    moe_bf = bf.layer_cost("moe", 64, context=1024, phase="decode", ep=4).hbm_bytes_fused
+    moe_w8 = w8.layer_cost("moe", 64, context=1024, phase="decode", ep=4).hbm_bytes_fused
+    assert moe_w8 < 0.75 * moe_bf
+
+
+def test_kv_bytes_per_token_follow_the_kv_format() -> None:
+    assert tiny("w8a8").kv_bytes_per_token() == tiny("bf16").kv_bytes_per_token()  # w8a8 keeps a bf16 cache
+    assert tiny("bf16", {"kv_cache": "int8"}).kv_bytes_per_token() == pytest.approx(
+        tiny("bf16").kv_bytes_per_token() / 2, rel=1e-3)
+
+
+def test_dispatch_payload_follows_the_activation_format() -> None:
+    hidden, ratio = TINY["hidden_size"], 0.0714
+    for quant, disp, comb in (("bf16", 2 * hidden, 2 * hidden), ("w8a8", hidden * (1 + ratio), 2 * hidden),
+                              ("fp8", hidden * (1 + ratio), 2 * hidden), ("", hidden * (1 + ratio), 2 * hidden)):
+        costs = ServingCosts(tiny(quant), 4, 4, 1024)
+        assert payload_bytes(costs, ratio) == pytest.approx((disp, comb)), quant
+
+
+def test_matmuls_pick_the_die_peak_of_their_format() -> None:
+    assert tiny("w8a8").matmul_formats()["moe"] == "int8"
+    assert tiny("bf16", {"expert_weights": "int4"}).matmul_formats()["moe"] == "bf16"  # weight-only: dequantised
+    assert tiny("w4a8").matmul_formats()["moe"] == "int8"
+    ascend = Fabric(compose_run([]).fabric)
+    assert ascend.cube_peak("int8") == pytest.approx(2 * ascend.cube_peak("bf16"))
+    assert ascend.cube_format("fp8") == "bf16"  # the 910C has no FP8: dequantised to bf16
+    assert ascend.cube_format("int4") == "int8"
+    b200 = Fabric(compose_run(["fabric=dgx_b200"]).fabric)
+    assert b200.cube_peak("fp8") == pytest.approx(2 * b200.cube_peak("bf16"))
+
+
+def test_bad_quant_names_the_field() -> None:
+    with pytest.raises(ConfigError, match="workload.model.quant"):
+        resolve("int3")
+    with pytest.raises(ConfigError, match="workload.model.formats"):
+        resolve("w8a8", {"kv_cache": "int3"})
+
+
+def test_w8a8_deepseek_v3_fits_a_32_die_prefill_instance_and_bf16_does_not() -> None:
+    fab = Fabric(compose_run([]).fabric)
+    lib = make_library(fab, "cann_ep")
+    w8 = model_costs(ModelRef(preset="deepseek_v3", quant="w8a8"))
+    mem = die_memory(w8, 32, 4096, lib, fab.hbm_bytes, "prefill")
+    assert 30e9 < mem.weight_bytes < 45e9 and mem.kv_bytes > 10e9
+    with pytest.raises(ConfigError, match="does not fit"):
+        die_memory(model_costs(ModelRef(preset="deepseek_v3", quant="bf16")), 32, 4096, lib, fab.hbm_bytes,
+                   "prefill")
+
+
+# ---------------------------------------------------------------------------- placement
+def test_eplb_replicates_hot_experts_and_conserves_tokens() -> None:
+    experts, ep, k, tokens = 64, 24, 8, 96  # 24 does not divide 64: 64 + 8 redundant = 72 = 3 per die
+    shares = expert_weights(experts, "zipf", 1.0, seed=3)
+    pl = eplb(shares, ep, k, redundant=8, shared_replicas=0)
+    reps = pl.replicas()[:experts]
+    assert reps.sum() == experts + 8 and (pl.slots_per_die() == 3).all()
+    hot = np.argsort(shares)[::-1]
+    assert (reps[hot[:4]] > 1).all() and (reps[hot[-32:]] == 1).all()
+    # no die holds two replicas of one expert
+    assert len(set(zip(pl.slot_expert, pl.slot_die, strict=True))) == len(pl.slot_expert)
+    choice = route(tokens, ep, experts, k, shares, np.random.default_rng(0), placed=True)
+    dest, weight = pl.destinations(choice)
+    disp, rows = copies(dest, weight, ep, per_expert=True)
+    assert disp.sum() == rows.sum() == ep * tokens * k  # every (token, expert) row lands once
+    # a replicated expert's tokens split evenly over its replicas
+    e = hot[0]
+    hit = dest[choice == e]
+    counts = np.bincount(hit, minlength=ep)[counts_nz := np.bincount(hit, minlength=ep) > 0]
+    assert counts_nz.sum() == reps[e] and counts.max() - counts.min() <= 1
+    # balanced against the same skew on plain contiguous blocks (64 / 16 dies)
+    naive = eplb(shares, 16, k)  # eplb without redundancy is already a balanced packing
+    block = contiguous(experts, 16)
+    load = lambda p: np.bincount(p.slot_die, weights=shares[list(p.slot_expert)], minlength=p.ep)  # noqa: E731
+    assert load(naive).max() < load(block).max()
+
+
+def test_shared_expert_replicas_take_one_copy_of_every_token() -> None:
+    experts, ep, k, tokens = 16, 24, 4, 32
+    pl = eplb(np.full(experts, 1 / experts), ep, k, redundant=4, shared_replicas=4, shared_weight=2.0)
+    assert (pl.shared_slots_per_die() <= 1).all() and pl.shared_slots_per_die().sum() == 4
+    choice = route(tokens, ep, experts, k, np.full(experts, 1 / experts), np.random.default_rng(1), placed=True)
+    dest, weight = pl.destinations(choice)
+    disp, rows = copies(dest, weight, ep, per_expert=True)
+    assert disp.sum() == ep * tokens * (k + 1)
+    assert rows.sum() == pytest.approx(ep * tokens * (k + 2.0))  # shared rows count twice (wider)
+    shared_dies = np.flatnonzero(pl.shared_slots_per_die())
+    np.testing.assert_allclose(np.bincount(dest[..., -1].ravel(), minlength=ep)[shared_dies], ep * tokens / 4)
+
+
+def test_contiguous_placement_still_needs_a_divisor() -> None:
+    mc = tiny()
+    cfg = compose_run(["workload=llm_infer"]).workload
+    cfg.layout.prefill_ep = 24
+    with pytest.raises(ConfigError, match="prefill_ep.*divide"):
+        serving_costs(mc, cfg, 0)
+    cfg.layout.expert_placement = "eplb"
+    with pytest.raises(ConfigError, match="exceeds the 16 expert slots"):
+        serving_costs(mc, cfg, 0)
+
+
+def test_ep320_with_redundant_and_shared_replicas_runs() -> None:
+    over = ["workload=llm_infer", "library=[cann_ep,stratacl]", "baseline=cann_ep"]
+    cfg = compose_run(over)
+    w = cfg.workload
+    w.layout.decode_dp = w.layout.decode_ep = 320
+    w.layout.prefill_instances, w.layout.decode_instances = 1, 1
+    w.layout.expert_placement = "eplb"
+    w.layout.decode_redundant_experts = 32
+    w.layout.decode_shared_expert_replicas = 32
+    w.scheduler.tbo_min_tokens = 0
+    mc = tiny("w8a8", n_routed_experts=256)
+    fab = Fabric(cfg.fabric)
+    libs = {n: make_library(fab, n) for n in cfg.library}
+    ctx = RunContext(cfg=cfg, fabric=fab, libraries=libs, baseline="cann_ep", seed=0)
+    w2 = copy.deepcopy(w)
+    costs = serving_costs(mc, w2, 0)
+    pl = costs.placement["decode"]
+    assert (pl.slots_per_die() == 1).all() and pl.shared_replicas == 32
+    assert costs.measure_ep["decode"] == 256
+    it = IterationModel(ctx, costs, w2)
+    tr = it.trace("decode", 48, 4096)
+    moe = [op for op in tr.ops if ".moe." in op.name and op.core == "cube"]
+    assert moe and len(moe[0].flops) == 320 and moe[0].dtype == "int8"
+    a, b = it.decode("cann_ep", 48, 4096), it.decode("stratacl", 48, 4096)
+    assert a.time_s > 0 and b.time_s > 0 and np.isfinite([a.time_s, b.time_s]).all()

@@ -1,0 +1,83 @@
+"""Fixed-shape serving figures (`workload.mode=fixed`): one decode iteration at a given batch and
+context per die and one prefill iteration at a given prompt length per die, simulated per library,
+instead of request-level serving. This is how serving papers report per-NPU throughput
+(e.g. CloudMatrix-Infer, arXiv 2506.12708 §5: decode at a fixed batch per NPU and KV length,
+prefill at a fixed prompt length).
+
+Decode: each step verifies 1 + draft tokens per sequence with MTP and emits 1 + acceptance tokens
+on average, so TPOT = step / (1 + acceptance) and decode tokens/s per NPU = dies per NPU ×
+batch × (1 + acceptance) / step. Prefill: tokens/s per NPU = dies per NPU × prompt tokens per
+die / iteration time.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from stratacl.compare import metric_table
+from stratacl.errors import ConfigError
+from stratacl.schemas.llm_infer import LlmInferConfig
+from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.llm_infer.costs import ServingCosts
+from workloads.llm_infer.iteration import (
+    BATCH_BUCKETS,
+    CONTEXT_BUCKETS,
+    PREFILL_BUCKETS,
+    IterationModel,
+    bucket,
+)
+from workloads.llm_infer.memory import die_memory
+
+KEYS = ["decode_tok_per_s_per_npu", "decode_tpot_s", "decode_step_s", "decode_exposed_comm_s",
+        "prefill_tok_per_s_per_npu", "prefill_iter_s", "prefill_exposed_comm_s",
+        "decode_weights_GB_per_die", "decode_kv_GB_per_die", "prefill_weights_GB_per_die"]
+
+
+def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: IterationModel,
+              kv_tok: float) -> WorkloadResult:
+    f = cfg.fixed
+    s = cfg.scheduler
+    dies_per_npu = ctx.fabric.dies_per_npu
+    accept = s.mtp_acceptance if s.mtp else 0.0
+    rows, metrics = [], {}
+    for library in ctx.libraries:
+        lib = ctx.libraries[library]
+        # workspace for the tokens one iteration computes (decode: the batch and its draft tokens)
+        mem_d = die_memory(costs.mc, costs.decode_ep, f.decode_batch_per_die * (1 + int(s.mtp)), lib,
+                           ctx.fabric.hbm_bytes, "decode", costs)
+        mem_p = die_memory(costs.mc, costs.prefill_ep, f.prefill_tokens_per_die, lib, ctx.fabric.hbm_bytes,
+                           "prefill", costs)
+        kv_need = kv_tok * f.decode_batch_per_die * (f.context + 1 + int(s.mtp))
+        if kv_need > mem_d.kv_bytes:
+            raise ConfigError("workload.fixed.decode_batch_per_die",
+                              f"{kv_need / 1e9:.1f} GB of KV exceed the {mem_d.kv_bytes / 1e9:.1f} GB left on a "
+                              f"decode die with '{library}'", "a smaller batch or context")
+        ctx.progress.phase(f"fixed shapes {library}", total=2, unit="iteration")
+        dec = iters.decode(library, f.decode_batch_per_die, f.context)
+        ctx.progress(1)
+        pre = iters.prefill(library, f.prefill_tokens_per_die)
+        ctx.progress(1)
+        m = {
+            "decode_tok_per_s_per_npu": dies_per_npu * f.decode_batch_per_die * (1 + accept) / dec.time_s,
+            "decode_tpot_s": dec.time_s / (1 + accept),
+            "decode_step_s": dec.time_s,
+            "decode_exposed_comm_s": dec.exposed_comm_s,
+            "prefill_tok_per_s_per_npu": dies_per_npu * f.prefill_tokens_per_die / pre.time_s,
+            "prefill_iter_s": pre.time_s,
+            "prefill_exposed_comm_s": pre.exposed_comm_s,
+            "decode_weights_GB_per_die": mem_d.weight_bytes / 1e9,
+            "decode_kv_GB_per_die": mem_d.kv_bytes / 1e9,
+            "prefill_weights_GB_per_die": mem_p.weight_bytes / 1e9,
+        }
+        metrics[library] = m
+        for phase, st in (("decode", dec), ("prefill", pre)):
+            rows.append({"library": library, "phase": phase, "time_s": st.time_s, "compute_s": st.compute_s,
+                         "exposed_comm_s": st.exposed_comm_s, "copy_s": st.copy_s, "register_s": st.register_s,
+                         "vector_core_s": st.vector_core_s})
+    table = metric_table(metrics, ctx.baseline, KEYS)
+    shapes = (f"decode batch {f.decode_batch_per_die}/die (bucket {bucket(BATCH_BUCKETS, f.decode_batch_per_die)}), "
+              f"context {f.context} (bucket {bucket(CONTEXT_BUCKETS, f.context)}); prefill "
+              f"{f.prefill_tokens_per_die} tokens/die (bucket {bucket(PREFILL_BUCKETS, f.prefill_tokens_per_die)})")
+    notes = [f"fixed shapes: {shapes}; MTP acceptance {accept}; model {cfg.model.preset or cfg.model.model_type} "
+             f"quant '{cfg.model.quant or 'native'}'; KV {kv_tok:.0f} B/token; {iters.simulated} traces simulated"]
+    return WorkloadResult(rows=pd.DataFrame(rows), metrics=metrics, table=table, notes=notes)
