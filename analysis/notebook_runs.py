@@ -41,6 +41,7 @@ TINY_INFER = [
     "workload.layout.prefill_instances=1", "workload.layout.prefill_dp=4", "workload.layout.prefill_ep=4",
     "workload.layout.decode_instances=1", "workload.layout.decode_dp=4", "workload.layout.decode_ep=4",
     "workload.requests.duration_s=8", "workload.warmup_s=1", "workload.cache_dir=",
+    "workload.capacity.saturation=false",
 ]
 # DeepSeek-V4-Flash at its paper layout, over a shorter arrival window than the 60 s default.
 SMALL_INFER = ["workload.requests.duration_s=20", "workload.warmup_s=5", f"workload.cache_dir={MODEL_CACHE}"]

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["output.timeline=false", "output.progress=false"]
 COLL = ["workload.max_bytes=1048576"]
-INF = ["workload=llm_infer", "workload.requests.duration_s=5", "workload.saturation_rate=0", "workload.warmup_s=1"]
+INF = ["workload=llm_infer", "workload.requests.duration_s=5", "workload.capacity.saturation=false", "workload.warmup_s=1"]
 DLRM = ["workload=dlrm_train", "workload.iterations=2", "workload.ranks=16"]
 TRAIN = ["workload=llm_train", "workload.num_layers=2", "workload.iterations=[0]"]
 

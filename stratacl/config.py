@@ -118,6 +118,13 @@ class DataPath(StrEnum):
     on_alloc = "on_alloc"
 
 
+class JitMatch(StrEnum):
+    """How a JIT registration cache matches a buffer (stratacl/memory/registration_cache.py)."""
+
+    cover = "cover"  # any registration covering the buffer's pages hits (NCCL's ncclRegFind)
+    exact = "exact"  # only the very (address, size) range registered before hits
+
+
 class Algorithm(StrEnum):
     ring = "ring"
     mesh = "mesh"
@@ -172,12 +179,13 @@ class LibraryConfig:
     comm_buffers: int = knob(2, ge=0)  # staged: buffers per communicator (in + out)
     launch_us: float = knob(0.0, ge=0)  # fixed per-operator launch overhead on the critical path
     copy_GBps: float = knob(0.0, ge=0)  # staged: device-to-device copy rate (0 = HBM-bound)
-    # memory the library holds per rank besides comm buffers (pool data path)
+    # memory the library holds per rank besides comm buffers (pool data path); the fragmentation
+    # its setting of the device allocator causes emerges from the allocator model (stratacl/memory)
     pool_GB: float = knob(0.0, ge=0)  # pre-registered pool
-    fragmentation_GB: dict[str, float] = knob(factory=dict, ge=0)  # per context: inference | training
     # registration costs (jit_register: on the critical path at first use; on_alloc: asynchronous)
     register_base_us: float = knob(0.0, ge=0)  # per buffer
     register_per_peer_us: float = knob(0.0, ge=0)  # per peer mapping (serialised on the page-table lock)
+    jit_cache_match: JitMatch = JitMatch.exact  # jit_register: how the registration cache matches buffers
     # core partitioning (balanced): transfer unit per tier and cores one peer may use
     unit_KiB: dict[str, float] = knob(factory=dict, gt=0)  # per tier: die | node | supernode | scaleout
     fanout_cap: int = knob(4, ge=1)

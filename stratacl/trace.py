@@ -44,6 +44,9 @@ def family_of(comm_name: str) -> str:
     return m.group(1) if m else comm_name
 
 
+BEFORE_TRACE = -1  # Trace.buffers: allocated before the trace (weights, KV cache, warm-up)
+REGISTERED = -2  # ... and already registered: a JIT registration cache covers its range
+
 @dataclass(slots=True)
 class Op:
     id: int
@@ -128,11 +131,13 @@ class Trace:
         return op_id
 
     def add_buffer(self, name: str, alloc_op: int = -1) -> str:
-        """Declare that op `alloc_op` (re)allocates user buffer `name` (-1: before the trace).
+        """Declare that op `alloc_op` (re)allocates user buffer `name` (BEFORE_TRACE = -1: before
+        the trace; REGISTERED = -2: before the trace and already registered — a JIT registration
+        cache covers it, as the workload's allocator model found).
 
         Call again for each op that maps new memory for it. Registration-on-allocation starts at
         that op's start. Buffers a collective names without declaring them count as allocated
-        before the trace.
+        before the trace (and not yet registered by a JIT cache).
         """
         self.buffers[name] = (*self.buffers.get(name, ()), int(alloc_op))
         return name
@@ -184,7 +189,7 @@ class Trace:
                 raise TraceError(f"stream '{stream}' core limit {lim} must be (AIC, AIV) positive integers")
         for name, allocs in self.buffers.items():
             for alloc in allocs:
-                if not -1 <= alloc < len(self.ops):
+                if not REGISTERED <= alloc < len(self.ops):
                     raise TraceError(f"buffer '{name}' is allocated by unknown op {alloc}")
         for idx, op in enumerate(self.ops):
             if op.id != idx:

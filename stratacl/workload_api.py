@@ -8,6 +8,7 @@ never import `stratacl.engine` or `stratacl.comm`: what they may ask a library i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -16,6 +17,8 @@ import pandas as pd
 from stratacl.comm.library import LibraryModel
 from stratacl.engine.replay import SimResult, simulate
 from stratacl.fabric import Fabric
+from stratacl.memory import DieMemory
+from stratacl.memory.communicators import Communicator
 from stratacl.progress import Progress
 from stratacl.trace import Trace
 
@@ -27,7 +30,27 @@ class Library(Protocol):
     fabric: Fabric
 
     def held_memory_bytes(self, communicators: int = 1, context: str = "inference") -> float:
-        """HBM per rank the library keeps from the workload (buffers, pool, fragmentation)."""
+        """HBM per rank the library keeps outside the allocator for `communicators` default-size
+        communicators: comm buffers and the registered pool."""
+
+    def communicator_buffer_bytes(self, comms: Sequence[Communicator]) -> float:
+        """HBM per rank of the buffers of the communicators it is in (sized as deployments do)."""
+
+    @property
+    def pool_bytes(self) -> float:
+        """HBM of the library's pre-registered pool, outside the allocator."""
+
+    @property
+    def forces_expandable_segments_off(self) -> bool:
+        """Whether the library needs the device allocator's expandable segments off."""
+
+    @property
+    def user_buffer_registration(self) -> str:
+        """"jit", "on_alloc" or "none": how user buffers get registered for remote access."""
+
+    def die_memory(self, capacity_bytes: float, peers: int, *, expandable_segments: bool = True,
+                   va_base: int = 1 << 40) -> DieMemory:
+        """One die's allocator as the library leaves it, with its registration mechanism attached."""
 
     @property
     def cost_depends_on_mapping(self) -> bool:

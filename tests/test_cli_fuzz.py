@@ -30,7 +30,7 @@ BASES = {
     "moe": ["workload=moe", "workload.iters=1", "workload.warmup=0", "workload.ep=8"],
 }
 SLOW_BASES = {**BASES,
-              "llm_infer": ["workload=llm_infer", "workload.requests.duration_s=5", "workload.saturation_rate=0",
+              "llm_infer": ["workload=llm_infer", "workload.requests.duration_s=5", "workload.capacity.saturation=false",
                             "workload.warmup_s=1"],
               "dlrm_train": ["workload=dlrm_train", "workload.iterations=2", "workload.ranks=16"],
               "llm_train": ["workload=llm_train", "workload.num_layers=2", "workload.iterations=[0]"]}

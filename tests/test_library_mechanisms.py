@@ -115,10 +115,12 @@ def test_buffers_allocated_before_the_trace_cost_nothing_on_alloc(cm384) -> None
 
 def test_library_hbm_accounting(cm384) -> None:  # noqa: ANN001
     hccl = make_library(cm384, "hccl")
-    assert hccl.held_memory_bytes(communicators=3) == pytest.approx(3 * 2 * 200e6)
+    assert hccl.held_memory_bytes(communicators=3) == pytest.approx(3 * 2 * 200 * 2**20)  # HCCL_BUFFSIZE in MiB
     zc = make_library(cm384, "hccl_zerocopy")
-    assert zc.held_memory_bytes(1, "inference") == pytest.approx((1.72 + 1.61) * 1e9)
-    assert zc.held_memory_bytes(1, "training") == pytest.approx((1.72 + 3.76) * 1e9)
+    # the pool only: the fragmentation of its expandable-segments-off allocator emerges from the
+    # allocator model (tests/test_serving_memory.py), it is no longer a constant
+    assert zc.held_memory_bytes(1, "inference") == pytest.approx(1.72e9)
+    assert zc.held_memory_bytes(1, "training") == pytest.approx(1.72e9)
     assert make_library(cm384, "stratacl").held_memory_bytes(5, "training") == 0.0
 
 

@@ -24,6 +24,7 @@ of phases:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
 
@@ -32,6 +33,7 @@ import numpy as np
 from stratacl.comm import algorithms as alg
 from stratacl.comm import hierarchical as hier
 from stratacl.comm import partition, sdma
+from stratacl.comm.buffers import MiB, buffer_sizes_MiB
 from stratacl.comm.registration import RegistrationState
 from stratacl.config import (
     TIER_ORDER,
@@ -45,6 +47,15 @@ from stratacl.config import (
 )
 from stratacl.fabric import Fabric, R
 from stratacl.lowering import OpInfo
+from stratacl.memory import (
+    AllocatorConfig,
+    CachingAllocator,
+    DieMemory,
+    JitRegistrationCache,
+    RegistrationCost,
+    RegistrationOnAllocation,
+)
+from stratacl.memory.communicators import Communicator
 from stratacl.phases import Phase, delay, merge_delays
 from stratacl.trace import Op, Trace
 
@@ -90,19 +101,63 @@ class LibraryModel:
 
     # ------------------------------------------------------------------ memory
     def comm_memory_bytes(self, communicators: int = 1) -> float:
-        """HBM of staging buffers per rank for `communicators` communicators."""
+        """HBM of staging buffers per rank for `communicators` communicators of the default size."""
         if self.cfg.data_path == DataPath.staged:
-            return communicators * self.cfg.comm_buffers * self.cfg.comm_buffer_MB * 1e6
+            return communicators * self.cfg.comm_buffers * self.cfg.comm_buffer_MB * MiB
         return 0.0
 
     def held_memory_bytes(self, communicators: int = 1, context: str = "inference") -> float:
-        """All HBM per rank the library keeps from the workload: comm buffers, the registered
-        pool, and allocator fragmentation when it forces expandable segments off (REFERENCE §3).
-        `context` is "inference" or "training" (fragmentation differs)."""
-        pooled = self.cfg.data_path == DataPath.pool
-        frag = self.cfg.fragmentation_GB.get(context, 0.0) if pooled else 0.0
-        pool = self.cfg.pool_GB if pooled else 0.0
-        return self.comm_memory_bytes(communicators) + (pool + frag) * 1e9
+        """HBM per rank the library keeps outside the device allocator: comm buffers of
+        `communicators` default-size communicators and the registered pool. The fragmentation its
+        allocator setting causes is not here: it emerges from the allocator (`die_memory`).
+        `context` is kept for callers that still pass it."""
+        del context
+        return self.comm_memory_bytes(communicators) + self.pool_bytes
+
+    def communicator_buffer_bytes(self, comms: Sequence[Communicator]) -> float:
+        """HBM per rank of the communication buffers of the communicators it is in: a staged
+        library holds `comm_buffers` buffers per communicator, each of the size the framework
+        configures or of HCCL_BUFFSIZE raised to fit the fused MoE windows (comm/buffers.py)."""
+        if self.cfg.data_path != DataPath.staged or self.cfg.comm_buffers == 0:
+            return 0.0
+        sizes = buffer_sizes_MiB(comms, self.cfg.comm_buffer_MB)
+        return float(sum(sizes.values()) * self.cfg.comm_buffers * MiB)
+
+    @property
+    def pool_bytes(self) -> float:
+        """The pre-registered pool a pool library carves out of HBM (REFERENCE §3)."""
+        return self.cfg.pool_GB * 1e9 if self.cfg.data_path == DataPath.pool else 0.0
+
+    @property
+    def forces_expandable_segments_off(self) -> bool:
+        """A pre-registered pool needs PyTorch's expandable segments off (REFERENCE §3)."""
+        return self.cfg.data_path == DataPath.pool
+
+    @property
+    def user_buffer_registration(self) -> str:
+        """How user buffers become remotely accessible: "jit" (at first use, cached by address
+        range), "on_alloc" (when the allocator maps them) or "none" (staged copies / the pool)."""
+        return {DataPath.jit_register: "jit", DataPath.on_alloc: "on_alloc"}.get(self.cfg.data_path, "none")
+
+    def registration_cost(self) -> RegistrationCost:
+        """Registering one buffer with `peers` peers: base + peers * per-peer mapping."""
+        return RegistrationCost(base_s=self.cfg.register_base_us * 1e-6,
+                                per_peer_s=self.cfg.register_per_peer_us * 1e-6)
+
+    def die_memory(self, capacity_bytes: float, peers: int, *, expandable_segments: bool = True,
+                   va_base: int = 1 << 40) -> DieMemory:
+        """One die's device allocator as this library leaves it to the framework: expandable
+        segments as the framework sets them unless the library forces them off, with the
+        library's registration mechanism listening to its map/unmap events (a JIT cache matching
+        by `jit_cache_match`, or registration-on-allocation) for `peers` peers."""
+        es = expandable_segments and not self.forces_expandable_segments_off
+        alloc = CachingAllocator(AllocatorConfig(int(capacity_bytes), expandable_segments=es, va_base=va_base))
+        mech = self.user_buffer_registration
+        cost = self.registration_cost()
+        return DieMemory(alloc,
+                         on_alloc=RegistrationOnAllocation(cost, peers) if mech == "on_alloc" else None,
+                         jit=JitRegistrationCache(cost, peers, match=self.cfg.jit_cache_match.value)
+                         if mech == "jit" else None)
 
     # ------------------------------------------------------------------ algorithm choice
     def candidates(self, coll: str) -> list[str]:

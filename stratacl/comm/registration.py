@@ -3,7 +3,8 @@
 - `staged`, `pool`: nothing at run time (comm buffers / the pool are registered at init).
 - `jit_register`: the first collective on a (buffer, size) registers it: a fixed cost plus one
   serialised mapping per peer (O(peers), REFERENCE §3); cached afterwards. A buffer whose size
-  changes (MoE dispatch) misses the cache.
+  changes (MoE dispatch) misses the cache. A buffer declared REGISTERED (the workload's
+  allocator model found its range in the address-range cache, stratacl/memory) costs nothing.
 - `on_alloc`: registration starts when the allocator maps memory for the buffer (the start of the
   latest op that (re)allocates it) and runs asynchronously; the first use waits only for what is
   left of it (barrier fallback; worst case = JIT). Buffers allocated before the trace are ready;
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 from stratacl.config import DataPath, LibraryConfig
+from stratacl.trace import REGISTERED
 
 
 class RegistrationState:
@@ -38,6 +40,8 @@ class RegistrationState:
         if not buffer or peers <= 0 or path in (DataPath.staged, DataPath.pool):
             return 0.0
         if path == DataPath.jit_register:
+            if self.buffers.get(buffer) == (REGISTERED,):
+                return 0.0
             key = (buffer, nbytes)
             if key in self._jit_cache:
                 return 0.0

@@ -23,12 +23,13 @@ class DieMemory:
     """Named tensors on one die. Pass the registration objects un-attached: this attaches them."""
 
     def __init__(self, allocator: CachingAllocator, *, on_alloc: RegistrationOnAllocation | None = None,
-                 jit: JitRegistrationCache | None = None) -> None:
+                 jit: JitRegistrationCache | None = None, memo_max: int = _MEMO_MAX) -> None:
         self.allocator = allocator
         self.on_alloc = on_alloc.attach(allocator) if on_alloc is not None else None
         self.jit = jit.attach(allocator) if jit is not None else None
         self.tensors: dict[str, Block] = {}
         self._memo: dict[tuple, tuple] = {}
+        self.memo_max = memo_max
         self.memo_hits = 0
 
     def __getitem__(self, name: str) -> Block:
@@ -92,7 +93,7 @@ class DieMemory:
         addrs_t = tuple(addrs)
         quiet = s.num_device_alloc + s.num_device_free + s.num_alloc_retries == device_calls
         if balanced and not live and quiet and a.state_signature() == sig:
-            if len(self._memo) >= _MEMO_MAX:
+            if len(self._memo) >= self.memo_max:
                 self._memo.clear()
             self._memo[(sig, key_ops)] = (addrs_t, peak_alloc, peak_req, len(addrs))
         return addrs_t

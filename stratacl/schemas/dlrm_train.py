@@ -57,6 +57,7 @@ class DlrmTrainConfig(WorkloadConfig):
     zipf_exponent: float = knob(1.05, gt=0)
     cache_GB_per_die: float = knob(0.0, ge=0)  # 0 = all HBM left after reserves; > 0 caps the cache
     runtime_reserve_GB: float = knob(2.0, ge=0)
+    expandable_segments: bool = True  # PyTorch allocator setting (a pool library forces it off)
     host_dram_GB_per_die: float = knob(96.0, ge=0)
     # DDP gradient buckets
     ddp_first_bucket_MB: float = knob(1.0, gt=0)

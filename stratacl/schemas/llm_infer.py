@@ -50,11 +50,11 @@ class RouterSkew(StrEnum):
 
 @dataclass
 class RequestsConfig:
-    arrival: Arrival = Arrival.poisson
-    rate: float = knob(10.0, gt=0)  # requests/s
+    arrival: Arrival = Arrival.trace
+    rate: float = knob(15.0, gt=0)  # requests/s
     burstiness: float = knob(1.0, gt=0)  # gamma shape⁻¹: 1 = Poisson, > 1 burstier
     csv: str = ""  # arrival_s,input_tokens,output_tokens (arrival=csv)
-    trace: PublicTrace = PublicTrace.azure_conv  # arrival=trace: which bundled trace
+    trace: PublicTrace = PublicTrace.mooncake_conv  # arrival=trace: which bundled trace
     trace_timing: TraceTiming = TraceTiming.scaled  # arrival=trace: scale to `rate`, or as recorded
     duration_s: float = knob(60.0, gt=0)  # arrivals are generated over this window
     input_dist: LengthDist = LengthDist.lognormal
@@ -81,9 +81,10 @@ class LayoutConfig:
     prefill_instances: int = knob(2, ge=1)
     prefill_dp: int = knob(32, ge=1)  # attention data parallel per prefill instance (= dies)
     prefill_ep: int = knob(32, ge=1)  # MoE expert parallel per prefill instance
-    decode_instances: int = knob(8, ge=1)
+    decode_instances: int = knob(8, ge=0)  # 0 with total_dies: the dies the prefill instances leave
     decode_dp: int = knob(16, ge=1)
     decode_ep: int = knob(16, ge=1)
+    total_dies: int = knob(0, ge=0)  # > 0: decode_instances = (total - prefill dies) / decode_dp
     expert_placement: ExpertPlacement = ExpertPlacement.contiguous
     # slots per die = (routed + redundant + shared replicas) / EP (eplb placement only)
     prefill_redundant_experts: int = knob(0, ge=0)  # extra replicas of the hottest experts
@@ -96,11 +97,37 @@ class LayoutConfig:
 class SchedulerConfig:
     prefill_token_budget: int = knob(8192, ge=1)  # tokens per die per prefill iteration (chunked prefill)
     decode_max_batch: int = knob(0, ge=0)  # sequences per die (0 = limited by KV-cache memory only)
-    activation_reserve_tokens: int = knob(16384, ge=0)  # tokens per die whose activations stay reserved
     tbo: bool = True  # two-batch overlap in prefill and decode
     tbo_min_tokens: int = knob(64, ge=0)  # per die: below this one micro-batch (splitting would re-read weights)
     mtp: bool = True  # multi-token prediction (one draft token per step)
     mtp_acceptance: float = knob(0.85, ge=0, le=1)  # DeepSeek-V3 report §5.4.3: 85-90 % second-token acceptance
+    # tokens per die one fused MoE dispatch may carry (the operator's maxBs); sizes the MC2 windows
+    # of a buffer-centric library and caps the decode batch (CANN: Bs <= 512 on Atlas A3)
+    moe_dispatch_max_tokens: int = knob(512, ge=1)
+
+
+@dataclass
+class AllocatorSettings:
+    """The framework's setting of PyTorch's device allocator (a library may force it off)."""
+
+    expandable_segments: bool = True  # PYTORCH_NPU_ALLOC_CONF=expandable_segments:True
+    # share of HBM the serving engine plans for (weights, library, profiled activations, KV cache);
+    # the rest is headroom for activations beyond the profiling forward (vLLM gpu_memory_utilization)
+    memory_utilization: float = knob(0.9, gt=0, le=1)
+
+
+@dataclass
+class CapacityConfig:
+    """Capacity per library (workloads/llm_infer/capacity.py)."""
+
+    saturation: bool = True  # closed-loop saturation throughput
+    saturation_duration_s: float = knob(60.0, gt=0)  # closed-loop run length
+    saturation_warmup_s: float = knob(20.0, ge=0)  # excluded from the closed-loop measurement
+    slo_search: bool = False  # bisection on the rate for the SLO capacity (several serving runs)
+    ttft_p99_slo_s: float = knob(30.0, gt=0)
+    tpot_p99_slo_s: float = knob(0.05, gt=0)
+    rate_step: float = knob(0.5, gt=0)  # resolution of the SLO-capacity search (req/s)
+    rate_max: float = knob(64.0, gt=0)  # the search gives up above this rate
 
 
 class ServingMode(StrEnum):
@@ -129,13 +156,12 @@ class LlmInferConfig(WorkloadConfig):
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     requests: RequestsConfig = field(default_factory=RequestsConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    allocator: AllocatorSettings = field(default_factory=AllocatorSettings)
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)
     skew: RouterSkew = RouterSkew.zipf  # expert popularity
     zipf_s: float = knob(0.6, ge=0)  # mild routing skew of a trained router (ASSUMPTION, knob)
     # dispatch: INT8 + scales = hidden·(1 + 512/7168) (REFERENCE §5)
     dispatch_scale_ratio: float = knob(0.0714, ge=0)
-    # iterations whose MoE buffers outgrow their mapping (StrataCL §4.1: < 4 %)
-    remap_fraction: float = knob(0.04, ge=0, le=1)
-    saturation_rate: float = knob(200.0, ge=0)  # > 0: also run at this rate and report saturation throughput
     warmup_s: float = knob(10.0, ge=0)  # requests arriving before this are excluded from the statistics
     cache_dir: str = "runs/.cache/modelcost"  # disk cache of measured model costs ("" = off)
 

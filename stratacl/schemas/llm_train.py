@@ -47,7 +47,8 @@ class LlmTrainConfig(WorkloadConfig):
     prefetch: int = knob(1, ge=0)  # FSDP units all-gathered ahead of the one computing
     iterations: list[int] = knob(factory=lambda: [0, 100, 500, 1000, 2000], ge=0)
     skew: SkewScheduleConfig = field(default_factory=SkewScheduleConfig)
-    alloc_overhead_GB: float = knob(2.0, ge=0)  # allocator slack / runtime context per die
+    alloc_overhead_GB: float = knob(2.0, ge=0)  # runtime context / workspaces outside the allocator, per die
+    expandable_segments: bool = True  # PyTorch allocator setting (a pool library forces it off)
 
 
 ConfigStore.instance().store(group="workload", name="llm_train_schema", node=LlmTrainConfig)

@@ -1,5 +1,7 @@
-"""Per-die HBM budget: what is left for embeddings after the runtime, the dense model, the
-iteration's buffers and the communication library; tables that do not fit get a cache."""
+"""Per-die HBM budget: what is left for embeddings after the runtime, the communication library
+and what the device allocator reserves for the dense model and the iterations' buffers (their
+tensors plus its fragmentation, allocation.py); tables that do not fit get a cache, as large as
+what is left — a library that holds or fragments more gets a smaller one."""
 
 from __future__ import annotations
 
@@ -22,10 +24,12 @@ class DieMemory:
     library_bytes: float  # held by the communication library
     table_bytes: np.ndarray  # per die: this die's shards (weights + optimizer state)
     cache_bytes: np.ndarray  # per die: HBM holding table rows (= table_bytes when all fit)
+    reserved_bytes: np.ndarray  # per die: the allocator's reserved peak for dense state + buffers
+    fragmentation_bytes: np.ndarray  # per die: its reserved peak - allocated peak
 
     @property
     def budget_bytes(self) -> np.ndarray:
-        return self.hbm_bytes - self.reserve_bytes - self.dense_bytes - self.work_bytes - self.library_bytes
+        return self.hbm_bytes - self.reserve_bytes - self.reserved_bytes - self.library_bytes
 
     @property
     def resident(self) -> np.ndarray:
@@ -38,12 +42,13 @@ def dense_state_bytes(cfg: DlrmTrainConfig, dense: DenseCosts) -> float:
 
 
 def die_memory(cfg: DlrmTrainConfig, hbm_bytes: float, dense: DenseCosts, work_bytes: np.ndarray,
-               table_bytes: np.ndarray, library_bytes: float, library: str) -> DieMemory:
+               table_bytes: np.ndarray, library_bytes: float, library: str, reserved_bytes: np.ndarray,
+               fragmentation_bytes: np.ndarray) -> DieMemory:
     reserve = cfg.runtime_reserve_GB * 1e9
     if reserve < 0 or cfg.cache_GB_per_die < 0:
         raise ConfigError("workload.runtime_reserve_GB", "runtime_reserve_GB and cache_GB_per_die must be ≥ 0")
     mem = DieMemory(hbm_bytes, reserve, dense_state_bytes(cfg, dense), work_bytes, library_bytes,
-                    table_bytes, np.zeros_like(table_bytes))
+                    table_bytes, np.zeros_like(table_bytes), reserved_bytes, fragmentation_bytes)
     budget = mem.budget_bytes
     if budget.min() <= 0:
         raise ConfigError("workload.runtime_reserve_GB", f"no HBM left for embeddings with library "
@@ -51,4 +56,5 @@ def die_memory(cfg: DlrmTrainConfig, hbm_bytes: float, dense: DenseCosts, work_b
                           f"{budget.min() / 1e9:.2f} GB)", "lower the reserve, the batch or library memory")
     cap = cfg.cache_GB_per_die * 1e9 if cfg.cache_GB_per_die > 0 else np.inf
     cache = np.minimum(np.minimum(budget, cap), table_bytes)
-    return DieMemory(hbm_bytes, reserve, mem.dense_bytes, work_bytes, library_bytes, table_bytes, cache)
+    return DieMemory(hbm_bytes, reserve, mem.dense_bytes, work_bytes, library_bytes, table_bytes, cache,
+                     reserved_bytes, fragmentation_bytes)

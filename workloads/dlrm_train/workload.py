@@ -13,6 +13,7 @@ from stratacl.limits import RunSize
 from stratacl.schemas.dlrm_train import DlrmTrainConfig
 from stratacl.workload_api import Library, RunContext, WorkloadResult
 
+from .allocation import DiePeak, die_ops, die_peak
 from .analysis import iteration_split
 from .builder import BuiltTrace, build_trace
 from .cache import Segment, hit_rates
@@ -87,12 +88,35 @@ def prepare(cfg: DlrmTrainConfig, fabric: Fabric, seed: int) -> Setup:
     return Setup(cfg, tables, dense, p, traffic, segments(p, cfg), _work_bytes(dense, traffic[0], cfg.ranks))
 
 
+def allocator_peaks(setup: Setup, library: Library, capacity: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per die, the allocator's reserved peak and fragmentation for the dense state and the run's
+    iteration buffers (allocation.py); dies with the same buffers share one run."""
+    cfg = setup.cfg
+    reserved, frag = np.zeros(cfg.ranks), np.zeros(cfg.ranks)
+    memo: dict[tuple, DiePeak] = {}
+    for d in range(cfg.ranks):
+        ops = die_ops(cfg, setup.dense, setup.traffic, d)
+        key = tuple(ops)
+        peak = memo.get(key)
+        if peak is None:
+            peak = memo[key] = die_peak(ops, library, max(capacity, 0.0) or 1.0, cfg.expandable_segments)
+        if peak is None:
+            raise ConfigError("workload.runtime_reserve_GB", f"die {d}: the dense model and the iteration's "
+                              f"buffers do not fit next to the {library.name} library's "
+                              f"{(library.fabric.hbm_bytes - capacity) / 1e9:.2f} GB of reserve and library memory",
+                              "lower the reserve, the batch or library memory")
+        reserved[d], frag[d] = peak.reserved, peak.fragmentation
+    return reserved, frag
+
+
 def library_run(setup: Setup, library: Library, seed: int) -> LibraryRun:
     """Cache size after the library's memory, hit rates, and this library's trace."""
     cfg = setup.cfg
     held = library.held_memory_bytes(communicators=COMMUNICATORS, context="training")
+    capacity = library.fabric.hbm_bytes - cfg.runtime_reserve_GB * 1e9 - held
+    reserved, frag = allocator_peaks(setup, library, capacity)
     mem = die_memory(cfg, library.fabric.hbm_bytes, setup.dense, setup.work_bytes,
-                     setup.plan.bytes_per_die(), held, library.name)
+                     setup.plan.bytes_per_die(), held, library.name, reserved, frag)
     hits, rows, rate = [], [], np.ones(cfg.ranks)
     memo: dict[tuple, np.ndarray] = {}
     for d, segs in enumerate(setup.segments):
@@ -134,6 +158,8 @@ def run(ctx: RunContext) -> WorkloadResult:
         m["cache_GB_per_die"] = float(lr.memory.cache_bytes.mean()) / 1e9
         m["table_GB_per_die_max"] = float(lr.memory.table_bytes.max()) / 1e9
         m["library_memory_GB_per_die"] = lr.memory.library_bytes / 1e9
+        m["reserved_GB_per_die_max"] = float(lr.memory.reserved_bytes.max()) / 1e9
+        m["fragmentation_GB_per_die_max"] = float(lr.memory.fragmentation_bytes.max()) / 1e9
         m["cache_miss_GB_per_iter_max_die"] = float(np.mean([x.max() for x in lr.built.miss_bytes])) / 1e9
         m["dense_allreduce_MB"] = sum(lr.built.ddp_bucket_bytes) / 1e6
         metrics[lib] = m

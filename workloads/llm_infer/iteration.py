@@ -12,13 +12,14 @@ routing for every library) and results memoised per (library, bucket).
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import numpy as np
 
 from stratacl.schemas.llm_infer import LlmInferConfig
-from stratacl.trace import Trace
+from stratacl.trace import REGISTERED, Trace
 from stratacl.workload_api import RunContext
 from workloads.common.cost import Cost
 from workloads.common.ops import add_compute
@@ -38,6 +39,7 @@ BATCH_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512
 CONTEXT_BUCKETS = (1024, 2048, 4096, 8192, 16384, 32768)
 PREFILL_BUCKETS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 ROUTING_SAMPLES = 4  # distinct routing draws cycled over layers (keeps trace building cheap)
+MISS_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # JIT misses per iteration with a trace of their own
 
 
 def bucket(values: tuple[int, ...], x: float) -> int:
@@ -91,44 +93,82 @@ class IterationModel:
         self.simulated = 0
 
     # ------------------------------------------------------------------ public
-    def decode(self, library: str, batch: float, context: float, remap: bool = False) -> IterStats:
+    def decode(self, library: str, batch: float, context: float, remap: bool = False,
+               jit_miss: float = 0.0) -> IterStats:
+        """A decode step of `batch` sequences per die; `remap`: the allocator mapped new memory in
+        it (registration-on-allocation remaps); `jit_miss`: the fraction of MoE dispatch/combine
+        buffer uses a JIT registration cache missed (both from the die's allocator model)."""
         key = ("decode", bucket(BATCH_BUCKETS, batch), bucket(CONTEXT_BUCKETS, context), remap)
-        return self._get(library, key)
+        return self._get(library, key, jit_miss)
 
-    def prefill(self, library: str, tokens: float, remap: bool = False) -> IterStats:
-        return self._get(library, ("prefill", bucket(PREFILL_BUCKETS, tokens), 0, remap))
+    def prefill(self, library: str, tokens: float, remap: bool = False, jit_miss: float = 0.0) -> IterStats:
+        return self._get(library, ("prefill", bucket(PREFILL_BUCKETS, tokens), 0, remap), jit_miss)
 
-    def _get(self, library: str, key: tuple) -> IterStats:
-        if key[-1] and not self.ctx.libraries[library].cost_depends_on_mapping:
+    def _get(self, library: str, key: tuple, jit_miss: float = 0.0) -> IterStats:
+        lib = self.ctx.libraries[library]
+        if key[-1] and not lib.cost_depends_on_mapping:
             key = (*key[:-1], False)  # a remap costs nothing to a library that does not care
+        if jit_miss <= 0 or lib.user_buffer_registration != "jit":
+            return self._stats_of(library, (*key, 0))
+        # the misses go into the trace as whole registrations; between two miss counts the
+        # iteration is interpolated (each miss adds one registration on its collective's path)
+        n = self.moe_buffer_uses(key[0], key[1])
+        k = min(float(n), jit_miss * n)
+        points = sorted({b for b in MISS_BUCKETS if b < n} | {n})
+        lo = points[bisect.bisect_right(points, k) - 1]
+        hi = points[bisect.bisect_left(points, k)]
+        if lo == hi:
+            return self._stats_of(library, (*key, hi))
+        w = (k - lo) / (hi - lo)
+        a, b = self._stats_of(library, (*key, lo)), self._stats_of(library, (*key, hi))
+        return IterStats(*(x + w * (y - x) for x, y in zip(astuple(a), astuple(b), strict=True)))
+
+    def _stats_of(self, library: str, key: tuple) -> IterStats:
         hit = self._stats.get((library, key))
         if hit is None:
             hit = self._stats[(library, key)] = self._measure(self.trace(*key), library)
         return hit
 
-    def trace(self, phase: str, size: int, context: int, remap: bool = False) -> Trace:
+    def moe_buffer_uses(self, phase: str, size: int) -> int:
+        """Dispatch + combine collectives of one iteration (each uses one receive buffer)."""
+        c = self.costs
+        if not c.experts:
+            return 0
+        moe_layers = sum(1 for _, ffn in c.layers if ffn == "moe")
+        if self.mtp and phase == "decode" and c.layers[-1][1] == "moe":
+            moe_layers += 1
+        mbs = 2 if self.tbo and size >= max(2, self.tbo_min_tokens) else 1
+        return 2 * moe_layers * mbs
+
+    def trace(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0) -> Trace:
         """The (memoised) trace of one iteration shape; the same for every library."""
-        key = (phase, size, context, remap)
+        key = (phase, size, context, remap, jit_misses)
         trace = self._traces.get(key)
         if trace is None:
             trace = self._traces[key] = self.build(*key)
         return trace
 
     # ------------------------------------------------------------------ trace
-    def build(self, phase: str, size: int, context: int, remap: bool = False) -> Trace:
-        """One iteration's trace. The dispatch/combine buffers were mapped during warm-up at their
-        working size; with `remap` the allocator maps new memory for them in this iteration (the
-        routing outgrew the mapping) at each layer's attention, which is when the router's output
-        sizes them: registration-on-allocation then races the attention kernel."""
+    def build(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0) -> Trace:
+        """One iteration's trace. The dispatch/combine buffers were mapped (and registered) before
+        it; with `remap` the allocator maps new memory for them in this iteration (the routing
+        outgrew the mapping) at each layer's attention, which is when the router's output sizes
+        them: registration-on-allocation then races the attention kernel. With `jit_misses`, that
+        many of the dispatch/combine collectives (spread evenly) use a buffer a JIT registration
+        cache does not hold: each registers it on its path."""
         n = self.ranks[phase]
         c = self.costs
         kv_dst = self._kv_destinations(n) if phase == "prefill" else []
         world = max([n, *(d + 1 for d in kv_dst)])
-        tr = Trace(world_size=world, meta={"phase": phase, "size": size, "context": context, "remap": remap})
+        tr = Trace(world_size=world, meta={"phase": phase, "size": size, "context": context, "remap": remap,
+                                           "jit_misses": jit_misses})
         tr.add_family("ep", [range(n)])
         if not remap:
-            tr.add_buffer("dispatch", -1)
-            tr.add_buffer("combine", -1)
+            tr.add_buffer("dispatch", REGISTERED)
+            tr.add_buffer("combine", REGISTERED)
+        uses = self.moe_buffer_uses(phase, size)
+        miss = {j for j in range(uses) if (j + 1) * jit_misses // uses > j * jit_misses // uses} if uses else set()
+        use = itertools.count()
         ranks = range(n)
         mbs = 2 if self.tbo and size >= max(2, self.tbo_min_tokens) else 1
         tokens_mb = size / mbs
@@ -152,11 +192,13 @@ class IterationModel:
         for li, (attn, ffn) in enumerate(layers):
             cost = mtp_cost if li >= len(c.layers) else layer_cost
             rows = tokens_mb * (verify if li < len(c.layers) else 1)
+            attn_op = []
             for m in range(mbs):
                 last[m] = [self._compute(tr, ranks, cost[attn], cs, last[m], f"L{li}.attn.mb{m}", dtype=attn)]
                 if attn + CORE in cost:  # the bf16 attention core of a layer with quantised projections
                     last[m] = [self._compute(tr, ranks, cost[attn + CORE], cs, last[m], f"L{li}.attn_core.mb{m}",
                                              dtype=attn + CORE)]
+                attn_op.append(last[m][0])  # the attention's last op: a JIT buffer is registered after it
                 if kv_dst:  # this layer's KV of the micro-batch's tokens leaves for decode
                     self._kv_send(tr, kv_dst, tokens_mb * self.kv_bytes_per_token / len(c.layers), last[m],
                                   f"L{li}.kv.mb{m}")
@@ -170,8 +212,9 @@ class IterationModel:
             routed = [self._routing_sample(phase, n, max(1, math.ceil(rows)), mode, li * mbs + m) for m in range(mbs)]
             for m, (disp, _) in enumerate(routed):
                 peer = disp * self.dispatch_bytes
+                buf = self._buffer(tr, "dispatch", li, m, next(use) in miss, attn_op[m])
                 last[m] = [tr.collective("dispatch", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
-                                         stream=xs, deps=last[m], buffer="dispatch", moe_mode=mode,
+                                         stream=xs, deps=last[m], buffer=buf, moe_mode=mode,
                                          name=f"L{li}.dispatch.mb{m}")]
             for m, (_, load) in enumerate(routed):
                 # each die's experts: the rows the placement sent it (skew: hot dies) and its weights
@@ -180,14 +223,24 @@ class IterationModel:
                                          dtype="moe", hbm_extra=weights)]
             for m, (disp, _) in enumerate(routed):
                 peer = disp.T * self.combine_bytes
+                buf = self._buffer(tr, "combine", li, m, next(use) in miss, attn_op[m])
                 last[m] = [tr.collective("combine", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
-                                         stream=xs, deps=last[m], buffer="combine", moe_mode=mode,
+                                         stream=xs, deps=last[m], buffer=buf, moe_mode=mode,
                                          name=f"L{li}.combine.mb{m}")]
         head = layer_cost["lm_head"]
         for m in range(mbs):
             self._compute(tr, ranks, head, cs, last[m], f"lm_head.mb{m}", dtype="lm_head")
         tr.validate()
         return tr
+
+    @staticmethod
+    def _buffer(tr: Trace, kind: str, layer: int, mb: int, missed: bool, alloc_op: int) -> str:
+        """The user buffer a dispatch/combine uses: the shared one (registered before the trace,
+        or remapped), or for a JIT miss its own, allocated at the layer's attention and so not in
+        the registration cache when the collective starts."""
+        if not missed:
+            return kind
+        return tr.add_buffer(f"{kind}.L{layer}.mb{mb}", alloc_op)
 
     def _kv_destinations(self, n: int) -> list[int]:
         if not self.decode_dies or self.kv_bytes_per_token <= 0:

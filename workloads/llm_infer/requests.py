@@ -73,6 +73,21 @@ def generate(cfg: RequestsConfig, seed: int, rate: float | None = None) -> Reque
     return Requests(t, inp[:n], out[:n])
 
 
+def pool(cfg: RequestsConfig, seed: int, n: int) -> Requests:
+    """`n` requests' lengths from the run's source in order, for a closed loop (arrival times are
+    set by the loop): a trace or table cycled from its start, or the length distributions."""
+    if cfg.arrival in ("trace", "csv"):
+        full = (read_table(TRACES_DIR / f"{cfg.trace}.csv", "workload.requests.trace") if cfg.arrival == "trace"
+                else _from_csv(cfg.csv))
+        idx = np.arange(n) % len(full)
+        return Requests(np.zeros(n), full.input_tokens[idx], full.output_tokens[idx])
+    len_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1])  # generate()'s length stream
+    inp = _lengths(len_rng, n, cfg.input_dist, cfg.input_mean, cfg.input_min, cfg.input_max, cfg.input_sigma, "input")
+    out = _lengths(len_rng, n, cfg.output_dist, cfg.output_mean, cfg.output_min, cfg.output_max,
+                   cfg.output_sigma, "output")
+    return Requests(np.zeros(n), inp, out)
+
+
 # Request tables: a user CSV (arrival_s,input_tokens,output_tokens) or a bundled public trace
 # (arrived_at,num_prefill_tokens,num_decode_tokens; traces/README.md)
 COLUMNS = (("arrival_s", "input_tokens", "output_tokens"),

@@ -1,17 +1,29 @@
 """Request-level simulation of disaggregated serving (simpy), one library at a time.
 
-Prefill instances run chunked prefill with DP attention: each iteration every die takes requests
-from the instance's FIFO queue up to `prefill_token_budget` tokens (a long prompt is chunked and
-continues in the next iteration); the iteration lasts the simulated prefill iteration for the
-busiest die's tokens (dies step together: the MoE all-to-alls couple them). A request's first
-token is out when its last chunk finishes. Its KV cache moves to a decode instance layer by layer
-inside the simulated prefill iteration (p2p ops of the library, contending with the all-to-alls
-for the prefill dies' ports); the request joins decode when its iteration's last KV byte lands.
+Prefill instances run chunked prefill with DP attention, SGLang-style: every die has a budget of
+`prefill_token_budget` tokens per iteration; a die continues its own chunked prompt first (the
+earlier chunks' KV is on that die), then the instance's FIFO queue fills the dies with room, least
+loaded first, a prompt larger than a die's room becoming that die's chunked prompt. An iteration
+lasts the simulated prefill iteration for the busiest die's tokens (the MoE all-to-alls couple the
+dies: idle dies step too). A request's first token is out when its last chunk finishes; its KV
+moves to a decode instance layer by layer inside the simulated prefill iteration (p2p ops of the
+library, contending with the all-to-alls for the prefill dies' ports); the request joins decode
+when its iteration's last KV byte lands.
+
 Decode instances batch continuously: a request is admitted to the die with the most free KV cache
-when its whole KV footprint (input + output tokens) fits, so a library that holds more HBM admits
-fewer sequences. All dies of an instance step together (the MoE all-to-alls couple them); a step
-lasts the simulated decode iteration for the largest per-die batch and the mean context, and
-yields 1 + MTP acceptance tokens per sequence.
+when its whole KV footprint (input + output tokens) fits and the die is below its batch cap
+(`decode_max_batch`, and the fused MoE dispatch's token cap), so a library that holds more HBM
+admits fewer sequences. All dies of an instance step together; a step lasts the simulated decode
+iteration for the largest per-die batch and the mean context, and yields 1 + MTP acceptance tokens
+per sequence.
+
+Each instance's busiest die runs its iterations' tensors through the allocator model
+(memory.ServingDie) when the library registers user buffers: whether the iteration mapped new
+memory and how many of its dispatch/combine buffers a JIT cache missed go into the simulated
+iteration.
+
+Open loop: requests arrive at their arrival times. Closed loop (`closed_loop` = N): N requests are
+outstanding from t = 0, and each completion brings the next request in at once (saturation).
 """
 
 from __future__ import annotations
@@ -26,7 +38,10 @@ import simpy
 
 from stratacl.schemas.llm_infer import LayoutConfig, LlmInferConfig, SchedulerConfig
 from workloads.llm_infer.iteration import IterationModel, IterStats
+from workloads.llm_infer.memory import ServingDie, StepMemory
 from workloads.llm_infer.requests import Requests
+
+QUIET = StepMemory()
 
 
 @dataclass
@@ -49,12 +64,26 @@ class DecodeDie:
     running: list[int] = field(default_factory=list)
 
 
+def decode_batch_cap(sched: SchedulerConfig) -> int:
+    """Sequences per decode die: `decode_max_batch` (0 = none) and the fused dispatch's token cap
+    (one dispatch per micro-batch carries at most `moe_dispatch_max_tokens` tokens per die)."""
+    verify = 2 if sched.mtp else 1
+    cap = sched.moe_dispatch_max_tokens * (2 if sched.tbo else 1) // verify
+    return min(cap, sched.decode_max_batch) if sched.decode_max_batch else cap
+
+
 class ServingSim:
     def __init__(self, reqs: Requests, iters: IterationModel, library: str, cfg: LlmInferConfig, *,
                  kv_per_die: float, kv_bytes_per_token: float,
-                 progress: Callable[[float], None] | None = None, seed: int = 0) -> None:
-        """Layout, scheduler and remap fraction from `cfg`; `kv_per_die` bytes of KV cache per
-        decode die (the prefill→decode KV transfer is inside the simulated prefill iterations)."""
+                 progress: Callable[[float], None] | None = None,
+                 prefill_dies: list[ServingDie] | None = None, decode_dies: list[ServingDie] | None = None,
+                 closed_loop: int = 0, until_s: float | None = None) -> None:
+        """Layout and scheduler from `cfg`; `kv_per_die` bytes of KV cache per decode die. Instance
+        i's iterations drive `prefill_dies[i]` / `decode_dies[i]` (the allocator model) if given;
+        the facts they produce reach the iteration model, which prices them for the libraries
+        whose cost depends on them.
+        `closed_loop` N > 0: N outstanding requests taken from `reqs` in order (their arrival
+        times ignored); `until_s` stops the simulation then (default: when every request is done)."""
         self.reqs = reqs
         self.iters = iters
         self.lib = library
@@ -63,9 +92,13 @@ class ServingSim:
         self.kv_per_die = kv_per_die
         self.kv_tok = kv_bytes_per_token
         self.progress = progress
-        self.remap_fraction = cfg.remap_fraction
-        self._remap_rng = np.random.default_rng([seed, 7])  # same draws for every library
+        self.mem_prefill = prefill_dies or []
+        self.mem_decode = decode_dies or []
+        self.closed_loop = closed_loop
+        self.until_s = until_s
+        self.cap = decode_batch_cap(self.sched)
         n = len(reqs)
+        self.arrival = np.array(reqs.arrival_s, dtype=float) if not closed_loop else np.full(n, np.nan)
         self.t_prefill_start = np.full(n, np.nan)
         self.t_first_token = np.full(n, np.nan)
         self.t_decode_start = np.full(n, np.nan)
@@ -74,39 +107,57 @@ class ServingSim:
         self.iter_rows: list[tuple] = []
         self.occupancy = Occupancy()
         self.max_batch_seen = 0
+        self.issued = 0
 
     # ------------------------------------------------------------------ run
     def run(self) -> None:
         env = self.env = simpy.Environment()
-        self.prefill_q = [deque() for _ in range(self.layout.prefill_instances)]
-        self.prefill_wake = [env.event() for _ in range(self.layout.prefill_instances)]
-        self.decode_wait = [deque() for _ in range(self.layout.decode_instances)]
-        self.decode_wake = [env.event() for _ in range(self.layout.decode_instances)]
-        self.decode_dies = [[DecodeDie(self.kv_per_die) for _ in range(self.layout.decode_dp)]
-                            for _ in range(self.layout.decode_instances)]
-        self.reserved = [0.0] * self.layout.decode_instances
+        lay = self.layout
+        self.prefill_q = [deque() for _ in range(lay.prefill_instances)]
+        self.queued_tokens = [0] * lay.prefill_instances
+        self.chunked: list[list[list | None]] = [[None] * lay.prefill_dp for _ in range(lay.prefill_instances)]
+        self.prefill_wake = [env.event() for _ in range(lay.prefill_instances)]
+        self.decode_wait = [deque() for _ in range(lay.decode_instances)]
+        self.decode_wake = [env.event() for _ in range(lay.decode_instances)]
+        self.decode_dies = [[DecodeDie(self.kv_per_die) for _ in range(lay.decode_dp)]
+                            for _ in range(lay.decode_instances)]
+        self.reserved = [0.0] * lay.decode_instances
         self.remaining = len(self.reqs)
         self.all_done = env.event()
-        env.process(self._arrivals())
-        for i in range(self.layout.prefill_instances):
+        if self.closed_loop:
+            for _ in range(min(self.closed_loop, len(self.reqs))):
+                self._arrive()
+        else:
+            env.process(self._arrivals())
+        for i in range(lay.prefill_instances):
             env.process(self._prefill(i))
-        for i in range(self.layout.decode_instances):
+        for i in range(lay.decode_instances):
             env.process(self._decode(i))
-        if self.remaining:
+        if self.until_s is not None:
+            env.run(until=self.until_s)
+        elif self.remaining:
             env.run(until=self.all_done)
 
     def _arrivals(self):  # noqa: ANN202 - simpy process
         last = 0.0
-        for rid, t in enumerate(self.reqs.arrival_s):
+        for t in self.reqs.arrival_s:
             yield self.env.timeout(t - self.env.now)
-            self.occupancy.change(self.env.now, +1)
-            # shortest queue (in tokens) among prefill instances
-            i = min(range(len(self.prefill_q)), key=lambda k: sum(r[1] for r in self.prefill_q[k]))
-            self.prefill_q[i].append([rid, int(self.reqs.input_tokens[rid])])
-            self._wake(self.prefill_wake, i)
+            self._arrive()
             if self.progress:
                 self.progress(t - last)
                 last = t
+
+    def _arrive(self) -> None:
+        """The next request enters: to the prefill instance with the fewest queued tokens."""
+        rid = self.issued
+        self.issued += 1
+        self.arrival[rid] = self.env.now
+        self.occupancy.change(self.env.now, +1)
+        i = min(range(len(self.prefill_q)), key=self.queued_tokens.__getitem__)
+        tokens = int(self.reqs.input_tokens[rid])
+        self.prefill_q[i].append([rid, tokens])
+        self.queued_tokens[i] += tokens
+        self._wake(self.prefill_wake, i)
 
     @staticmethod
     def _wake(events: list, i: int) -> None:
@@ -115,33 +166,43 @@ class ServingSim:
 
     # ------------------------------------------------------------------ prefill
     def _prefill(self, i: int):  # noqa: ANN202
-        env, q = self.env, self.prefill_q[i]
+        env, q, chunked = self.env, self.prefill_q[i], self.chunked[i]
         dp = self.layout.prefill_dp
         budget = self.sched.prefill_token_budget
         while True:
-            if not q:
+            if not q and not any(chunked):
                 self.prefill_wake[i] = env.event()
                 yield self.prefill_wake[i]
                 continue
             per_die, finished = [0] * dp, []
-            while q:  # FCFS; each prompt (or its next chunk) to the least-loaded die with room
-                d = min(range(dp), key=per_die.__getitem__)
-                room = budget - per_die[d]
-                if room <= 0:
+            for d, c in enumerate(chunked):  # a die first continues its own chunked prompt
+                if c is not None:
+                    take = min(c[1], budget)
+                    per_die[d] = take
+                    c[1] -= take
+                    if c[1] == 0:
+                        finished.append(c[0])
+                        chunked[d] = None
+            while q:  # FCFS onto the least-loaded die with room and no prompt in progress
+                d = min((x for x in range(dp) if chunked[x] is None and per_die[x] < budget),
+                        key=per_die.__getitem__, default=None)
+                if d is None:
                     break
-                rid, left = q[0]
+                rid, left = q.popleft()
+                self.queued_tokens[i] -= left
                 if np.isnan(self.t_prefill_start[rid]):
                     self.t_prefill_start[rid] = env.now
-                chunk = min(left, room)
-                per_die[d] += chunk
-                q[0][1] -= chunk
-                if q[0][1] > 0:
-                    break  # the rest of a chunked prompt waits for the next iteration
-                finished.append(rid)
-                q.popleft()
-            st = self.iters.prefill(self.lib, max(per_die), self._remap())
+                take = min(left, budget - per_die[d])
+                per_die[d] += take
+                if take < left:
+                    chunked[d] = [rid, left - take]  # the rest runs on this die next iteration
+                else:
+                    finished.append(rid)
+            tokens = max(per_die)
+            mem = self.mem_prefill[i].step(env.now, tokens, sum(per_die)) if i < len(self.mem_prefill) else QUIET
+            st = self.iters.prefill(self.lib, tokens, mem.maps > 0, _miss(mem))
             yield env.timeout(st.time_s)
-            self._record("prefill", i, max(per_die), sum(per_die), 0.0, st)
+            self._record("prefill", i, tokens, sum(per_die), 0.0, st, mem, min(per_die))
             kv_left = max(0.0, st.kv_ready_s - st.time_s)  # layer-wise KV sends still in flight
             for rid in finished:
                 self.t_first_token[rid] = env.now
@@ -166,17 +227,21 @@ class ServingSim:
         dies = self.decode_dies[i]
         waiting = self.decode_wait[i]
         step_tokens = 1.0 + (self.sched.mtp_acceptance if self.sched.mtp else 0.0)
-        cap = self.sched.decode_max_batch or 1 << 30
+        cap = self.cap
+        ctx_sum = 0.0  # cached tokens of the running sequences (input + generated)
+        n_running = 0
         while True:
-            while waiting:  # admit FCFS while the head request's KV fits on some die
+            while waiting:  # admit FCFS while the head request's KV fits on some die below its cap
                 rid = waiting[0]
                 need = self._kv_need(rid)
-                die = max(dies, key=lambda d: d.free_kv)
-                if die.free_kv < need or len(die.running) >= cap:
+                die = max((d for d in dies if len(d.running) < cap), key=lambda d: d.free_kv, default=None)
+                if die is None or die.free_kv < need:
                     break
                 waiting.popleft()
                 die.free_kv -= need
                 die.running.append(rid)
+                ctx_sum += float(self.reqs.input_tokens[rid])
+                n_running += 1
                 self.t_decode_start[rid] = env.now
             batch = max(len(d.running) for d in dies)
             if batch == 0:
@@ -184,50 +249,56 @@ class ServingSim:
                 yield self.decode_wake[i]
                 continue
             self.max_batch_seen = max(self.max_batch_seen, batch)
-            running = [r for d in dies for r in d.running]
-            ctx = float(np.mean(self.reqs.input_tokens[running] + self.generated[running]))
-            st = self.iters.decode(self.lib, batch, ctx, self._remap())
+            ctx = ctx_sum / n_running
+            mem = self.mem_decode[i].step(env.now, batch, n_running) if i < len(self.mem_decode) else QUIET
+            st = self.iters.decode(self.lib, batch, ctx, mem.maps > 0, _miss(mem))
             yield env.timeout(st.time_s)
             kv_used = sum(self.kv_per_die - d.free_kv for d in dies) / (self.kv_per_die * len(dies))
-            self._record("decode", i, batch, len(running) * step_tokens, kv_used, st)
+            self._record("decode", i, batch, n_running * step_tokens, kv_used, st, mem,
+                         min(len(d.running) for d in dies))
             for d in dies:
                 keep = []
                 for rid in d.running:
                     self.generated[rid] += step_tokens
+                    ctx_sum += step_tokens
                     if 1 + self.generated[rid] >= self.reqs.output_tokens[rid]:  # prefill made token 1
                         d.free_kv += self._kv_need(rid)
                         self.reserved[i] -= self._kv_need(rid)
+                        ctx_sum -= float(self.reqs.input_tokens[rid]) + self.generated[rid]
+                        n_running -= 1
                         self._complete(rid)
                     else:
                         keep.append(rid)
                 d.running = keep
 
-    def _remap(self) -> bool:
-        """Does the allocator map new memory for the MoE buffers in this iteration?"""
-        return bool(self.remap_fraction) and self._remap_rng.random() < self.remap_fraction
-
     def _complete(self, rid: int) -> None:
         self.t_done[rid] = self.env.now
         self.occupancy.change(self.env.now, -1)
         self.remaining -= 1
+        if self.closed_loop and self.issued < len(self.reqs):
+            self._arrive()  # the client sends its next request
         if self.remaining == 0 and not self.all_done.triggered:
             self.all_done.succeed()
 
-    def _record(self, phase: str, inst: int, batch: float, tokens: float, kv_util: float, st: IterStats) -> None:
-        self.iter_rows.append((phase, inst, self.env.now - st.time_s, st.time_s, batch, tokens, kv_util,
-                               st.compute_s, st.exposed_comm_s, st.copy_s, st.register_s))
+    def _record(self, phase: str, inst: int, batch: float, tokens: float, kv_util: float, st: IterStats,
+                mem: StepMemory, min_batch: float = 0.0) -> None:
+        self.iter_rows.append((phase, inst, self.env.now - st.time_s, st.time_s, batch, min_batch, tokens,
+                               kv_util, st.compute_s, st.exposed_comm_s, st.copy_s, st.register_s, mem.maps > 0,
+                               mem.lookups, mem.misses))
 
     # ------------------------------------------------------------------ results
     def request_frame(self) -> pd.DataFrame:
         r = self.reqs
-        out = np.asarray(r.output_tokens, dtype=float)
         df = pd.DataFrame({
-            "request": np.arange(len(r)), "arrival_s": r.arrival_s, "input_tokens": r.input_tokens,
+            "request": np.arange(len(r)), "arrival_s": self.arrival, "input_tokens": r.input_tokens,
             "output_tokens": r.output_tokens, "prefill_start_s": self.t_prefill_start,
             "first_token_s": self.t_first_token, "decode_start_s": self.t_decode_start,
             "completion_s": self.t_done,
         })
+        if self.closed_loop:
+            df = df[np.isfinite(df["arrival_s"])].reset_index(drop=True)
         df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
+        out = df["output_tokens"].to_numpy(dtype=float)
         df["tpot_s"] = np.where(out > 1, (df["completion_s"] - df["first_token_s"]) / np.maximum(out - 1, 1), np.nan)
         df["e2e_s"] = df["completion_s"] - df["arrival_s"]
         df["library"] = self.lib
@@ -235,7 +306,11 @@ class ServingSim:
 
     def iteration_frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self.iter_rows, columns=["phase", "instance", "start_s", "time_s", "batch_per_die",
-                                                   "tokens", "kv_utilisation", "compute_s", "exposed_comm_s",
-                                                   "copy_s", "register_s"])
+                                                   "min_batch_per_die", "tokens", "kv_utilisation", "compute_s", "exposed_comm_s",
+                                                   "copy_s", "register_s", "remap", "jit_lookups", "jit_misses"])
         df["library"] = self.lib
         return df
+
+
+def _miss(mem: StepMemory) -> float:
+    return mem.misses / mem.lookups if mem.lookups else 0.0

@@ -15,25 +15,50 @@ from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.model import model_costs
 from workloads.common.routing import expert_weights
+from workloads.llm_infer.capacity import population, slo_capacity
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.fixed import run_fixed
 from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, IterationModel, bucket
-from workloads.llm_infer.memory import die_memory
-from workloads.llm_infer.requests import Requests, describe, generate
-from workloads.llm_infer.serving import ServingSim
+from workloads.llm_infer.memory import ServingDie, expert_scale
+from workloads.llm_infer.requests import Requests, describe, generate, pool
+from workloads.llm_infer.serving import ServingSim, decode_batch_cap
+from workloads.llm_infer.tensors import ServingTensors
 from workloads.modelcost import ModelCosts
+
+GiB = 2**30
+# closed-loop request pool beyond the population: completions over the run at up to this rate
+# (far above what 192 dies complete; the run reports if the pool runs dry)
+POOL_RATE = 1000.0
 
 
 def estimate(cfg: LlmInferConfig) -> RunSize:
-    """Requests generated for the run and the saturation run (arrivals are drawn for 1.5× the
-    expected count plus 50, as requests.generate does)."""
+    """Requests generated for the run (arrivals are drawn for 1.5× the expected count plus 50, as
+    requests.generate does) and the closed-loop pool (its population is bounded by every decode die
+    at its batch cap)."""
+    resolve_layout(cfg)
     r = cfg.requests
-    if r.arrival == "csv" or cfg.mode == "fixed":
-        return RunSize()  # a user's table: its rows are already bounded by the file
-    n = r.rate * r.duration_s * 1.5 + 50
-    if cfg.saturation_rate > 0:
-        n += cfg.saturation_rate * r.duration_s * 1.5 + 50
+    if cfg.mode == "fixed":
+        return RunSize()  # one decode and one prefill iteration at fixed shapes: no requests
+    n = 0.0 if r.arrival == "csv" else r.rate * r.duration_s * 1.5 + 50  # a user's table is bounded by its file
+    if cfg.capacity.saturation:
+        lay = cfg.layout
+        n += lay.decode_instances * lay.decode_dp * decode_batch_cap(cfg.scheduler) \
+            + POOL_RATE * cfg.capacity.saturation_duration_s
     return RunSize(requests=int(n))
+
+
+def resolve_layout(cfg: LlmInferConfig) -> None:
+    """With `layout.total_dies`, the decode instances take the dies the prefill instances leave
+    (the prefill:decode ratio as one knob: vary `prefill_instances`)."""
+    lay = cfg.layout
+    if not lay.total_dies:
+        return
+    left = lay.total_dies - lay.prefill_instances * lay.prefill_dp
+    if left < lay.decode_dp or left % lay.decode_dp:
+        raise ConfigError("workload.layout.total_dies", f"{lay.total_dies} dies minus {lay.prefill_instances} "
+                          f"prefill instances of {lay.prefill_dp} leave {left}, not a positive multiple of "
+                          f"decode_dp {lay.decode_dp}", "choose prefill_instances / total_dies that divide")
+    lay.decode_instances = left // lay.decode_dp
 
 
 def serving_costs(mc: ModelCosts, cfg: LlmInferConfig, seed: int) -> ServingCosts:
@@ -45,6 +70,7 @@ def serving_costs(mc: ModelCosts, cfg: LlmInferConfig, seed: int) -> ServingCost
 
 
 def validate_layout(cfg: LlmInferConfig, world: int) -> None:
+    resolve_layout(cfg)
     lay = cfg.layout
     for key in ("prefill_instances", "prefill_dp", "prefill_ep", "decode_instances", "decode_dp", "decode_ep"):
         if getattr(lay, key) <= 0:
@@ -57,39 +83,93 @@ def validate_layout(cfg: LlmInferConfig, world: int) -> None:
     if dies > world:
         raise ConfigError("workload.layout", f"{dies} dies needed but the fabric has {world}",
                           "fewer or smaller instances, or a larger fabric")
-    if not 0 <= cfg.remap_fraction <= 1:
-        raise ConfigError("workload.remap_fraction", f"{cfg.remap_fraction} is not a fraction", "use 0..1")
     s = cfg.scheduler
     if s.prefill_token_budget <= 0 or s.decode_max_batch < 0 or not 0 <= s.mtp_acceptance <= 1:
         raise ConfigError("workload.scheduler", "need prefill_token_budget > 0, decode_max_batch ≥ 0, "
                           "0 ≤ mtp_acceptance ≤ 1")
+    c = cfg.capacity
+    if c.saturation and c.saturation_warmup_s >= c.saturation_duration_s:
+        raise ConfigError("workload.capacity.saturation_warmup_s", "must be shorter than saturation_duration_s")
 
 
-def serve(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: IterationModel, library: str,
-          reqs: Requests, kv_tok: float, what: str = "serve") -> tuple[ServingSim, dict[str, float]]:
-    lib = ctx.libraries[library]
-    # progress in simulated seconds of arrivals
-    ctx.progress.phase(f"{what} {library}", total=float(reqs.arrival_s.max(initial=0.0)), unit="sim s")
-    sched = cfg.scheduler
-    reserve = max(sched.activation_reserve_tokens, 1)
-    mem_d = die_memory(costs.mc, costs.decode_ep, reserve, lib, ctx.fabric.hbm_bytes, "decode", costs)
-    die_memory(costs.mc, costs.prefill_ep, max(reserve, sched.prefill_token_budget), lib, ctx.fabric.hbm_bytes,
-               "prefill", costs)
-    biggest = kv_tok * float((reqs.input_tokens + reqs.output_tokens).max()) if len(reqs) else 0.0
-    if biggest > mem_d.kv_bytes:
-        raise ConfigError("workload.requests.input_max", f"a {biggest / 1e9:.1f} GB KV footprint does not fit "
-                          f"the {mem_d.kv_bytes / 1e9:.1f} GB KV cache of a decode die with '{library}'",
-                          "shorter requests or more HBM per die")
-    sim = ServingSim(reqs, iters, library, cfg, kv_per_die=mem_d.kv_bytes, kv_bytes_per_token=kv_tok,
-                     progress=ctx.progress, seed=ctx.seed)
-    sim.run()
-    return sim, {"weights_GB_per_die": mem_d.weight_bytes / 1e9, "library_GB_per_die": mem_d.library_bytes / 1e9,
-                 "kv_cache_GB_per_die": mem_d.kv_bytes / 1e9}
+class Serving:
+    """What one run shares across libraries and request sets: model costs, iteration model and the
+    tensor declarations of both roles."""
+
+    def __init__(self, ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: IterationModel,
+                 kv_tok: float) -> None:
+        self.ctx, self.cfg, self.costs, self.iters, self.kv_tok = ctx, cfg, costs, iters, kv_tok
+        token = costs.hidden * (1 + cfg.dispatch_scale_ratio)  # INT8 + scales, as the dispatch sends
+        self.tensors = {"prefill": ServingTensors(costs.mc, costs.prefill_ep, token),
+                        "decode": ServingTensors(costs.mc, costs.decode_ep, token)}
+
+    def dies(self, library: str, role: str, drive_all: bool) -> list[ServingDie]:
+        """One allocator-model die per instance of `role` (the instance's busiest die); only the
+        first when the library's cost does not depend on them (`drive_all` False: memory report)."""
+        lay, cfg = self.cfg.layout, self.cfg
+        n = getattr(lay, f"{role}_instances") if drive_all else 1
+        dp = getattr(lay, f"{role}_dp")
+        # the weights in their formats, the experts as the role's placement puts them (EPLB replicas)
+        scale = expert_scale(self.costs.mc, getattr(lay, f"{role}_ep"), self.costs, role)
+        return [ServingDie(self.tensors[role], self.ctx.libraries[library], cfg, role, dp, self.ctx.fabric.hbm_bytes,
+                           weights=self.iters.weights, seed=self.ctx.seed, mtp_layer=cfg.scheduler.mtp and role == "decode",
+                           instance=i, expert_scale=scale) for i in range(n)]
+
+    def serve(self, library: str, reqs: Requests, what: str = "serve", closed_loop: int = 0,
+              until_s: float | None = None) -> tuple[ServingSim, list[ServingDie]]:
+        ctx, cfg = self.ctx, self.cfg
+        lib = ctx.libraries[library]
+        registers = lib.user_buffer_registration != "none"
+        pre, dec = self.dies(library, "prefill", registers), self.dies(library, "decode", registers)
+        kv = dec[0].plan.kv
+        biggest = self.kv_tok * float((reqs.input_tokens + reqs.output_tokens).max()) if len(reqs) else 0.0
+        if biggest > kv:
+            raise ConfigError("workload.requests", f"a {biggest / GiB:.1f} GiB KV footprint does not fit the "
+                              f"{kv / GiB:.1f} GiB KV cache of a decode die with '{library}'",
+                              "shorter requests (input_max / output_max, another trace) or more HBM per die")
+        total = until_s if until_s is not None else float(reqs.arrival_s.max(initial=0.0))
+        ctx.progress.phase(f"{what} {library}", total=total, unit="sim s")
+        sim = ServingSim(reqs, self.iters, library, cfg, kv_per_die=kv, kv_bytes_per_token=self.kv_tok,
+                         progress=ctx.progress if not closed_loop else None,
+                         prefill_dies=pre, decode_dies=dec, closed_loop=closed_loop, until_s=until_s)
+        sim.run()
+        return sim, dec
+
+
+def memory_metrics(dies: list[ServingDie]) -> dict[str, float]:
+    """Where a decode die's HBM goes, and the allocator's peaks over start-up and serving."""
+    p = dies[0].plan
+    peak = max(d.stats().reserved_peak for d in dies)
+    frag = max(d.stats().fragmentation for d in dies)
+    return {"weights_GiB_per_die": p.weights / GiB, "activations_GiB_per_die": p.activations / GiB,
+            "comm_buffers_GiB_per_die": p.comm_buffers / GiB, "pool_GiB_per_die": p.pool / GiB,
+            "library_GiB_per_die": p.library / GiB, "kv_cache_GiB_per_die": p.kv / GiB,
+            "reserved_GiB_per_die": peak / GiB, "fragmentation_GiB_per_die": frag / GiB,
+            "startup_fragmentation_GiB_per_die": p.fragmentation / GiB,
+            "expandable_segments": float(p.expandable_segments)}
+
+
+def registration_metrics(sim: ServingSim, warmup_s: float) -> dict[str, float]:
+    """Iterations after the warm-up, per phase: the share that mapped new memory (the remaps
+    registration-on-allocation sees), the JIT cache's hit rate, the registration time per
+    iteration (decode keys unprefixed, prefill keys prefixed `prefill_`)."""
+    it = sim.iteration_frame()
+    out = {}
+    for phase, prefix, name in (("decode", "", "decode_iter"), ("prefill", "prefill_", "prefill_iter")):
+        x = it[(it["phase"] == phase) & (it["start_s"] >= warmup_s)]
+        if not len(x):
+            x = it[it["phase"] == phase]
+        look = float(x["jit_lookups"].sum())
+        out[f"{prefix}remap_fraction"] = float(x["remap"].mean()) if len(x) else 0.0
+        out[f"{prefix}jit_hit_rate"] = 1.0 - float(x["jit_misses"].sum()) / look if look else float("nan")
+        out[f"register_ms_per_{name}"] = float(x["register_s"].mean() * 1e3) if len(x) else 0.0
+    return out
 
 
 def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float]:
     """Latency percentiles over requests arriving in [warmup, end); throughput = tokens produced
-    inside that window ÷ its length (steady state, not diluted by the drain after arrivals stop)."""
+    inside that window ÷ its length (steady state, not diluted by the drain after arrivals stop);
+    iteration statistics (decode batch, KV utilisation, prefill busy time) over the same window."""
     req = sim.request_frame()
     t0 = warmup_s if warmup_s < end_s and (req["arrival_s"] >= warmup_s).any() else 0.0
     m = req[req["arrival_s"] >= t0]
@@ -97,8 +177,12 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
     it = sim.iteration_frame()
     it_end = it["start_s"] + it["time_s"]
     win = it[(it_end > t0) & (it_end <= end_s)]
-    dec = it[it["phase"] == "decode"]
+    dec = win[win["phase"] == "decode"]
+    if not len(dec):
+        dec = it[it["phase"] == "decode"]
     w = dec["time_s"].to_numpy()
+    pre = it[it["phase"] == "prefill"]
+    busy = (np.minimum(pre["start_s"] + pre["time_s"], end_s) - np.maximum(pre["start_s"], t0)).clip(lower=0).sum()
     first = req["first_token_s"]
     out_tokens = float(win.loc[win["phase"] == "decode", "tokens"].sum() + ((first > t0) & (first <= end_s)).sum())
     prompt_tokens = float(win.loc[win["phase"] == "prefill", "tokens"].sum())
@@ -107,17 +191,56 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
         "throughput_tok_per_s": out_tokens / span,
         "total_throughput_tok_per_s": (out_tokens + prompt_tokens) / span,
         "requests_per_s": float(((done > t0) & (done <= end_s)).sum()) / span,
-        "mean_decode_batch_per_die": float(np.average(dec["batch_per_die"], weights=w)) if len(dec) else 0.0,
+        "mean_decode_batch_per_die": float(np.average(dec["batch_per_die"], weights=w)) if w.sum() > 0 else 0.0,
         "max_decode_batch_per_die": float(sim.max_batch_seen),
-        "kv_utilisation_mean": float(np.average(dec["kv_utilisation"], weights=w)) if len(dec) else 0.0,
-        "decode_step_s_mean": float(np.average(dec["time_s"], weights=w)) if len(dec) else 0.0,
+        "kv_utilisation_mean": float(np.average(dec["kv_utilisation"], weights=w)) if w.sum() > 0 else 0.0,
+        "decode_step_s_mean": float(np.average(dec["time_s"], weights=w)) if w.sum() > 0 else 0.0,
         "decode_exposed_comm_share": float(dec["exposed_comm_s"].sum() / max(dec["time_s"].sum(), 1e-12)),
+        # share of the window a prefill instance spends in an iteration (all its dies step together)
+        "prefill_busy_fraction": float(busy) / (span * sim.layout.prefill_instances),
     }
     for name, col in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s")):
         vals = m[col].dropna().to_numpy()
         for q in (50, 90, 99):
             out[f"{name}_p{q}_s"] = percentile(vals, q)
     return out
+
+
+def saturation(serving: Serving, library: str) -> tuple[dict[str, float], list[str]]:
+    """Closed-loop saturation throughput (capacity.py): enough outstanding requests for every
+    decode die to reach its cap, measured after `saturation_warmup_s`."""
+    cfg, ctx = serving.cfg, serving.ctx
+    c = cfg.capacity
+    sample = pool(cfg.requests, ctx.seed, 10_000)
+    kv = serving.dies(library, "decode", False)[0].plan.kv
+    n = population(cfg, sample, kv, serving.kv_tok)
+    reqs = pool(cfg.requests, ctx.seed, n + int(POOL_RATE * c.saturation_duration_s))
+    sim, _ = serving.serve(library, reqs, "saturation", closed_loop=n, until_s=c.saturation_duration_s)
+    s = summarise(sim, c.saturation_warmup_s, c.saturation_duration_s)
+    notes = []
+    if sim.issued >= len(reqs):
+        notes.append(f"{library}: the closed-loop request pool ran dry; saturation throughput is a lower bound")
+    return {"saturation_throughput_tok_per_s": s["throughput_tok_per_s"],
+            "saturation_requests_per_s": s["requests_per_s"],
+            "saturation_population": float(n),
+            "saturation_mean_decode_batch_per_die": s["mean_decode_batch_per_die"],
+            "saturation_kv_utilisation": s["kv_utilisation_mean"],
+            "saturation_prefill_busy_fraction": s["prefill_busy_fraction"]}, notes
+
+
+def slo_search(serving: Serving, library: str) -> tuple[dict[str, float], pd.DataFrame]:
+    """The SLO capacity: bisection on the rate, the same arrivals scaled (capacity.py)."""
+    cfg, ctx = serving.cfg, serving.ctx
+
+    def evaluate(rate: float) -> tuple[float, float]:
+        sim, _ = serving.serve(library, generate(cfg.requests, ctx.seed, rate=rate), f"slo {rate:g} req/s")
+        s = summarise(sim, cfg.warmup_s, cfg.requests.duration_s)
+        return s["ttft_p99_s"], s["tpot_p99_s"]
+
+    res = slo_capacity(cfg.capacity, cfg.requests.rate, evaluate)
+    rows = pd.DataFrame([{"library": library, "rate_req_per_s": r, "ttft_p99_s": v[0], "tpot_p99_s": v[1],
+                          "meets_slo": res.meets(cfg.capacity, r)} for r, v in sorted(res.evaluated.items())])
+    return {"slo_capacity_req_per_s": res.rate, "slo_capacity_capped": float(res.capped)}, rows
 
 
 def run(ctx: RunContext) -> WorkloadResult:
@@ -135,32 +258,42 @@ def run(ctx: RunContext) -> WorkloadResult:
                            decode_dies=tuple(range(first_decode, first_decode + lay.decode_dp)))
     if cfg.mode == "fixed":
         return run_fixed(ctx, cfg, costs, iters, kv_tok)
-    sat_reqs = generate(cfg.requests, ctx.seed, rate=cfg.saturation_rate) if cfg.saturation_rate > 0 else None
-    req_frames, iter_frames, metrics, timelines = [], [], {}, {}
+    serving = Serving(ctx, cfg, costs, iters, kv_tok)
+    req_frames, iter_frames, slo_frames, metrics, timelines, notes = [], [], [], {}, {}, []
     for library in ctx.libraries:
-        sim, mem = serve(ctx, cfg, costs, iters, library, reqs, kv_tok)
+        sim, dies = serving.serve(library, reqs)
         m = summarise(sim, cfg.warmup_s, cfg.requests.duration_s)
-        m.update(mem)
-        if sat_reqs is not None:
-            sat, _ = serve(ctx, cfg, costs, iters, library, sat_reqs, kv_tok, what="saturation")
-            s = summarise(sat, cfg.warmup_s, cfg.requests.duration_s)
-            m["saturation_throughput_tok_per_s"] = s["throughput_tok_per_s"]
-            m["saturation_mean_decode_batch_per_die"] = s["mean_decode_batch_per_die"]
+        m.update(memory_metrics(dies))
+        m.update(registration_metrics(sim, cfg.warmup_s))
+        if cfg.capacity.saturation:
+            sat, sat_notes = saturation(serving, library)
+            m.update(sat)
+            notes += sat_notes
+        if cfg.capacity.slo_search:
+            slo, rows = slo_search(serving, library)
+            m.update(slo)
+            slo_frames.append(rows)
         metrics[library] = m
         req_frames.append(sim.request_frame())
         iter_frames.append(sim.iteration_frame())
         timelines[library] = _typical_decode_timeline(iters, sim, library)
     rows = pd.concat(req_frames, ignore_index=True)
     keys = ["throughput_tok_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p99_s",
-            "mean_decode_batch_per_die", "decode_step_s_mean", "decode_exposed_comm_share", "kv_cache_GB_per_die"]
-    keys += [k for k in ("saturation_throughput_tok_per_s",) if k in next(iter(metrics.values()))]
+            "mean_decode_batch_per_die", "kv_utilisation_mean", "prefill_busy_fraction", "decode_step_s_mean",
+            "decode_exposed_comm_share", "kv_cache_GiB_per_die", "library_GiB_per_die", "reserved_GiB_per_die",
+            "fragmentation_GiB_per_die", "remap_fraction", "prefill_remap_fraction", "jit_hit_rate",
+            "prefill_jit_hit_rate", "register_ms_per_decode_iter", "register_ms_per_prefill_iter",
+            "saturation_throughput_tok_per_s", "slo_capacity_req_per_s"]
+    keys = [k for k in keys if k in next(iter(metrics.values()))]
     table = metric_table(metrics, ctx.baseline, keys)
-    notes = [f"{describe(reqs, cfg.requests, cfg.requests.duration_s)} "
-             f"(statistics after {cfg.warmup_s} s); {iters.simulated} iteration traces simulated; "
-             f"KV {kv_tok:.0f} B/token; model {cfg.model.preset or cfg.model.model_type}"]
-    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table,
-                          notes=notes,
-                          extra_rows={"iterations": pd.concat(iter_frames, ignore_index=True)})
+    notes.insert(0, f"{describe(reqs, cfg.requests, cfg.requests.duration_s)} "
+                    f"(statistics after {cfg.warmup_s} s); {iters.simulated} iteration traces simulated; "
+                    f"KV {kv_tok:.0f} B/token; model {cfg.model.preset or cfg.model.model_type}")
+    extra = {"iterations": pd.concat(iter_frames, ignore_index=True)}
+    if slo_frames:
+        extra["slo_search"] = pd.concat(slo_frames, ignore_index=True)
+    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table, notes=notes,
+                          extra_rows=extra)
 
 
 def _typical_decode_timeline(iters: IterationModel, sim: ServingSim, library: str):  # noqa: ANN202

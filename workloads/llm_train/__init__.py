@@ -6,7 +6,7 @@ per library. See layout.py for the mesh, schedule.py for the iteration, model.py
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -17,9 +17,10 @@ from stratacl.fabric import Fabric
 from stratacl.limits import RunSize
 from stratacl.schemas.llm_train import LlmTrainConfig
 from stratacl.trace import Trace
-from stratacl.workload_api import RunContext, WorkloadResult
+from stratacl.workload_api import Library, RunContext, WorkloadResult
 from workloads.common.routing import dispatch_rows, imbalance, zipf_exponent
 
+from .allocation import allocator_peak
 from .blocks import ModelPlan
 from .layout import Layout
 from .memory import check_fits, memory_breakdown
@@ -89,34 +90,64 @@ def iteration_trace(prep: Prepared, iteration: int, seed: int) -> tuple[Trace, f
     return trace, s, imb
 
 
+def fit_memory(prep: Prepared, library: Library, hbm_bytes: float) -> tuple[Knobs, dict[str, float], str]:
+    """The knobs a library's memory allows, the per-die breakdown and the schedule change made.
+
+    The iteration's tensors run through the library's allocator (allocation.py) on what is left
+    of HBM after the library's buffers / pool and the runtime reserve. If they do not fit without
+    activation checkpointing, TorchTitan's remedy is to turn it on ("full" AC): the run goes on
+    with recompute (and says so); if they do not fit with it either, the run stops."""
+    cfg = prep.cfg
+    outside = library.held_memory_bytes(communicators=prep.layout.communicators_per_rank(), context="training")
+    capacity = hbm_bytes - outside - cfg.alloc_overhead_GB * 1e9
+    knobs, change = prep.knobs, ""
+    peak = allocator_peak(prep.plan, prep.layout, knobs, library, capacity, cfg.expandable_segments) \
+        if capacity > 0 else None
+    if peak is None and not knobs.recompute and capacity > 0:
+        knobs, change = replace(knobs, recompute=True), "recompute"
+        peak = allocator_peak(prep.plan, prep.layout, knobs, library, capacity, cfg.expandable_segments)
+    mem = memory_breakdown(prep.plan, prep.layout, knobs, outside, cfg.alloc_overhead_GB * 1e9)
+    if peak is None:
+        check_fits({**mem, "overflow": hbm_bytes + 1.0}, hbm_bytes, library.name, knobs.recompute)
+    mem["reserved"] = peak.reserved
+    mem["fragmentation"] = peak.fragmentation
+    return knobs, mem, change
+
+
 def run(ctx: RunContext) -> WorkloadResult:
     cfg: LlmTrainConfig = ctx.cfg.workload
     prep = prepare(cfg, ctx.fabric)
-    comms = prep.layout.communicators_per_rank()
-    memory = {}
+    memory, knobs, changes = {}, {}, {}
     for lib, model in ctx.libraries.items():
-        mem = memory_breakdown(prep.plan, prep.layout, prep.knobs,
-                               model.held_memory_bytes(communicators=comms, context="training"),
-                               cfg.alloc_overhead_GB * 1e9)
-        check_fits(mem, ctx.fabric.hbm_bytes, lib, cfg.recompute)
-        memory[lib] = mem
+        knobs[lib], memory[lib], changes[lib] = fit_memory(prep, model, ctx.fabric.hbm_bytes)
     tokens = cfg.global_batch * cfg.seq_len
     records, timelines = [], {}
     ctx.progress.phase("iterations", total=len(cfg.iterations) * len(ctx.libraries), unit="replay")
     for it in cfg.iterations:
-        trace, s, imb = iteration_trace(prep, it, ctx.seed)
-        for lib, res in ctx.replay_all(trace, progress=True).items():
-            fig = iteration_figures(res.exposure())
-            records.append({"library": lib, "iteration": it, "zipf_exponent": s, "ep_imbalance": imb, **fig,
-                            "tokens_per_s": tokens / fig["iteration_time_s"],
-                            "peak_mem_GB_per_die": sum(memory[lib].values()) / 1e9,
-                            **{f"mem_{k}_GB": v / 1e9 for k, v in memory[lib].items()},
-                            "n_ops": len(trace.ops), "sim_wall_s": res.wall_s})
-            timelines[lib] = (trace, res)  # the last sampled iteration
-    rows = pd.DataFrame(records)
+        by_knobs: dict[Knobs, list[str]] = {}
+        for lib in ctx.libraries:  # one trace per schedule: a library forced to recompute gets its own
+            by_knobs.setdefault(knobs[lib], []).append(lib)
+        for k, libs in by_knobs.items():
+            trace, s, imb = iteration_trace(replace(prep, knobs=k), it, ctx.seed)
+            for lib in libs:
+                res = ctx.simulate(trace, lib)
+                ctx.progress(1)
+                fig = iteration_figures(res.exposure())
+                mem = memory[lib]
+                held = mem["reserved"] + mem["library"] + mem["overhead"]
+                records.append({"library": lib, "iteration": it, "zipf_exponent": s, "ep_imbalance": imb, **fig,
+                                "tokens_per_s": tokens / fig["iteration_time_s"],
+                                "peak_mem_GB_per_die": held / 1e9,
+                                **{f"mem_{key}_GB": v / 1e9 for key, v in mem.items()},
+                                "recompute": k.recompute, "schedule_change": changes[lib],
+                                "n_ops": len(trace.ops), "sim_wall_s": res.wall_s})
+                timelines[lib] = (trace, res)  # the last sampled iteration
+    rows = pd.DataFrame(records).sort_values(["iteration", "library"], kind="stable").reset_index(drop=True)
     metrics = {lib: _metrics(rows[rows["library"] == lib]) for lib in ctx.libraries}
     notes = [f"mesh: fsdp {cfg.fsdp} × tp {cfg.tp} = {cfg.dies} dies; ep {cfg.ep} over {cfg.ep // cfg.tp} "
              f"FSDP ranks × tp; efsdp {prep.layout.efsdp}; {len(prep.plan.units)} FSDP units"]
+    notes += [f"{lib}: its memory does not fit without activation checkpointing: recompute turned on"
+              for lib, c in changes.items() if c == "recompute"]
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, notes=notes,
                           table=pivot_table(rows, ["iteration", "zipf_exponent", "ep_imbalance"],
                                             "iteration_time_s", list(ctx.libraries), ctx.baseline))
@@ -129,4 +160,7 @@ def _metrics(sub: pd.DataFrame) -> dict[str, float]:
     m["iteration_time_s_first"] = float(sub["iteration_time_s"].iloc[0])
     m["iteration_time_s_last"] = float(sub["iteration_time_s"].iloc[-1])
     m["peak_mem_GB_per_die"] = float(sub["peak_mem_GB_per_die"].max())
+    m["reserved_GB_per_die"] = float(sub["mem_reserved_GB"].max())
+    m["fragmentation_GB_per_die"] = float(sub["mem_fragmentation_GB"].max())
+    m["recompute_forced"] = float((sub["schedule_change"] == "recompute").any())
     return m

@@ -1,0 +1,126 @@
+"""One die's tensors over training iterations, run through the library's device allocator.
+
+FSDP2 as TorchTitan runs it, per die: the sharded fp32 parameters of every unit exist from the
+start; each iteration all-gathers a unit's parameters into an unsharded bf16 tensor before its
+forward (`prefetch` units ahead) and frees it after (reshard after forward); the forward keeps the
+unit's saved activations (one tensor per sub-block), or only its input under full activation
+checkpointing; the backward gathers the parameters again, recomputes the activations if they were
+checkpointed, produces the unit's unsharded gradient, reduce-scatters it into the sharded gradient
+(allocated at the first backward and kept) and frees the rest; the optimizer step allocates its
+states at the first step. Two iterations run, so the second reuses what the first cached, as in
+steady state.
+
+The allocator's reserved peak (tensors plus what it could not reuse: fragmentation, more with
+expandable segments off) is what the die must hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stratacl.memory import GiB, OutOfMemoryError
+from stratacl.workload_api import Library
+
+from .blocks import ModelPlan
+from .layout import Layout
+from .schedule import Knobs
+
+ITERATIONS = 2
+
+
+@dataclass(frozen=True)
+class AllocatorPeak:
+    reserved: float  # bytes reserved at the peak
+    allocated: float  # bytes in tensors at the peak
+    fragmentation: float  # reserved peak - allocated peak
+    expandable_segments: bool
+    retries: int  # allocations that had to release the cache and retry
+
+
+def iteration_ops(plan: ModelPlan, layout: Layout, k: Knobs) -> list[tuple]:
+    """Start-up and ITERATIONS training iterations as ("alloc", name, bytes) / ("free", name)."""
+    ops: list[tuple] = []
+    units = plan.units
+    local = [-(-u.params // layout.fsdp) + -(-u.expert_params // layout.efsdp) for u in units]
+    full = [u.params + u.expert_params for u in units]
+    decoders = sum(1 for u in units if u.decoder) or 1
+    boundary = plan.boundary_bytes / decoders
+    for i, n in enumerate(local):
+        ops.append(("alloc", f"param{i}", n * k.master_bytes))
+
+    def saved(i: int, tag: str) -> None:
+        subs = max(1, len(units[i].subs))
+        for j in range(subs):
+            ops.append(("alloc", f"{tag}{i}.{j}", units[i].saved_bytes / subs))
+
+    def free_saved(i: int, tag: str) -> None:
+        for j in range(max(1, len(units[i].subs))):
+            ops.append(("free", f"{tag}{i}.{j}"))
+
+    gathered: list[int] = []
+
+    def gather(i: int) -> None:
+        if 0 <= i < len(units) and i not in gathered:
+            ops.append(("alloc", f"unsharded{i}", full[i] * k.act_bytes))
+            gathered.append(i)
+
+    for it in range(ITERATIONS):
+
+        for i, u in enumerate(units):  # forward
+            for j in range(i, i + k.prefetch + 1):
+                gather(j)
+            checkpoint = k.recompute and u.decoder
+            if checkpoint:
+                ops.append(("alloc", f"boundary{i}", boundary))
+                saved(i, "tmp")  # the block's activations live only while it runs
+                free_saved(i, "tmp")
+            else:
+                saved(i, "act")
+            ops.append(("free", f"unsharded{i}"))
+            gathered.remove(i)
+        for i in reversed(range(len(units))):  # backward
+            for j in range(i, i - k.prefetch - 1, -1):
+                gather(j)
+            u = units[i]
+            checkpoint = k.recompute and u.decoder
+            if checkpoint:
+                saved(i, "act")  # recomputed
+            ops.append(("alloc", f"ugrad{i}", full[i] * k.grad_bytes))
+            free_saved(i, "act")
+            if checkpoint:
+                ops.append(("free", f"boundary{i}"))
+            ops.append(("free", f"unsharded{i}"))
+            gathered.remove(i)
+            if it == 0:
+                ops.append(("alloc", f"grad{i}", local[i] * k.grad_bytes))  # kept across iterations
+            ops.append(("free", f"ugrad{i}"))
+        if it == 0:  # Adam's two moments, created at the first step
+            for i, n in enumerate(local):
+                ops.append(("alloc", f"exp_avg{i}", n * k.state_bytes / 2))
+                ops.append(("alloc", f"exp_avg_sq{i}", n * k.state_bytes / 2))
+    return ops
+
+
+def allocator_peak(plan: ModelPlan, layout: Layout, k: Knobs, library: Library, capacity_bytes: float,
+                   expandable_segments: bool = True) -> AllocatorPeak | None:
+    """Run the sequence through the library's allocator on `capacity_bytes`; None if it runs
+    out of memory (after the allocator's own cache release and retry)."""
+    mem = library.die_memory(capacity_bytes, 0, expandable_segments=expandable_segments)
+    a = mem.allocator
+    live = {}
+    try:
+        for op in iteration_ops(plan, layout, k):
+            if op[0] == "alloc":
+                live[op[1]] = a.malloc(int(op[2]))
+            else:
+                a.free(live.pop(op[1]))
+    except OutOfMemoryError:
+        return None
+    s = a.stats
+    return AllocatorPeak(float(s.reserved_bytes_peak), float(s.allocated_bytes_peak), float(s.fragmentation_bytes),
+                         a.cfg.expandable_segments, s.num_alloc_retries)
+
+
+def describe(p: AllocatorPeak) -> str:
+    return (f"{p.reserved / GiB:.1f} GiB reserved ({p.fragmentation / GiB:.2f} GiB fragmentation, "
+            f"expandable segments {'on' if p.expandable_segments else 'off'})")
