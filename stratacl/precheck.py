@@ -56,11 +56,29 @@ def one_line(exc: BaseException) -> str:
     return f"config field '{field}': {problem} — fix: {fix}"
 
 
+def _check_run_dir(argv: list[str]) -> None:
+    """Hydra creates the run directory before any of our code runs: an unwritable one would end in
+    its traceback, so try it first."""
+    for a in argv:
+        key, _, value = a.partition("=")
+        if key.lstrip("+") == "hydra.run.dir" and value:
+            try:
+                Path(value).mkdir(parents=True, exist_ok=True)
+                probe = Path(value) / ".write_probe"
+                probe.touch()
+                probe.unlink()
+            except OSError as exc:
+                print(f"error: config field 'hydra.run.dir': cannot write '{value}': {exc.strerror or exc} "
+                      "— fix: a writable directory", file=sys.stderr)
+                sys.exit(2)
+
+
 def precheck(argv: list[str]) -> None:
     """Compose a single run's config; exit 2 with one line if Hydra would refuse it."""
     if any(a in _OTHER_MODES or a.split("=")[0] in _OTHER_MODES for a in argv):
         return
     overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
+    _check_run_dir(argv)
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base=None):
             compose("config", overrides=overrides)

@@ -101,7 +101,8 @@ def load_model_config(
         raise ModelConfigError(
             f"model_type: unknown model type {model_type!r}."
             + (f" Did you mean: {', '.join(close)}?" if close else "")
-            + f" Valid options: {', '.join(known_model_types())}"
+            + f" ({len(known_model_types())} types are known: `python -c 'import transformers; "
+            "print(sorted(transformers.CONFIG_MAPPING))'` lists them)"
         )
     cfg_cls = CONFIG_MAPPING[model_type]
     _check_overrides(cfg_cls, model_type, overrides)
@@ -109,7 +110,7 @@ def load_model_config(
     kwargs.update(overrides)
     try:
         cfg = AutoConfig.for_model(model_type, **kwargs)
-    except (TypeError, ValueError, StrictDataclassError) as e:  # the last: typed config fields
+    except (TypeError, ValueError, ArithmeticError, StrictDataclassError) as e:  # typed fields; 0 heads
         msg = " ".join(str(e).split())
         raise ModelConfigError(f"overrides: {cfg_cls.__name__} rejected the values: {msg}") from None
     _check_sizes(cfg, "config_json" if config_json is not None and not overrides else "overrides")
