@@ -9,9 +9,9 @@ map events, no allocator work.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from stratacl.memory.allocator import Block, CachingAllocator
+from stratacl.memory.allocator import Block, CachingAllocator, OutOfMemoryError
 from stratacl.memory.on_alloc import RegistrationOnAllocation
 from stratacl.memory.registration_cache import JitRegistrationCache
 
@@ -97,3 +97,18 @@ class DieMemory:
                 self._memo.clear()
             self._memo[(sig, key_ops)] = (addrs_t, peak_alloc, peak_req, len(addrs))
         return addrs_t
+
+
+def replay_ops(alloc: CachingAllocator, ops: Iterable[tuple]) -> bool:
+    """Run ("alloc", name, bytes) / ("free", name) ops through `alloc` in order (no time, no
+    registration); False if it runs out of memory. For peak and fragmentation probes."""
+    live: dict[str, Block] = {}
+    try:
+        for op in ops:
+            if op[0] == "alloc":
+                live[op[1]] = alloc.malloc(int(op[2]))
+            else:
+                alloc.free(live.pop(op[1]))
+    except OutOfMemoryError:
+        return False
+    return True

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stratacl.memory import OutOfMemoryError
+from stratacl.memory.die import replay_ops
 from stratacl.schemas.dlrm_train import DlrmTrainConfig
 from stratacl.workload_api import Library
 
@@ -67,14 +67,8 @@ def die_ops(cfg: DlrmTrainConfig, dense: DenseCosts, traffic: list[IterationTraf
 def die_peak(ops: list[tuple], library: Library, capacity_bytes: float, expandable_segments: bool) -> DiePeak | None:
     """The allocator's peaks for the sequence on `capacity_bytes`; None if it does not fit."""
     mem = library.die_memory(capacity_bytes, 0, expandable_segments=expandable_segments)
-    a, live = mem.allocator, {}
-    try:
-        for op in ops:
-            if op[0] == "alloc":
-                live[op[1]] = a.malloc(int(op[2]))
-            else:
-                a.free(live.pop(op[1]))
-    except OutOfMemoryError:
+    a = mem.allocator
+    if not replay_ops(a, ops):
         return None
     s = a.stats
     return DiePeak(float(s.reserved_bytes_peak), float(s.allocated_bytes_peak), float(s.fragmentation_bytes))

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stratacl.memory import GiB, OutOfMemoryError
+from stratacl.memory import GiB
+from stratacl.memory.die import replay_ops
 from stratacl.workload_api import Library
 
 from .blocks import ModelPlan
@@ -107,14 +108,7 @@ def allocator_peak(plan: ModelPlan, layout: Layout, k: Knobs, library: Library, 
     out of memory (after the allocator's own cache release and retry)."""
     mem = library.die_memory(capacity_bytes, 0, expandable_segments=expandable_segments)
     a = mem.allocator
-    live = {}
-    try:
-        for op in iteration_ops(plan, layout, k):
-            if op[0] == "alloc":
-                live[op[1]] = a.malloc(int(op[2]))
-            else:
-                a.free(live.pop(op[1]))
-    except OutOfMemoryError:
+    if not replay_ops(a, iteration_ops(plan, layout, k)):
         return None
     s = a.stats
     return AllocatorPeak(float(s.reserved_bytes_peak), float(s.allocated_bytes_peak), float(s.fragmentation_bytes),
