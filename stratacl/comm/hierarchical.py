@@ -101,6 +101,18 @@ def default_level1(m: int) -> str:
 
 
 # ---------------------------------------------------------------------------- selection
+
+def _aiv_mesh(op: str, aiv: bool, n: int, m: int, chunk: float, crossnode: tuple, entry: float) -> HcclChoice | None:
+    """AIV one-shot mesh executors of all-gather / reduce-scatter (SelectAlgfor91093): the
+    cross-node variant under its (ranks, chunk) table, the single-node one under its entry size."""
+    if not aiv:
+        return None
+    if m > 1 and any(n <= r and chunk <= b for r, b in crossnode):
+        return HcclChoice(f"{op}MeshAivFor91093Executor", flat="mesh")
+    if m == 1 and chunk <= entry:
+        return HcclChoice(f"{op}MeshAivExecutor", flat="mesh")
+    return None
+
 def select(coll: str, size: float, n: int, servers: int, per_server: int, paired: bool,
            aiv: bool = False, zerocopy: bool = False, configured: str = "auto",
            ccl_bytes: float = 200e6, rules: bool = True) -> HcclChoice:
@@ -127,12 +139,9 @@ def select(coll: str, size: float, n: int, servers: int, per_server: int, paired
             return HcclChoice("RunAlltoAllVStaged", flat="pairwise")
         return HcclChoice("RunAlltoAllDirectFullmesh", flat="direct_fullmesh")
     if coll == "allgather":
-        if aiv:
-            cross = m > 1 and any(n <= r and chunk <= b for r, b in AIV_AG_CROSSNODE)
-            if cross:
-                return HcclChoice("AllGatherMeshAivFor91093Executor", flat="mesh")
-            if m == 1 and chunk <= AIV_ALL_GATHER_A3_ENTRY:
-                return HcclChoice("AllGatherMeshAivExecutor", flat="mesh")
+        choice = _aiv_mesh("AllGather", aiv, n, m, chunk, AIV_AG_CROSSNODE, AIV_ALL_GATHER_A3_ENTRY)
+        if choice:
+            return choice
         dma_limit = ccl_bytes * 4 < size  # SmallCountOptimMultiServer: d % 4 == 0 case
         if (m == 1 and chunk <= SMALL_COUNT_512_KB and d > 2) or (
                 m > 1 and d > 2 and d % 4 == 0 and chunk * m <= SMALL_COUNT_1_MB and not dma_limit) or (
@@ -146,12 +155,9 @@ def select(coll: str, size: float, n: int, servers: int, per_server: int, paired
         if m == 1 and d > 2 and size <= SMALL_COUNT_512_KB * n and size <= ccl_bytes / MEMSIZE_HD_FACTOR:
             return HcclChoice("AllReduceMeshSmallCountExecutor", level0="mesh")
     elif coll == "reducescatter":
-        if aiv:
-            cross = m > 1 and any(n <= r and chunk <= b for r, b in AIV_RS_CROSSNODE)
-            if cross:
-                return HcclChoice("ReduceScatterMeshAivFor91093Executor", flat="mesh")
-            if m == 1 and chunk <= AIV_REDUCE_SCATTER_A3_ENTRY:
-                return HcclChoice("ReduceScatterMeshAivExecutor", flat="mesh")
+        choice = _aiv_mesh("ReduceScatter", aiv, n, m, chunk, AIV_RS_CROSSNODE, AIV_REDUCE_SCATTER_A3_ENTRY)
+        if choice:
+            return choice
         pow2 = n & (n - 1) == 0
         dma_limit = pow2 and ccl_bytes * 2 < size
         if m > 1 and d > 2 and not pow2 and chunk <= SMALL_COUNT_256_KB:
