@@ -9,7 +9,9 @@ the backward (prefetch 1, as FSDP2 runs them) — and the collectives once alone
 - ``compute_slowdown`` = compute time overlapped / compute time alone − 1 (the whole layer);
 - ``concurrent_compute_slowdown`` = how much slower compute progresses *while* a collective is in
   flight: extra / (overlap − extra), with extra the added compute time and overlap the time both
-  run (a kernel at rate r while overlapped gives 1/r − 1);
+  run (a kernel at rate r while overlapped gives 1/r − 1). It averages over every kernel the
+  collectives overlap, cube-only ones included, so it depends on which kernels the transfers
+  happen to overlap (a held half of the AIVs gives 1.0 only if every overlapped kernel is mixed);
 - the overlapped step vs running compute and communication back to back.
 Which mechanism slows compute shows in the per-kernel rows (kernels.parquet): held vector cores
 slow mixed and vector kernels, HBM traffic (transfers, staging copies) slows what shares HBM.
