@@ -123,10 +123,11 @@ def serving_tensors(costs: ServingCosts, cfg: LlmInferConfig, role: str) -> Serv
 
 
 def hot_share(weights: np.ndarray, ep: int, top_k: int, placement: Placement | None = None) -> float:
-    """From the experts' expected shares of routed rows (`weights`, sum 1): the share of an instance's top-k routed rows its busiest die receives: its block of experts
-    (contiguous placement), or its slots under a balancing placement — a replicated expert's rows
-    split evenly over its replicas, a shared-expert replica taking its share of every token's
-    shared-expert row (in routed-row units, as the placement weighs it)."""
+    """The share of an instance's top-k routed rows its busiest die receives, from the experts'
+    expected shares (`weights`, sum 1): its block of experts (contiguous placement), or its slots
+    under a balancing placement — a replicated expert's rows split evenly over its replicas, a
+    shared-expert replica taking its share of every token's shared-expert row (in routed-row
+    units, as the placement weighs it)."""
     experts = len(weights)
     if placement is None or (experts % ep == 0 and placement == contiguous(experts, ep)):
         return float(by_rank(weights, ep).max())
@@ -169,8 +170,9 @@ class ServingDie:
         self.comm_bytes = library.communicator_buffer_bytes(comms)
         self.pool_bytes = library.pool_bytes
         capacity = hbm_bytes - self.comm_bytes - self.pool_bytes
-        fix = "raise the EP size, narrow the weights (workload.model.quant) or " + ("lower the fixed shapes (workload.fixed)" if profile is not None else
-                                       "lower scheduler.prefill_token_budget or moe_dispatch_max_tokens")
+        shapes = ("the fixed shapes (workload.fixed)" if profile is not None
+                  else "scheduler.prefill_token_budget or moe_dispatch_max_tokens")
+        fix = f"raise the EP size, narrow the weights (workload.model.quant) or lower {shapes}"
         if capacity <= 0:
             raise ConfigError(f"workload.layout.{role}_ep", f"'{library.name}' holds {self.comm_bytes / GiB:.1f} GiB "
                               f"of buffers + {self.pool_bytes / GiB:.1f} GiB pool, more than the die's HBM", fix)
