@@ -34,7 +34,7 @@ Mapping (one harness op = one node per rank it runs on; p2p: one SEND/RECV node 
 
 | harness op | Chakra node | standard attributes |
 |---|---|---|
-| compute | COMP_NODE | `num_ops` = FLOPs, `tensor_size` = HBM bytes, `duration_micros` |
+| compute | COMP_NODE | `num_ops` = FLOPs (cube + vector pipeline of a mixed kernel), `tensor_size` = HBM bytes, `duration_micros` |
 | memcpy | COMP_NODE | `tensor_size` = 2·nbytes (read + write), `num_ops` = 0 |
 | collective | COMM_COLL_NODE | `comm_type` (CollectiveCommType), `comm_size` (table above), `pg_name` |
 | p2p pair | COMM_SEND_NODE / COMM_RECV_NODE | `comm_src`, `comm_dst`, `comm_tag`, `comm_size` |
@@ -46,7 +46,22 @@ carries the simulated `start_time_micros` / `duration_micros`.
 
 Round trip: every node also carries `stratacl_*` attributes (op id, kind, stream, rank position,
 all explicit deps, communicator family, exact per-rank nbytes, exact fixed time, alltoallv rows),
-so `import_chakra` rebuilds the same ops and communicators. Documented losses:
+so `import_chakra` rebuilds the same ops and communicators. Fields Chakra has no standard attribute
+for (ASTRA-sim's feeder reads only is_cpu_op, num_ops, tensor_loc, tensor_size, comm_type,
+comm_priority, comm_size, comm_src, comm_dst, comm_tag, pg_name; `et_feeder_node` REGISTER_ATTR)
+are namespaced and written only when they differ from the default, so a trace without them exports
+as before:
+
+| harness field | where | default on import when absent (e.g. a schema-2 file) |
+|---|---|---|
+| `core` (cube / vector / mixed) | node `stratacl_core` (string) | cube |
+| `vector_flops` (mixed kernels) | node `stratacl_vector_flops` (double, per rank); also in `num_ops` | 0 |
+| `dtype` (matmul format, picks the cube peak) | node `stratacl_dtype` (string) | "" (bf16) |
+| `block_dim` (cores the kernel launches on) | node `stratacl_block_dim` (int64) | 0 (all) |
+| `moe_mode` (dispatch / combine kernels) | node `stratacl_moe_mode` (string) | "" |
+| `Trace.stream_cores` (per-stream AIC, AIV limits) | GlobalMetadata `stratacl_stream_cores` (JSON) | none |
+
+Documented losses:
 - FLOPs, HBM bytes and per-pair p2p bytes are written as integers (rounded);
 - per-rank vectors whose values are all equal come back as one value (same meaning, `Op.per_rank`);
 - explicit dependencies on ops of *other* ranks cannot be expressed per rank in Chakra: they are
@@ -86,7 +101,10 @@ import numpy as np
 from stratacl.errors import ConfigError, HarnessError, TraceError
 from stratacl.trace import Op, Trace, family_of, stream_predecessors
 
-SCHEMA = "stratacl-chakra-2"  # 2: ASTRA-sim's comm_size meaning, group ids from 1, stratacl_nbytes
+SCHEMA = "stratacl-chakra-3"  # 3: + kernel format, vector FLOPs, block_dim, MoE mode, stream core limits
+# schemas this import reads: 2 (ASTRA-sim's comm_size meaning, group ids from 1, stratacl_nbytes)
+# lacks only schema 3's optional attributes, which then take the Op / Trace defaults
+READS = ("stratacl-chakra-2", SCHEMA)
 INSTALL = 'pip install protobuf && pip install --no-deps "mlc-chakra>=1.0,<2"'
 ET_VERSION = "1.0.0"
 _ET_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et$")
@@ -183,7 +201,8 @@ def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
             _attr(pb, "stratacl_communicators",
                   json.dumps({k: list(v) for k, v in trace.communicators.items()})),
             _attr(pb, "stratacl_meta", json.dumps(trace.meta, default=str)),
-            _attr(pb, "stratacl_buffers", json.dumps(trace.buffers))]
+            _attr(pb, "stratacl_buffers", json.dumps(trace.buffers)),
+            _attr(pb, "stratacl_stream_cores", json.dumps(trace.stream_cores))]
     files = []
     for r in range(trace.world_size):  # ASTRA-sim opens one file per NPU and exits if one is missing
         nodes = [node for _, node in sorted(per_rank.get(r, []), key=lambda t: (t[0], t[1].id))]
@@ -291,8 +310,7 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
     specs: list[tuple[int, str, dict[str, object]]] = []  # (node id, node type, attributes)
     if op.kind in ("compute", "memcpy"):
         if op.kind == "compute":
-            a = {"num_ops": round(_at(op.flops, pos)), "tensor_size": round(_at(op.hbm_bytes, pos)),
-                 "stratacl_core": op.core}
+            a = _compute_attrs(op, pos)
         else:
             a = {"num_ops": 0, "tensor_size": round(2 * _at(op.nbytes, pos))}
         if op.fixed_time_s > 0:
@@ -303,6 +321,8 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
         a = {"comm_type": pb.CollectiveCommType.Value(_COLL_TO_CHAKRA[op.coll]),
              "comm_size": comm_size(op, n), "pg_name": pg_id[comm],
              "stratacl_coll": op.coll, "stratacl_comm": op.comm, "stratacl_nbytes": _at(op.nbytes, pos)}
+        if op.moe_mode:
+            a["stratacl_moe_mode"] = op.moe_mode
         if op.peer_bytes:
             a["stratacl_peer_bytes"] = tuple(float(v) for v in op.peer_bytes[idx * n:(idx + 1) * n])
         specs.append((base, "COMM_COLL_NODE", a))
@@ -330,6 +350,23 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
                 node.attr.append(_attr(pb, key, value))
         nodes.append(node)
     return nodes
+
+
+def _compute_attrs(op: Op, pos: int) -> dict[str, object]:
+    """A compute node's fields. `num_ops` counts all its operations, the cube pipeline's and, for a
+    mixed kernel, the vector pipeline's (each rounded, so import recovers the cube FLOPs as
+    num_ops − round(vector FLOPs)); the split, the numeric format that picks the cube peak and the
+    launch width have no Chakra field and ride in `stratacl_*` attributes, written only when set."""
+    vf = _at(op.vector_flops, pos)
+    a: dict[str, object] = {"num_ops": round(_at(op.flops, pos)) + round(vf),
+                            "tensor_size": round(_at(op.hbm_bytes, pos)), "stratacl_core": op.core}
+    if any(op.vector_flops):
+        a["stratacl_vector_flops"] = vf  # exact; the node's share of num_ops is round(vf)
+    if op.dtype:
+        a["stratacl_dtype"] = op.dtype
+    if op.block_dim:
+        a["stratacl_block_dim"] = op.block_dim
+    return a
 
 
 def _at(values: tuple[float, ...], i: int) -> float:
@@ -416,10 +453,10 @@ def import_chakra(path: str | Path, merge: bool = True) -> Trace:
     ranks = {r: read_et(f) for r, f in files.items()}
     meta = next(iter(ranks.values()))[0]
     schema = str(meta.get("schema", ""))
-    if schema.startswith("stratacl-chakra-") and schema != SCHEMA:
+    if schema.startswith("stratacl-chakra-") and schema not in READS:
         raise TraceError(f"{next(iter(files.values()))}: written by an older export ({schema}: other "
                          f"comm_size meaning and group ids); export the trace again")
-    if schema == SCHEMA:
+    if schema in READS:
         trace = _import_own(meta, {r: nodes for r, (_, nodes) in ranks.items()})
     else:
         groups = _comm_groups(next(iter(files.values())))
@@ -452,7 +489,9 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
     comms = {k: tuple(v) for k, v in json.loads(str(meta["stratacl_communicators"])).items()}
     trace = Trace(world_size=int(meta["stratacl_world_size"]), communicators=comms,  # type: ignore[arg-type]
                   meta=json.loads(str(meta.get("stratacl_meta", "{}"))),
-                  buffers={k: _allocs(v) for k, v in json.loads(str(meta.get("stratacl_buffers", "{}"))).items()})
+                  buffers={k: _allocs(v) for k, v in json.loads(str(meta.get("stratacl_buffers", "{}"))).items()},
+                  stream_cores={k: (int(v[0]), int(v[1]))
+                                for k, v in json.loads(str(meta.get("stratacl_stream_cores", "{}"))).items()})
     by_op: dict[int, list[tuple[int, Any, dict[str, object]]]] = defaultdict(list)
     for r, nodes in nodes_by_rank.items():
         for node in nodes:
@@ -472,13 +511,18 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
                 stream=str(a["stratacl_stream"]), deps=tuple(int(d) for d in a.get("stratacl_deps", [])),  # type: ignore[union-attr]
                 buffer=str(a.get("stratacl_buffer", "")), fixed_time_s=float(a.get("stratacl_fixed_time_s", 0.0)))  # type: ignore[arg-type]
         if kind == "compute":
-            op.flops = _vec([first[r]["num_ops"] for r in op_ranks])
+            vf = [float(first[r].get("stratacl_vector_flops", 0.0)) for r in op_ranks]  # type: ignore[arg-type]
+            op.flops = _vec([float(first[r]["num_ops"]) - round(v) for r, v in zip(op_ranks, vf, strict=True)])  # type: ignore[arg-type]
+            op.vector_flops = _vec(vf)
             op.hbm_bytes = _vec([first[r]["tensor_size"] for r in op_ranks])
             op.core = str(a["stratacl_core"])
+            op.dtype = str(a.get("stratacl_dtype", ""))
+            op.block_dim = int(a.get("stratacl_block_dim", 0))  # type: ignore[call-overload]
         elif kind == "memcpy":
             op.nbytes = _vec([float(first[r]["tensor_size"]) / 2 for r in op_ranks])  # type: ignore[arg-type]
         elif kind == "collective":
             op.coll, op.comm = str(a["stratacl_coll"]), str(a["stratacl_comm"])
+            op.moe_mode = str(a.get("stratacl_moe_mode", ""))
             op.nbytes = _vec([first[r]["stratacl_nbytes"] for r in op_ranks])
             if "stratacl_peer_bytes" in a:  # one group's rows make the shared group-local matrix
                 pg = comms_by_pg(comms)[str(a["pg_name"])]

@@ -33,7 +33,7 @@ except ImportError:
     pytest.skip("Chakra tests need the schema: pip install protobuf && "
                 "pip install --no-deps 'mlc-chakra>=1.0,<2'", allow_module_level=True)
 
-from stratacl.chakra import comm_size, export_chakra, import_chakra, read_et  # noqa: E402
+from stratacl.chakra import SCHEMA, comm_size, export_chakra, import_chakra, read_et  # noqa: E402
 
 MiB = 1 << 20
 
@@ -126,7 +126,7 @@ def test_what_other_tools_see(tmp_path) -> None:  # noqa: ANN001
     # every node id precedes its dependants in the file (readers stream the file)
     pos = {n.id: i for i, n in enumerate(nodes)}
     assert all(pos[d] < pos[n.id] for n in nodes for d in (*n.data_deps, *n.ctrl_deps))
-    assert meta["schema"] == "stratacl-chakra-2"
+    assert meta["schema"] == SCHEMA
     assert astra_sim_problems(tmp_path, "trace", 8) == []
 
 
@@ -560,3 +560,97 @@ def test_older_export_is_refused_not_misread(tmp_path) -> None:  # noqa: ANN001
                 encodeMessage(f, n)
     with pytest.raises(TraceError, match="older export.*export the trace again"):
         import_chakra(tmp_path)
+
+
+# --------------------------------------------------------------------------- kernel fields
+
+
+def kernel_trace() -> Trace:
+    """Fields that price a kernel: a mixed kernel (per-rank vector FLOPs, limited stream), an int8
+    matmul, a kernel launched on fewer cores, an LL dispatch; plus defaults, which write nothing."""
+    t = Trace(world_size=4, meta={"moe": {"bytes_per_copy": {"dispatch": 7168, "combine": 14336},
+                                          "experts_per_rank": 2}})
+    t.add_communicator("ep", range(4))
+    t.limit_stream("mb0", 8, 16)  # 8 AIC + 16 AIV: 8 complete core groups for mixed kernels
+    t.limit_stream("mb1", 16, 32)
+    a = t.compute(range(4), flops=4e12, hbm_bytes=64 * MiB, core="mixed", stream="mb0", name="fa",
+                  vector_flops=[2e11, 2.5e11, 3e11, 3.5e11 + 0.25])  # a fraction: exact via the double
+    d = t.collective("dispatch", "ep", MiB, moe_mode="ll", deps=[a], name="disp", stream="mb0")
+    # one chain, so that every kernel's time is on the critical path
+    t.compute(range(4), flops=8e12, hbm_bytes=16 * MiB, core="cube", dtype="int8", stream="mb1", name="mm8",
+              deps=[d])
+    t.compute(range(4), flops=3e11, hbm_bytes=MiB, core="vector", block_dim=12, stream="mb1", name="norm")
+    t.compute(range(4), flops=1e12, hbm_bytes=MiB, name="plain")  # every new field at its default
+    t.validate()
+    return t
+
+
+KERNEL_FIELDS = ("core", "vector_flops", "dtype", "block_dim", "moe_mode", "flops")
+
+
+@pytest.mark.parametrize("field", [*KERNEL_FIELDS, "stream_cores"])
+def test_round_trip_keeps_each_kernel_field(tmp_path, field) -> None:  # noqa: ANN001
+    trace = kernel_trace()
+    export_chakra(trace, tmp_path)
+    back = import_chakra(tmp_path)
+    if field == "stream_cores":
+        assert back.stream_cores == trace.stream_cores == {"mb0": (8, 16), "mb1": (16, 32)}
+        return
+    want = [getattr(o, field) for o in trace.ops]
+    got = [getattr(o, field) for o in back.ops]
+    assert got == want, field
+    assert len(set(map(str, want))) > 1, f"{field}: the trace must vary it for the test to bite"
+
+
+def test_kernel_fields_use_chakras_fields_and_only_when_set(tmp_path) -> None:  # noqa: ANN001
+    """num_ops counts the mixed kernel's vector work too; the namespaced attributes appear only on
+    the nodes whose field differs from its default; every file stays one ASTRA-sim accepts."""
+    trace = kernel_trace()
+    export_chakra(trace, tmp_path)
+    assert astra_sim_problems(tmp_path, "trace", 4) == []
+    meta, nodes = read_et(tmp_path / "trace.3.et")
+    assert json.loads(meta["stratacl_stream_cores"]) == {"mb0": [8, 16], "mb1": [16, 32]}
+    attrs = {n.name: {k: v for k, (_, v) in _raw(n).items()} for n in nodes}
+    assert attrs["fa"]["num_ops"] == 4e12 + round(3.5e11 + 0.25)
+    assert attrs["fa"]["stratacl_vector_flops"] == 3.5e11 + 0.25
+    assert attrs["mm8"]["stratacl_dtype"] == "int8" and attrs["norm"]["stratacl_block_dim"] == 12
+    assert attrs["disp"]["stratacl_moe_mode"] == "ll"
+    new = {"stratacl_vector_flops", "stratacl_dtype", "stratacl_block_dim", "stratacl_moe_mode"}
+    assert new.isdisjoint(attrs["plain"]), attrs["plain"]
+    assert {k for a in attrs.values() for k in a} >= new
+
+
+def test_mixed_kernel_on_a_limited_stream_replays_the_same(tmp_path, cm384) -> None:  # noqa: ANN001
+    """The round trip replays to the same time, and each carried field matters to that time: with
+    any one of them dropped (what the previous export did) the replay differs."""
+    trace = kernel_trace()
+    export_chakra(trace, tmp_path)
+    back = import_chakra(tmp_path)
+    lib = make_library(cm384, "hccl")  # keeps the stream split (stream_core_split: true)
+    t0 = Replay(trace, lib).run().makespan_s
+    assert Replay(back, lib).run().makespan_s == t0
+    defaults = Op(id=0, kind="compute", ranks=(0,))
+    for field in ("vector_flops", "dtype", "block_dim", "moe_mode", "stream_cores"):
+        lossy = import_chakra(tmp_path)
+        if field == "stream_cores":
+            lossy.stream_cores = {}
+        else:
+            for o in lossy.ops:
+                setattr(o, field, getattr(defaults, field))
+        assert Replay(lossy, lib).run().makespan_s != t0, f"dropping {field} does not change the replay"
+
+
+def test_schema_2_file_loads_with_defaults() -> None:
+    """tests/data/chakra_schema2: written by the previous export (fb5fda3, schema 2) from a trace
+    with a mixed int8 kernel (vector FLOPs, block_dim 12) on a stream limited to 8 AIC + 16 AIV,
+    all of which that export dropped. It still loads; the fields take their defaults."""
+    folder = Path(__file__).parent / "data" / "chakra_schema2"
+    assert read_et(folder / "old.0.et")[0]["schema"] == "stratacl-chakra-2"
+    t = import_chakra(folder)
+    assert t.stream_cores == {} and t.meta == {"workload": "schema2-fixture"}
+    assert [(o.name, o.kind, o.core, o.flops, o.vector_flops, o.dtype, o.block_dim, o.moe_mode)
+            for o in t.ops] == [
+        ("fused_attn", "compute", "mixed", (4e12,), (0.0,), "", 0, ""),
+        ("mm", "compute", "cube", (2e12,), (0.0,), "", 0, ""),
+        ("ar", "collective", "cube", (0.0,), (0.0,), "", 0, "")]
+    assert t.ops[2].deps == (0,) and t.ops[0].stream == "attn"

@@ -18,8 +18,10 @@ from workloads.common.quant import FORMAT_BYTES, resolve
 from workloads.common.routing import expert_weights, route
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import IterationModel, payload_bytes
-from workloads.llm_infer.memory import die_memory, weight_bytes_per_die
+from workloads.llm_infer.memory import role_dies, serving_tensors, weight_bytes_per_die
+from workloads.llm_infer.tensors import ServingTensors
 from workloads.llm_infer.workload import serving_costs
+from workloads.modelcost.fakemodel import rep_layer
 
 TINY = {"num_hidden_layers": 3, "first_k_dense_replace": 1, "hidden_size": 256, "intermediate_size": 512,
         "moe_intermediate_size": 128, "n_routed_experts": 16, "num_experts_per_tok": 4, "n_group": 1,
@@ -84,15 +86,62 @@ def test_bad_quant_names_the_field() -> None:
         resolve("w8a8", {"kv_cache": "int3"})
 
 
+def cloudmatrix_prefill_die(quant: str):  # noqa: ANN201
+    """The prefill die of `+experiment=cloudmatrix_infer` (EP32, 4K-token prompts per die) as fixed
+    mode starts it: the serving allocator model with the fixed shape as its largest forward."""
+    cfg = compose_run(["+experiment=cloudmatrix_infer"])
+    w = cfg.workload
+    w.model.quant = quant
+    fab = Fabric(cfg.fabric)
+    mc = model_costs(w.model)
+    costs = serving_costs(mc, w, 0)
+    shares = expert_weights(costs.experts, w.skew, w.zipf_s, seed=0)
+    dies = role_dies(serving_tensors(costs, w, "prefill"), make_library(fab, "cann_ep"), w, "prefill",
+                     fab.hbm_bytes, costs, weights=shares, seed=0, profile=w.fixed.prefill_tokens_per_die)
+    return dies[0], mc, costs
+
+
 def test_w8a8_deepseek_v3_fits_a_32_die_prefill_instance_and_bf16_does_not() -> None:
-    fab = Fabric(compose_run([]).fabric)
-    lib = make_library(fab, "cann_ep")
-    w8 = model_costs(ModelRef(preset="deepseek_v3", quant="w8a8"))
-    mem = die_memory(w8, 32, 4096, lib, fab.hbm_bytes, "prefill")
-    assert 30e9 < mem.weight_bytes < 45e9 and mem.kv_bytes > 10e9
-    with pytest.raises(ConfigError, match="does not fit"):
-        die_memory(model_costs(ModelRef(preset="deepseek_v3", quant="bf16")), 32, 4096, lib, fab.hbm_bytes,
-                   "prefill")
+    die, _, _ = cloudmatrix_prefill_die("w8a8")
+    p = die.plan
+    assert 30e9 < p.weights < 45e9 and p.kv > 10e9
+    assert p.activations > 0 and p.comm_buffers > 0  # the profiling forward and HCCL's buffers took their share
+    assert p.weights + p.activations + p.kv + p.library <= 0.9 * p.hbm  # memory_utilization 0.9
+    with pytest.raises(ConfigError) as bf16:
+        cloudmatrix_prefill_die("bf16")
+    e = bf16.value
+    assert e.field == "workload.layout.prefill_ep"
+    assert "does not fit a prefill die with 'cann_ep'" in e.problem
+    need = float(e.problem.split("weights need ")[1].split(" GiB")[0])
+    bf16 = model_costs(ModelRef(preset="deepseek_v3", quant="bf16"))
+    assert need == pytest.approx(weight_bytes_per_die(bf16, 32) / 2**30, abs=0.05)  # 69.9 GiB > 64 GB HBM
+    assert "workload.fixed" in e.fix and "\n" not in str(e)
+
+
+@pytest.mark.parametrize("quant", ["w8a8", "bf16"])
+def test_allocator_weights_agree_with_the_closed_form(quant: str) -> None:
+    """The weight tensors the die allocates (tensors.py) and the closed form per role
+    (ModelCosts.weight_bytes_by_role, from param_counts) differ by exactly the LoRA norms inside
+    MLA attention (q_a_layernorm, kv_a_layernorm): param_counts files them under the attention role,
+    so a W8A8 closed form counts them INT8, while the die keeps norms in the model's dtype (norms
+    are not quantised). 124,928 B on V3 EP32 (61 layers × (1536 + 512)); none in BF16. The router
+    is in the model's dtype in both (transformers declares V3's FP32; the serving die holds BF16)."""
+    if quant == "w8a8":
+        die, mc, _ = cloudmatrix_prefill_die(quant)
+    else:  # BF16 does not fit the die: the tensors alone
+        die, mc = None, model_costs(ModelRef(preset="deepseek_v3", quant=quant))
+    st = ServingTensors(mc, 32, 7168)
+    closed = weight_bytes_per_die(mc, 32)
+    attn_fmt = mc.formats.bytes("attention_weights", mc.dtype_bytes)
+    lay = mc._layout
+    norms = sum(p.numel() for a in lay.attention for n, p in rep_layer(st.shard, lay.reps[a]).self_attn.named_parameters()
+                if "norm" in n)
+    assert norms == 61 * (1536 + 512)
+    assert sum(st.weight_tensors()) - closed == pytest.approx(norms * (mc.dtype_bytes - attn_fmt), abs=1)
+    assert st.weight_tensors().count(256 * 7168 * mc.dtype_bytes) == 58  # each MoE layer's router, 2 B each
+    if die is not None:  # the allocator: each tensor rounded up to 512 B, the placement scales nothing here
+        n = len(st.weight_tensors())
+        assert 0 <= die.plan.weights - sum(st.weight_tensors()) < 512 * n
 
 
 # ---------------------------------------------------------------------------- placement

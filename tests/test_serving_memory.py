@@ -14,10 +14,16 @@ from test_llm_infer import Env
 from stratacl.comm.buffers import MiB, buffer_sizes_MiB, moe_window_bytes
 from stratacl.config import DataPath, JitMatch
 from stratacl.engine.replay import simulate
+from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.memory import MemEvent
 from stratacl.memory.communicators import Communicator, MoeWindows
 from stratacl.trace import REGISTERED, Trace
+from workloads.common.placement import contiguous, eplb
+from workloads.common.routing import by_rank
+from workloads.llm_infer.costs import ServingCosts
+from workloads.llm_infer.fixed import run_fixed
+from workloads.llm_infer.memory import hot_share, role_dies, serving_tensors
 from workloads.llm_infer.requests import Requests
 
 
@@ -203,3 +209,89 @@ def test_prefill_continues_a_chunked_prompt_while_other_dies_take_new_ones(env: 
     t3 = pre["start_s"].iloc[2] + pre["time_s"].iloc[2]
     assert df.loc[0, "first_token_s"] == pytest.approx(t3)  # the long prompt's third chunk ends it
     assert (df.loc[1:, "first_token_s"] < df.loc[0, "first_token_s"]).all()
+
+
+# ----------------------------------------------------------------------------- fixed shapes (mode=fixed)
+
+def _fixed(env: Env, batch: int, prompt: int = 512, context: int = 1024) -> Env:
+    env.w.mode = "fixed"
+    env.w.fixed.decode_batch_per_die, env.w.fixed.prefill_tokens_per_die, env.w.fixed.context = batch, prompt, context
+    return env
+
+
+def _fixed_die(env: Env, library: str, role: str, profile: int):  # noqa: ANN202
+    return role_dies(serving_tensors(env.costs, env.w, role), env.ctx.libraries[library], env.w, role,
+                     env.ctx.fabric.hbm_bytes, env.costs, weights=env.iters.weights, seed=0, profile=profile)[0]
+
+
+def test_fixed_mode_memory_is_the_serving_die() -> None:
+    """Fixed-shape figures come from the serving die's start-up with the fixed shape as its largest
+    forward: the same weights and KV cache; a larger batch reserves more activations and leaves less KV."""
+    env = _fixed(Env(), batch=32)
+    res = run_fixed(env.ctx, env.w, env.costs, env.iters, env.kv_tok)
+    verify = 1 + int(env.w.scheduler.mtp)
+    for lib in ("hccl", "stratacl"):
+        dec = _fixed_die(env, lib, "decode", 32 * verify).plan
+        pre = _fixed_die(env, lib, "prefill", 512).plan
+        m = res.metrics[lib]
+        assert m["decode_kv_GB_per_die"] == dec.kv / 1e9 and m["decode_weights_GB_per_die"] == dec.weights / 1e9
+        assert m["prefill_weights_GB_per_die"] == pre.weights / 1e9
+        assert dec.weights + dec.activations + dec.kv + dec.library <= env.w.allocator.memory_utilization * dec.hbm
+    # hccl holds communicator buffers, stratacl none: the KV cache gets that much more
+    gap = res.metrics["stratacl"]["decode_kv_GB_per_die"] - res.metrics["hccl"]["decode_kv_GB_per_die"]
+    assert gap * 1e9 == pytest.approx(_fixed_die(env, "hccl", "decode", 32 * verify).plan.comm_buffers, rel=0.01)
+    small, big = (_fixed_die(env, "hccl", "decode", b * verify).plan for b in (8, 512))
+    assert big.activations > small.activations and big.kv < small.kv
+
+
+def test_fixed_mode_errors_name_the_field() -> None:
+    env = _fixed(Env(), batch=64, context=10**7)  # 64 sequences of 10M tokens: KV far beyond a die
+    with pytest.raises(ConfigError) as kv:
+        run_fixed(env.ctx, env.w, env.costs, env.iters, env.kv_tok)
+    assert kv.value.field == "workload.fixed.decode_batch_per_die" and "KV cache of a decode die" in kv.value.problem
+    tiny = _fixed(Env(hbm_GB=1.9), batch=8)  # hccl's 1.8 GB of buffers fit, nothing is left for KV
+    with pytest.raises(ConfigError) as oom:
+        run_fixed(tiny.ctx, tiny.w, tiny.costs, tiny.iters, tiny.kv_tok)
+    e = oom.value
+    assert e.field == "workload.layout.decode_ep" and "does not fit a decode die with 'hccl'" in e.problem
+    assert "leave no KV cache" in e.problem and "workload.fixed" in e.fix and "\n" not in str(e)
+
+
+def test_hot_die_follows_the_placement() -> None:
+    """The busiest die's share of routed rows: its block of experts when contiguous (as before);
+    under EPLB its slots, a replicated expert's rows split over its replicas — closed form: one
+    expert with 70 % of the rows, tripled, plus one 10 % expert on each of 3 dies = 1/3 each."""
+    shares = np.array([0.7, 0.1, 0.1, 0.1])
+    pl = eplb(shares, 3, top_k=1, redundant=2)
+    assert pl.replicas()[0] == 3
+    assert hot_share(shares, 3, 1, pl) == pytest.approx(1 / 3)
+    w = np.random.default_rng(0).dirichlet(np.ones(16))
+    assert hot_share(w, 4, 4, contiguous(16, 4)) == by_rank(w, 4).max()  # bit for bit
+    # shared-expert replicas take their share of every token's shared row (conservation over dies)
+    pl = eplb(np.full(16, 1 / 16), 6, top_k=4, redundant=0, shared_replicas=2, shared_weight=2.0)
+    assert hot_share(np.full(16, 1 / 16), 6, 4, pl) == pytest.approx(max(
+        np.bincount(np.asarray(pl.slot_die)[np.asarray(pl.slot_expert) < 16], minlength=6) / 16
+        + pl.shared_slots_per_die() * 2.0 / 2 / 4))
+
+
+def test_an_ep_size_that_does_not_divide_the_experts_starts_a_die() -> None:
+    """EP 6 over 16 experts with 2 redundant replicas (EPLB: 3 slots per die), as the CloudMatrix
+    decode's EP 320 over 256: the die's tensors come from the shard the costs are measured on (EP 4:
+    4 experts), its expert tensors scaled to its 3 slots (this failed: EP 6 does not divide 16)."""
+    env = Env()
+    lay = env.w.layout
+    lay.decode_dp = lay.decode_ep = 6
+    lay.expert_placement, lay.decode_redundant_experts = "eplb", 2
+    costs = ServingCosts(env.mc, 4, 6, 1024, layout=lay, shares=env.iters.weights)
+    assert costs.measure_ep["decode"] == 4 and (costs.placement["decode"].slots_per_die() == 3).all()
+    die = role_dies(serving_tensors(costs, env.w, "decode"), env.ctx.libraries["stratacl"], env.w, "decode",
+                    env.ctx.fabric.hbm_bytes, costs, weights=env.iters.weights, seed=0)[0]
+    ref = env.serving.dies("stratacl", "decode", False)[0]  # EP 4, contiguous: 4 experts per die
+    ids = set(ref.t.expert_tensor_ids())
+    experts4 = sum(b for i, b in enumerate(ref.t.weight_tensors()) if i in ids)
+    # expert tensors: 3 routed slots + the shared expert (one expert wide, on every die) against the
+    # EP-4 shard's 4 + 1
+    assert die.expert_scale == pytest.approx((3 + 1) / (4 + 1))
+    # the allocator rounds each tensor up to 512 B
+    assert die.plan.weights - ref.plan.weights == pytest.approx((die.expert_scale - 1) * experts4, abs=512 * len(ids))
+    assert die.plan.kv > 0 and 0 < die.p_hot < 1

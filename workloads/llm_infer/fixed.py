@@ -4,6 +4,10 @@ instead of request-level serving. This is how serving papers report per-NPU thro
 (e.g. CloudMatrix-Infer, arXiv 2506.12708 §5: decode at a fixed batch per NPU and KV length,
 prefill at a fixed prompt length).
 
+Memory: each library's decode and prefill die start up as in serving (memory.py `ServingDie`: the
+library's buffers, the weights through the allocator, a profiling forward at the fixed shape, the
+KV cache in what `allocator.memory_utilization` of HBM leaves); the decode batch's KV must fit it.
+
 Decode: each step verifies 1 + draft tokens per sequence with MTP and emits 1 + acceptance tokens
 on average, so TPOT = step / (1 + acceptance) and decode tokens/s per NPU = dies per NPU ×
 batch × (1 + acceptance) / step. Prefill: tokens/s per NPU = dies per NPU × prompt tokens per
@@ -26,7 +30,7 @@ from workloads.llm_infer.iteration import (
     IterationModel,
     bucket,
 )
-from workloads.llm_infer.memory import die_memory
+from workloads.llm_infer.memory import role_dies, serving_tensors
 
 KEYS = ["decode_tok_per_s_per_npu", "decode_tpot_s", "decode_step_s", "decode_exposed_comm_s",
         "prefill_tok_per_s_per_npu", "prefill_iter_s", "prefill_exposed_comm_s",
@@ -40,17 +44,19 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
     dies_per_npu = ctx.fabric.dies_per_npu
     accept = s.mtp_acceptance if s.mtp else 0.0
     rows, metrics = [], {}
+    tensors = {role: serving_tensors(costs, cfg, role) for role in ("prefill", "decode")}
     for library in ctx.libraries:
         lib = ctx.libraries[library]
-        # workspace for the tokens one iteration computes (decode: the batch and its draft tokens)
-        mem_d = die_memory(costs.mc, costs.decode_ep, f.decode_batch_per_die * (1 + int(s.mtp)), lib,
-                           ctx.fabric.hbm_bytes, "decode", costs)
-        mem_p = die_memory(costs.mc, costs.prefill_ep, f.prefill_tokens_per_die, lib, ctx.fabric.hbm_bytes,
-                           "prefill", costs)
+        # the serving die's start-up (memory.py) with the fixed shape as its largest forward
+        # (decode: the batch and its draft tokens); the KV cache gets what it leaves
+        mem_d = role_dies(tensors["decode"], lib, cfg, "decode", ctx.fabric.hbm_bytes, costs, weights=iters.weights,
+                          seed=ctx.seed, profile=f.decode_batch_per_die * (1 + int(s.mtp)))[0].plan
+        mem_p = role_dies(tensors["prefill"], lib, cfg, "prefill", ctx.fabric.hbm_bytes, costs, weights=iters.weights,
+                          seed=ctx.seed, profile=f.prefill_tokens_per_die)[0].plan
         kv_need = kv_tok * f.decode_batch_per_die * (f.context + 1 + int(s.mtp))
-        if kv_need > mem_d.kv_bytes:
+        if kv_need > mem_d.kv:
             raise ConfigError("workload.fixed.decode_batch_per_die",
-                              f"{kv_need / 1e9:.1f} GB of KV exceed the {mem_d.kv_bytes / 1e9:.1f} GB left on a "
+                              f"{kv_need / 1e9:.1f} GB of KV exceed the {mem_d.kv / 1e9:.1f} GB KV cache of a "
                               f"decode die with '{library}'", "a smaller batch or context")
         ctx.progress.phase(f"fixed shapes {library}", total=2, unit="iteration")
         dec = iters.decode(library, f.decode_batch_per_die, f.context)
@@ -65,9 +71,9 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
             "prefill_tok_per_s_per_npu": dies_per_npu * f.prefill_tokens_per_die / pre.time_s,
             "prefill_iter_s": pre.time_s,
             "prefill_exposed_comm_s": pre.exposed_comm_s,
-            "decode_weights_GB_per_die": mem_d.weight_bytes / 1e9,
-            "decode_kv_GB_per_die": mem_d.kv_bytes / 1e9,
-            "prefill_weights_GB_per_die": mem_p.weight_bytes / 1e9,
+            "decode_weights_GB_per_die": mem_d.weights / 1e9,
+            "decode_kv_GB_per_die": mem_d.kv / 1e9,
+            "prefill_weights_GB_per_die": mem_p.weights / 1e9,
         }
         metrics[library] = m
         for phase, st in (("decode", dec), ("prefill", pre)):

@@ -13,6 +13,9 @@ Start-up, as vLLM / SGLang do it on each die (vLLM `determine_available_memory`)
    — is what the framework keeps for activations: the KV cache gets the rest;
 4. `empty_cache`, then the KV cache is allocated (one tensor per layer).
 
+Fixed-shape runs (workload.mode=fixed, fixed.py) start the same die with the fixed shape as the
+largest forward (`profile`): one memory model for both modes.
+
 Serving then runs every iteration's tensors through the same allocator (tensors.py), with the
 library's registration mechanism listening to its events: registration-on-allocation sees a map
 event whenever an iteration needs more memory than the allocator has mapped (a remap); a JIT
@@ -34,6 +37,7 @@ from stratacl.memory.communicators import Communicator, MoeWindows
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import Library
 from workloads.common.cost import Cost
+from workloads.common.placement import Placement, contiguous
 from workloads.common.routing import by_rank
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.tensors import ServingTensors
@@ -110,12 +114,54 @@ def expert_scale(mc: ModelCosts, ep: int, costs: ServingCosts, phase: str) -> fl
     return placed / plain
 
 
+def serving_tensors(costs: ServingCosts, cfg: LlmInferConfig, role: str) -> ServingTensors:
+    """The tensors a `role` die allocates, from the shard the costs are measured on (an EP size that
+    does not divide the experts: the largest divisor below it, the experts then rescaled to the
+    placement by `expert_scale`); the dispatch receives INT8 tokens with their scales."""
+    token = costs.hidden * (1 + cfg.dispatch_scale_ratio)
+    return ServingTensors(costs.mc, costs.measure_ep[role], token)
+
+
+def hot_share(weights: np.ndarray, ep: int, top_k: int, placement: Placement | None = None) -> float:
+    """The share of an instance's top-k routed rows its busiest die receives, from the experts'
+    expected shares (`weights`, sum 1): its block of experts (contiguous placement), or its slots
+    under a balancing placement — a replicated expert's rows split evenly over its replicas, a
+    shared-expert replica taking its share of every token's shared-expert row (in routed-row
+    units, as the placement weighs it)."""
+    experts = len(weights)
+    if placement is None or (experts % ep == 0 and placement == contiguous(experts, ep)):
+        return float(by_rank(weights, ep).max())
+    se, sd = np.asarray(placement.slot_expert), np.asarray(placement.slot_die)
+    reps = placement.replicas()
+    routed = se < experts
+    rows = np.bincount(sd[routed], weights=top_k * weights[se[routed]] / reps[se[routed]], minlength=ep)
+    if not placement.shared_local:
+        rows += placement.shared_slots_per_die() * placement.shared_weight / placement.shared_replicas
+    return float(rows.max()) / top_k
+
+
+def role_dies(tensors: ServingTensors, library: Library, cfg: LlmInferConfig, role: str, hbm_bytes: float,
+              costs: ServingCosts, *, weights: np.ndarray | None, seed: int, instances: int = 1,
+              profile: int | None = None) -> list[ServingDie]:
+    """One allocator-model die (the busiest) per instance of `role`: the weights in their formats,
+    the experts as the role's placement puts them (EPLB replicas), the MTP layer on decode."""
+    scale = expert_scale(costs.mc, costs.measure_ep[role], costs, role)
+    return [ServingDie(tensors, library, cfg, role, getattr(cfg.layout, f"{role}_dp"), hbm_bytes, weights=weights,
+                       seed=seed, mtp_layer=cfg.scheduler.mtp and role == "decode", instance=i,
+                       expert_scale=scale, profile=profile, placement=costs.placement.get(role))
+            for i in range(instances)]
+
+
 class ServingDie:
     """One die of an instance (its busiest: the hottest experts) driven iteration by iteration."""
 
     def __init__(self, tensors: ServingTensors, library: Library, cfg: LlmInferConfig, role: str, dp: int,
                  hbm_bytes: float, *, weights: np.ndarray | None, seed: int, mtp_layer: bool,
-                 instance: int = 0, expert_scale: float = 1.0) -> None:
+                 instance: int = 0, expert_scale: float = 1.0, profile: int | None = None,
+                 placement: Placement | None = None) -> None:
+        """`profile`: tokens per die of the profiling forward (verified draft tokens included);
+        None: the scheduler's largest shape (`profile_tokens`). `placement`: the role's expert
+        placement (None: contiguous blocks of experts)."""
         self.t = tensors
         self.expert_scale = expert_scale
         self.role = role
@@ -124,7 +170,9 @@ class ServingDie:
         self.comm_bytes = library.communicator_buffer_bytes(comms)
         self.pool_bytes = library.pool_bytes
         capacity = hbm_bytes - self.comm_bytes - self.pool_bytes
-        fix = "raise the EP size, lower scheduler.prefill_token_budget or moe_dispatch_max_tokens"
+        shapes = ("the fixed shapes (workload.fixed)" if profile is not None
+                  else "scheduler.prefill_token_budget or moe_dispatch_max_tokens")
+        fix = f"raise the EP size, narrow the weights (workload.model.quant) or lower {shapes}"
         if capacity <= 0:
             raise ConfigError(f"workload.layout.{role}_ep", f"'{library.name}' holds {self.comm_bytes / GiB:.1f} GiB "
                               f"of buffers + {self.pool_bytes / GiB:.1f} GiB pool, more than the die's HBM", fix)
@@ -145,12 +193,13 @@ class ServingDie:
         self.layers = list(range(len(tensors.layers))) + ([len(tensors.layers) - 1] if mtp_layer else [])
         self.mtp_layer = mtp_layer
         # the die whose experts are hottest holds the largest MoE buffers: it sets the memory peak
-        self.p_hot = float(by_rank(weights, dp).max()) if weights is not None and tensors.experts else 0.0
+        self.p_hot = hot_share(weights, dp, tensors.top_k, placement) if weights is not None and tensors.experts else 0.0
         self.rng = np.random.default_rng([seed, 11, instance, 0 if role == "prefill" else 1])
         self.tbo, self.tbo_min = cfg.scheduler.tbo, cfg.scheduler.tbo_min_tokens
         self.jit_lookups = self.jit_misses = 0
         try:
-            self.plan = self._start_up(hbm_bytes, profile_tokens(cfg, role), dp, cfg.allocator.memory_utilization)
+            tokens = profile_tokens(cfg, role) if profile is None else profile
+            self.plan = self._start_up(hbm_bytes, tokens, dp, cfg.allocator.memory_utilization)
         except OutOfMemoryError as exc:
             raise ConfigError(f"workload.layout.{role}_ep", f"the model does not fit a {role} die with "
                               f"'{library.name}': {exc}", fix) from None
@@ -163,8 +212,15 @@ class ServingDie:
     # ------------------------------------------------------------------ start-up
     def _start_up(self, hbm: float, profile_tokens: int, dp: int, utilisation: float) -> MemoryPlan:
         a, s = self.alloc, self.alloc.stats
-        for i, nbytes in enumerate(self._weight_tensors()):
-            self.live[f"w{i}"] = a.malloc(nbytes, 0.0)
+        sizes = self._weight_tensors()
+        try:
+            for i, nbytes in enumerate(sizes):
+                self.live[f"w{i}"] = a.malloc(nbytes, 0.0)
+        except OutOfMemoryError:  # say what does not fit, not which tensor tipped it over
+            raise OutOfMemoryError(f"the shard's weights need {sum(sizes) / GiB:.1f} GiB, more than the "
+                                   f"{a.cfg.capacity_bytes / GiB:.1f} GiB the allocator may use ({hbm / GiB:.1f} "
+                                   f"GiB HBM − {(self.comm_bytes + self.pool_bytes) / GiB:.1f} GiB held by the "
+                                   "library)") from None
         weights = s.allocated_bytes
         verify = self._verify()
         if profile_tokens > 0:  # the profiling forward at the largest shape, expected routing
@@ -323,41 +379,3 @@ def _split(tokens: int, mbs: int) -> tuple[int, ...]:
     if mbs == 1:
         return (tokens,)
     return (tokens - tokens // 2, tokens // 2)
-# ---------------------------------------------------------------- fixed shapes (mode=fixed)
-COMMUNICATORS_PER_RANK = 2  # the EP communicator and the instance-wide (DP) one
-
-
-@dataclass(frozen=True)
-class HbmPlan:
-    """A die's HBM at one fixed shape, in closed form (workload.mode=fixed, fixed.py): weights in
-    their formats and placement, one layer's working buffers, what the library holds; the rest is
-    KV cache. Serving (mode=serve) runs the allocator instead (ServingDie)."""
-
-    hbm_bytes: float
-    weight_bytes: float
-    activation_bytes: float
-    library_bytes: float
-
-    @property
-    def kv_bytes(self) -> float:
-        return self.hbm_bytes - self.weight_bytes - self.activation_bytes - self.library_bytes
-
-
-def activation_workspace(mc: ModelCosts, tokens: int) -> float:
-    """Working buffers of one layer for `tokens` tokens: residual in/out plus the dispatch and
-    combine buffers that hold top-k copies of each token (an estimate)."""
-    top_k = int(mc.moe_info().get("top_k", 0) or 0)
-    return float(tokens * mc.cfg.hidden_size * mc.dtype_bytes * (2 + 2 * top_k))
-
-
-def die_memory(mc: ModelCosts, ep: int, reserve_tokens: int, library: Library, hbm_bytes: float,
-               role: str, costs: ServingCosts | None = None) -> HbmPlan:
-    mem = HbmPlan(hbm_bytes, weight_bytes_per_die(mc, ep, costs, role), activation_workspace(mc, reserve_tokens),
-                    library.held_memory_bytes(COMMUNICATORS_PER_RANK, "inference"))
-    if mem.kv_bytes <= 0:
-        raise ConfigError(f"workload.layout.{role}_ep",
-                          f"the model does not fit: {mem.weight_bytes / 1e9:.1f} GB weights + "
-                          f"{mem.activation_bytes / 1e9:.1f} GB activations + {mem.library_bytes / 1e9:.1f} GB "
-                          f"held by '{library.name}' exceed {hbm_bytes / 1e9:.0f} GB HBM per die",
-                          "raise the EP size, lower the fixed shapes (workload.fixed) or use a larger fabric")
-    return mem

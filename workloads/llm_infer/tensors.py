@@ -121,8 +121,9 @@ def _layer(mc: ModelCosts, shard: torch.nn.Module, attention: str, ffn: str) -> 
 @lru_cache(maxsize=8)
 def _weights(mc: ModelCosts, shard: torch.nn.Module) -> tuple[tuple[int, bool], ...]:
     """(bytes, is an expert tensor) of each weight tensor in load order, each in its class's
-    numeric format (workload.model.quant, as ModelCosts.weight_bytes_by_role weighs them): norms
-    and the router stay in the model's dtype."""
+    numeric format (workload.model.quant, as ModelCosts.weight_bytes_by_role weighs them): the
+    router in the model's dtype, norms and other unquantised parameters in the dtype the module
+    declares (some FP32: DeepSeek-V4's hyper-connection mixing, norms, attention sinks)."""
     layout = mc._layout
     f = lambda p, cls: _nbytes(p, mc, cls)  # noqa: E731
     out = [(f(p, "embedding"), False) for p in base_model(shard).embed_tokens.parameters()]
@@ -132,8 +133,10 @@ def _weights(mc: ModelCosts, shard: torch.nn.Module) -> tuple[tuple[int, bool], 
         out += [(f(p, None if "norm" in n else "attention_weights"), False) for n, p in a.named_parameters()
                 if not n.startswith("mlp.")]
         for n, p in fl.mlp.named_parameters():
-            if n.startswith("gate."):  # the router
-                out.append((f(p, None), False))
+            if n.startswith("gate."):  # the router, a projection held in the model's dtype: transformers
+                # declares DeepSeek-V3's FP32 (_keep_in_fp32_modules_strict), but the checkpoint stores
+                # it BF16 and vLLM's GateLinear (a ReplicatedLinear) keeps the model's dtype
+                out.append((p.numel() * mc.dtype_bytes, False))
             elif ffn == "moe":
                 out.append((f(p, "expert_weights"), n.startswith(("experts.", "shared_experts."))))
             else:

@@ -19,10 +19,9 @@ from workloads.llm_infer.capacity import population, slo_capacity
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.fixed import run_fixed
 from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, IterationModel, bucket
-from workloads.llm_infer.memory import ServingDie, expert_scale
+from workloads.llm_infer.memory import ServingDie, role_dies, serving_tensors
 from workloads.llm_infer.requests import Requests, describe, generate, pool
 from workloads.llm_infer.serving import ServingSim, decode_batch_cap
-from workloads.llm_infer.tensors import ServingTensors
 from workloads.modelcost import ModelCosts
 
 GiB = 2**30
@@ -99,21 +98,14 @@ class Serving:
     def __init__(self, ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: IterationModel,
                  kv_tok: float) -> None:
         self.ctx, self.cfg, self.costs, self.iters, self.kv_tok = ctx, cfg, costs, iters, kv_tok
-        token = costs.hidden * (1 + cfg.dispatch_scale_ratio)  # INT8 + scales, as the dispatch sends
-        self.tensors = {"prefill": ServingTensors(costs.mc, costs.prefill_ep, token),
-                        "decode": ServingTensors(costs.mc, costs.decode_ep, token)}
+        self.tensors = {role: serving_tensors(costs, cfg, role) for role in ("prefill", "decode")}
 
     def dies(self, library: str, role: str, drive_all: bool) -> list[ServingDie]:
         """One allocator-model die per instance of `role` (the instance's busiest die); only the
         first when the library's cost does not depend on them (`drive_all` False: memory report)."""
-        lay, cfg = self.cfg.layout, self.cfg
-        n = getattr(lay, f"{role}_instances") if drive_all else 1
-        dp = getattr(lay, f"{role}_dp")
-        # the weights in their formats, the experts as the role's placement puts them (EPLB replicas)
-        scale = expert_scale(self.costs.mc, getattr(lay, f"{role}_ep"), self.costs, role)
-        return [ServingDie(self.tensors[role], self.ctx.libraries[library], cfg, role, dp, self.ctx.fabric.hbm_bytes,
-                           weights=self.iters.weights, seed=self.ctx.seed, mtp_layer=cfg.scheduler.mtp and role == "decode",
-                           instance=i, expert_scale=scale) for i in range(n)]
+        n = getattr(self.cfg.layout, f"{role}_instances") if drive_all else 1
+        return role_dies(self.tensors[role], self.ctx.libraries[library], self.cfg, role, self.ctx.fabric.hbm_bytes,
+                         self.costs, weights=self.iters.weights, seed=self.ctx.seed, instances=n)
 
     def serve(self, library: str, reqs: Requests, what: str = "serve", closed_loop: int = 0,
               until_s: float | None = None) -> tuple[ServingSim, list[ServingDie]]:
