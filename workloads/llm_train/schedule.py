@@ -195,8 +195,8 @@ class IterationBuilder:
         k, lay = self.k, self.layout
         local = sum(-(-u.params // lay.fsdp) + -(-u.expert_params // lay.efsdp) for u in self.plan.units)
         hbm = local * (2 * k.master_bytes + k.grad_bytes + 2 * k.state_bytes)
-        self.last_main = self.t.compute(self.ranks, flops=local * k.optimizer_flops_per_param, hbm_bytes=hbm,
-                                        core="vector", deps=rs_ops[-1:], name="optimizer.step")
+        self.last_main = add_cost(self.t, self.ranks, "optimizer", Cost(0.0, local * k.optimizer_flops_per_param, hbm),
+                                  fused=TRAINING_FUSED, name="optimizer.step", deps=rs_ops[-1:])[-1]
 
 
 def build_iteration(plan: ModelPlan, layout: Layout, knobs: Knobs,
