@@ -221,3 +221,15 @@ def test_held_vector_cores_slow_a_workloads_mixed_kernels_not_its_matmuls(cm384)
             assert dur_a[op.id] - dur_c[op.id] == pytest.approx(o / 2, rel=0.05), op.name
             slowed += 1
     assert slowed >= 1 and cubes_overlapped >= 1
+
+
+def test_cloudmatrix_split_is_of_a_910c_die() -> None:
+    from stratacl.errors import ConfigError
+    from workloads.common.kernels import check_layout
+
+    check_layout("cloudmatrix_tbo", 24, 48, "f")
+    check_layout("none", 148, 148, "f")
+    with pytest.raises(ConfigError, match="910C"):
+        check_layout("cloudmatrix_tbo", 148, 148, "workload.scheduler.decode_stream_layout")
+    # the GPU experiment runs SGLang-style TBO
+    assert str(compose_run(["+experiment=nvidia_inference"]).workload.scheduler.decode_stream_layout) == "none"

@@ -157,6 +157,16 @@ def stream_limits(layout: str, streams: tuple[str, str]) -> dict[str, tuple[int,
     raise ConfigError("workload.stream_layout", f"unknown layout {layout!r}", f"use one of {LAYOUTS}")
 
 
+def check_layout(layout: str, cube_cores: int, vector_cores: int, field: str) -> None:
+    """A named split is of a particular die: CloudMatrix's is of a 910C die's 24 AIC + 48 AIV."""
+    if layout == "cloudmatrix_tbo":
+        (a, b), (c, d) = CLOUDMATRIX_DECODE_SPLIT
+        if (cube_cores, vector_cores) != (a + c, b + d):
+            raise ConfigError(field, f"the cloudmatrix_tbo split ({a}+{c} AIC, {b}+{d} AIV) is of a 910C die, "
+                              f"this fabric's die has {cube_cores} cube and {vector_cores} vector cores",
+                              "set it to none on this fabric")
+
+
 def apply_stream_limits(tr: Trace, limits: dict[str, tuple[int, int]]) -> None:
     for stream, (aic, aiv) in limits.items():
         tr.limit_stream(stream, aic, aiv)

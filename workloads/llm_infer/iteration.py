@@ -24,7 +24,13 @@ from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.trace import REGISTERED, Trace
 from stratacl.workload_api import RunContext
 from workloads.common.cost import Cost
-from workloads.common.kernels import INFERENCE_FUSED, add_cost, apply_stream_limits, stream_limits
+from workloads.common.kernels import (
+    INFERENCE_FUSED,
+    add_cost,
+    apply_stream_limits,
+    check_layout,
+    stream_limits,
+)
 from workloads.common.placement import copies
 from workloads.common.routing import expert_weights, route
 from workloads.llm_infer.costs import CORE, ServingCosts
@@ -84,6 +90,8 @@ class IterationModel:
         self.tbo_min_tokens = cfg.scheduler.tbo_min_tokens
         self.mtp = cfg.scheduler.mtp
         self.decode_layout = str(cfg.scheduler.decode_stream_layout)
+        check_layout(self.decode_layout, ctx.fabric.cube_cores, ctx.fabric.vector_cores,
+                     "workload.scheduler.decode_stream_layout")
         self.ranks = {"prefill": cfg.layout.prefill_dp, "decode": cfg.layout.decode_dp}
         self.kv_bytes_per_token = kv_bytes_per_token
         self.decode_dies = tuple(decode_dies)
