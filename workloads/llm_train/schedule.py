@@ -5,6 +5,9 @@ Streams: ``main`` (compute, TP and EP collectives: they block the next kernel), 
 (parameter all-gathers, prefetched `prefetch` units ahead: the gather into an unsharded buffer
 slot waits until the unit that last used the slot has finished computing) and ``fsdp_rs``
 (gradient reduce-scatters, after each unit's backward). Every op spans all dies (SPMD).
+Compute enters as the kernels of the training rule (`workloads/common/kernels.py`, TRAINING_FUSED:
+flash attention one mixed kernel, GEMMs cube kernels followed by their vector work), its matmuls in
+the sub-block's numeric format.
 """
 
 from __future__ import annotations
