@@ -1,5 +1,5 @@
-"""The shared cost triple and compute-op helper: arithmetic, interpolation, and that every
-workload puts a triple into its trace the same way (cube op carrying HBM, then a vector op)."""
+"""The shared cost triple and the one way a cost enters a trace (`kernels.add_cost`): arithmetic,
+interpolation, and that an unfused triple becomes a cube kernel carrying HBM, then a vector kernel."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from stratacl.trace import Trace, stream_predecessors
 from workloads.common.cost import Cost
-from workloads.common.ops import add_compute
+from workloads.common.kernels import DLRM_FUSED, add_cost
 from workloads.llm_train.crosscheck import mlp_stack_plan
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.schedule import Knobs, build_iteration
@@ -39,20 +39,25 @@ def test_layer_cost_triple_uses_the_fused_hbm_estimate() -> None:
     assert lc.cost == Cost(10.0, 3.0, 40.0)
 
 
-def test_add_compute_cube_then_vector_on_one_stream() -> None:
+def test_add_cost_cube_then_vector_on_one_stream() -> None:
     tr = Trace(world_size=4)
     first = tr.compute(range(4), flops=1.0, stream="s")
     scale = np.array([1.0, 2.0, 0.5, 1.0])
-    ops = add_compute(tr, range(4), A, name="k", stream="s", deps=[first], scale=scale)
+    extra = np.array([0.0, 1.0, 2.0, 3.0])
+    ops = add_cost(tr, range(4), "mlp", A, fused=DLRM_FUSED, name="k", stream="s", deps=[first], scale=scale,
+                   dtype="int8", hbm_extra=extra)
     cube, vec = (tr.ops[i] for i in ops)
     assert (cube.core, vec.core) == ("cube", "vector") and cube.stream == vec.stream == "s"
+    assert (cube.dtype, vec.dtype) == ("int8", "")  # the format rides on the matmul kernel only
     np.testing.assert_allclose(cube.flops, A.cube_flops * scale)
-    np.testing.assert_allclose(cube.hbm_bytes, A.hbm_bytes * scale)  # all HBM traffic on the cube op
+    np.testing.assert_allclose(cube.hbm_bytes, A.hbm_bytes * scale + extra)  # all HBM traffic on the cube op
     np.testing.assert_allclose(vec.flops, A.vector_flops * scale)
     assert max(vec.hbm_bytes) == 0 and vec.name == "k.vec"
     assert first in stream_predecessors(tr)[cube.id] and cube.id in stream_predecessors(tr)[vec.id]
-    # no vector work: one op
-    assert len(add_compute(tr, range(4), Cost(1.0, 0.0, 1.0), name="m")) == 1
+    # no vector work: one op; no work at all: still one (empty) op to depend on, carrying the extra
+    assert len(add_cost(tr, range(4), "m", Cost(1.0, 0.0, 1.0), fused=DLRM_FUSED, name="m")) == 1
+    (z,) = add_cost(tr, range(4), "m", Cost(), fused=DLRM_FUSED, name="z", hbm_extra=5.0)
+    assert tr.ops[z].per_rank(tr.ops[z].hbm_bytes).tolist() == [5.0] * 4 and max(tr.ops[z].flops) == 0
 
 
 def test_llm_train_keeps_vector_work_on_vector_cores() -> None:

@@ -93,6 +93,15 @@ class LayoutConfig:
     decode_shared_expert_replicas: int = knob(0, ge=0)
 
 
+class StreamLayout(StrEnum):
+    """How a decode die's cores are split between the streams (workloads/common/kernels.py)."""
+
+    none = "none"  # SGLang-style TBO: compute + communication stream, every kernel may use the die
+    # CloudMatrix-Infer (2506.12708 §4.2.3): attention-path / MoE-path streams of the two
+    # micro-batches, 16 AIC + 32 AIV vs 8 AIC + 16 AIV
+    cloudmatrix_tbo = "cloudmatrix_tbo"
+
+
 @dataclass
 class SchedulerConfig:
     prefill_token_budget: int = knob(8192, ge=1)  # tokens per die per prefill iteration (chunked prefill)
@@ -100,6 +109,9 @@ class SchedulerConfig:
     tbo: bool = True  # two-batch overlap in prefill and decode
     tbo_min_tokens: int = knob(64, ge=0)  # per die: below this one micro-batch (splitting would re-read weights)
     mtp: bool = True  # multi-token prediction (one draft token per step)
+    # streams and core split of a TBO decode step (two micro-batches); prefill and single-batch
+    # decode always run the SGLang-style streams with no split
+    decode_stream_layout: StreamLayout = StreamLayout.cloudmatrix_tbo
     mtp_acceptance: float = knob(0.85, ge=0, le=1)  # DeepSeek-V3 report §5.4.3: 85-90 % second-token acceptance
     # tokens per die one fused MoE dispatch may carry (the operator's maxBs); sizes the MC2 windows
     # of a buffer-centric library and caps the decode batch (CANN: Bs <= 512 on Atlas A3)

@@ -36,7 +36,9 @@ class LlmTrainConfig(WorkloadConfig):
     global_batch: int = knob(512, ge=1)  # sequences per iteration
     seq_len: int = knob(4096, ge=1)
     dtype_bytes: int = knob(2, ge=1)  # compute / all-gather dtype (bf16)
-    quant: str = ""  # numeric-format preset of the forward's tensors (workloads/common/quant.py; "" = dtype_bytes)
+    # numeric-format preset (workloads/common/quant.py; "" = dtype_bytes): the tensors' bytes and the
+    # format the matmuls run in (the die's cube peak for it; the attention core stays bf16)
+    quant: str = ""
     master_dtype_bytes: int = knob(4, ge=1)  # sharded fp32 parameters
     grad_dtype_bytes: int = knob(4, ge=1)  # reduce-scatter / sharded gradient dtype
     optimizer_state_bytes: int = knob(8, ge=0)  # Adam exp_avg + exp_avg_sq in fp32

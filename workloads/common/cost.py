@@ -2,7 +2,7 @@
 
 Cube FLOPs are matrix-unit work (matmuls), vector FLOPs element-wise work (softmax, norms,
 activations, reductions); the two run on different core types with different peaks, so they are
-kept apart all the way to the trace (see `workloads.common.ops.add_compute`).
+kept apart all the way to the trace (see `workloads.common.kernels.add_cost`).
 """
 
 from __future__ import annotations

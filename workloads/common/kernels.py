@@ -20,9 +20,16 @@ every op's inputs and outputs; `workloads/modelcost`) into kernels by one writte
    activation and norm work as separate AIV kernels that write and re-read the intermediates the
    fused byte count leaves out.
 
-Fused sets: `INFERENCE_FUSED` (attention + MoE experts), `TRAINING_FUSED` (attention only:
-TorchTitan's bf16 MoE runs grouped_mm and the SwiGLU as separate kernels). A workload passes its
-own set when its deployment fuses differently.
+Fused sets per deployment: `INFERENCE_FUSED` (attention + MoE experts: llm_infer),
+`TRAINING_FUSED` (attention only: TorchTitan's bf16 MoE runs grouped_mm and the SwiGLU as separate
+kernels: llm_train), `DLRM_FUSED` (none: TorchRec's dense MLPs are nn.Linear GEMMs followed by
+separate activation kernels, the pairwise interaction a batched matmul; FBGEMM's table-batched
+embedding bags have no matmul, so rule 1 makes them vector kernels). A workload passes its own set
+when its deployment fuses differently.
+
+`add_cost` is the one way a workload puts a cost into a trace: the rule's kernels, the matmul
+format on the kernels that run matmuls, extra bytes (e.g. the expert weights a die holds) on the
+kernel that carries the fused traffic, and always at least one op to depend on.
 
 Per-stream core limits (`Trace.limit_stream`) are a layout knob: `stream_limits("cloudmatrix_tbo",
 (a, b))` gives CloudMatrix-Infer's decode micro-batch split, 16 AIC + 32 AIV for stream `a` and
@@ -42,6 +49,7 @@ from stratacl.trace import Trace
 
 INFERENCE_FUSED: frozenset[str] = frozenset({"attention", "moe"})
 TRAINING_FUSED: frozenset[str] = frozenset({"attention"})
+DLRM_FUSED: frozenset[str] = frozenset()
 
 # CloudMatrix-Infer decode: the two micro-batch streams split a die's cores (2506.12708 §4.2.3)
 CLOUDMATRIX_DECODE_SPLIT: tuple[tuple[int, int], tuple[int, int]] = ((16, 32), (8, 16))
@@ -99,24 +107,44 @@ def split_cost(layer_type: str, cost: LayerCostLike, fused: Iterable[str] = INFE
 
 def add_kernels(tr: Trace, ranks: Iterable[int], kernels: Sequence[Kernel], *, name: str,
                 stream: str = "main", deps: Sequence[int] = (),
-                scale: np.ndarray | float | None = None) -> list[int]:
+                scale: np.ndarray | float | None = None, dtype: str = "",
+                hbm_extra: np.ndarray | float = 0.0) -> list[int]:
     """Append kernels one after another on `stream` (SPMD over `ranks`); returns their op ids.
-    `scale` multiplies every component, per rank when it is a vector (uneven routed work)."""
+    `scale` multiplies every component, per rank when it is a vector (uneven routed work).
+    `dtype`: the matmuls' numeric format (picks the die's cube peak; "" = bf16), set on the cube
+    and mixed kernels. `hbm_extra`: bytes added after scaling to the first kernel, the one that
+    carries the fused traffic (per rank when a vector)."""
     k = 1.0 if scale is None else scale
     ranks = tuple(ranks)
     ids: list[int] = []
     prev = list(deps)
-    for kern in kernels:
+    for i, kern in enumerate(kernels):
         if kern.kind == "mixed":
             payload = dict(flops=kern.cube_flops * k, vector_flops=kern.vector_flops * k)
         elif kern.kind == "cube":
             payload = dict(flops=kern.cube_flops * k)
         else:
             payload = dict(flops=kern.vector_flops * k)
-        ids.append(tr.compute(ranks, hbm_bytes=kern.hbm_bytes * k, core=kern.kind, stream=stream,
-                              deps=prev, name=name + kern.suffix, block_dim=kern.block_dim, **payload))
+        extra = hbm_extra if i == 0 else 0.0
+        fmt = dtype if kern.kind != "vector" else ""
+        ids.append(tr.compute(ranks, hbm_bytes=kern.hbm_bytes * k + extra, core=kern.kind, stream=stream,
+                              deps=prev, name=name + kern.suffix, block_dim=kern.block_dim, dtype=fmt,
+                              **payload))
         prev = [ids[-1]]
     return ids
+
+
+def add_cost(tr: Trace, ranks: Iterable[int], layer_type: str, cost: LayerCostLike, *,
+             fused: Iterable[str], name: str, stream: str = "main", deps: Sequence[int] = (),
+             scale: np.ndarray | float | None = None, dtype: str = "",
+             hbm_extra: np.ndarray | float = 0.0) -> list[int]:
+    """Put one layer type's measured work into the trace as the rule's kernels (`split_cost`
+    under the deployment's `fused` set, then `add_kernels`). Work the rule drops (all zero)
+    still leaves one empty vector kernel, so callers always get an op to depend on and
+    `hbm_extra` a kernel to ride on."""
+    kernels = split_cost(layer_type, cost, fused) or [Kernel("vector")]
+    return add_kernels(tr, ranks, kernels, name=name, stream=stream, deps=deps, scale=scale, dtype=dtype,
+                       hbm_extra=hbm_extra)
 
 
 def stream_limits(layout: str, streams: tuple[str, str]) -> dict[str, tuple[int, int]]:
@@ -127,6 +155,16 @@ def stream_limits(layout: str, streams: tuple[str, str]) -> dict[str, tuple[int,
         (a, b), (c, d) = CLOUDMATRIX_DECODE_SPLIT
         return {streams[0]: (a, b), streams[1]: (c, d)}
     raise ConfigError("workload.stream_layout", f"unknown layout {layout!r}", f"use one of {LAYOUTS}")
+
+
+def check_layout(layout: str, cube_cores: int, vector_cores: int, field: str) -> None:
+    """A named split is of a particular die: CloudMatrix's is of a 910C die's 24 AIC + 48 AIV."""
+    if layout == "cloudmatrix_tbo":
+        (a, b), (c, d) = CLOUDMATRIX_DECODE_SPLIT
+        if (cube_cores, vector_cores) != (a + c, b + d):
+            raise ConfigError(field, f"the cloudmatrix_tbo split ({a}+{c} AIC, {b}+{d} AIV) is of a 910C die, "
+                              f"this fabric's die has {cube_cores} cube and {vector_cores} vector cores",
+                              "set it to none on this fabric")
 
 
 def apply_stream_limits(tr: Trace, limits: dict[str, tuple[int, int]]) -> None:

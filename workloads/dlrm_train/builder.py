@@ -17,7 +17,7 @@ import numpy as np
 from stratacl.schemas.dlrm_train import DlrmTrainConfig
 from stratacl.trace import Trace
 from workloads.common.cost import Cost
-from workloads.common.ops import add_compute
+from workloads.common.kernels import DLRM_FUSED, add_cost
 
 from .model import DenseCosts, embedding_cost
 from .planner import Plan
@@ -87,13 +87,19 @@ class _Builder:
         return op
 
     def stage(self, name: str, cost: Cost, deps: list[int]) -> int:
-        """A dense stage: its matmuls on cube cores, then its elementwise work on vector cores."""
-        ops = add_compute(self.tr, self.ranks, cost, name=name, stream="main", deps=deps)
+        """A dense stage (MLP GEMMs and the interaction's bmm, nothing fused: `DLRM_FUSED`): its
+        matmuls as a cube kernel, then its element-wise work as a vector kernel."""
+        ops = add_cost(self.tr, self.ranks, name, cost, fused=DLRM_FUSED, name=name, stream="main", deps=deps)
         return [self._tag(op, "compute") for op in ops][-1]
 
     def vector(self, name: str, flops: object, hbm: object, deps: list[int]) -> int:
-        return self._tag(self.tr.compute(self.ranks, flops=flops, hbm_bytes=hbm, core="vector",
-                                         stream="main", name=name, deps=deps), "compute")
+        """Work with no matmul (FBGEMM's table-batched embedding bags, the fused optimizer step):
+        one vector kernel by the same rule (per-rank vectors: uneven shards)."""
+        # per-rank FLOPs and bytes in different proportions: one vector FLOP scaled per rank, the
+        # bytes as the kernel's per-rank extra traffic
+        ops = add_cost(self.tr, self.ranks, name, Cost(0.0, 1.0, 0.0), fused=DLRM_FUSED, name=name, stream="main",
+                       deps=deps, scale=np.asarray(flops, dtype=float), hbm_extra=np.asarray(hbm, dtype=float))
+        return [self._tag(op, "compute") for op in ops][-1]
 
     def alltoallv(self, name: str, m: np.ndarray, buffer: str, deps: list[int]) -> int:
         return self._tag(self.tr.collective("alltoallv", FAMILY, m.sum(axis=1), peer_bytes=m.ravel(),

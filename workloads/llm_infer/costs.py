@@ -74,7 +74,10 @@ class ServingCosts:
             if self.split_core:
                 cores = self.mc.attention_cores(tokens, context=context, phase=phase, ep=ep, seq_len=seq)
                 for t in self.split_core:
-                    core = Cost(float(cores[t].cube_flops)) if t in cores else Cost()
+                    # the core kernel (FusedInferAttentionScore-style: scores and values on the
+                    # cube, softmax and top-k on the vector units) takes its own vector work along
+                    c = cores.get(t)
+                    core = Cost(float(c.cube_flops), float(c.vector_flops)) if c is not None else Cost()
                     hit[t] = hit[t] - core
                     hit[t + CORE] = core
             self._memo[key] = hit

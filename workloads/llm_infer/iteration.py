@@ -3,8 +3,10 @@
 An iteration is the whole layer stack of one instance (DP attention on every die, EP MoE across
 them): per layer and micro-batch the attention kernel, the MoE dispatch (HT mode in prefill,
 whose count-exchange step the library adds; LL mode in decode), the experts and the combine. With two-batch overlap
-the two micro-batches run on separate streams, so one's dispatch/combine overlaps the other's
-compute and both share the dies' cores and HBM in the engine. With MTP a decode step verifies
+the two micro-batches overlap: one's dispatch/combine (and, in decode with the CloudMatrix
+layout, its MoE compute) runs while the other computes, and both share the dies' cores and HBM in
+the engine. Every layer type's work becomes the kernels `workloads/common/kernels.py` assigns
+(serving fuses attention and the W8A8 experts: mixed kernels). With MTP a decode step verifies
 two tokens per sequence and runs the MTP layer. Traces are built once per shape bucket (same
 routing for every library) and results memoised per (library, bucket).
 """
@@ -22,7 +24,13 @@ from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.trace import REGISTERED, Trace
 from stratacl.workload_api import RunContext
 from workloads.common.cost import Cost
-from workloads.common.ops import add_compute
+from workloads.common.kernels import (
+    INFERENCE_FUSED,
+    add_cost,
+    apply_stream_limits,
+    check_layout,
+    stream_limits,
+)
 from workloads.common.placement import copies
 from workloads.common.routing import expert_weights, route
 from workloads.llm_infer.costs import CORE, ServingCosts
@@ -81,6 +89,9 @@ class IterationModel:
         self.tbo = cfg.scheduler.tbo
         self.tbo_min_tokens = cfg.scheduler.tbo_min_tokens
         self.mtp = cfg.scheduler.mtp
+        self.decode_layout = str(cfg.scheduler.decode_stream_layout)
+        check_layout(self.decode_layout, ctx.fabric.cube_cores, ctx.fabric.vector_cores,
+                     "workload.scheduler.decode_stream_layout")
         self.ranks = {"prefill": cfg.layout.prefill_dp, "decode": cfg.layout.decode_dp}
         self.kv_bytes_per_token = kv_bytes_per_token
         self.decode_dies = tuple(decode_dies)
@@ -180,12 +191,24 @@ class IterationModel:
             layer_cost = c.prefill(tokens_mb)
             mtp_cost = layer_cost
         mode = "ll" if phase == "decode" else "ht"
-        # SGLang-style TBO: one compute stream and one communication stream; the micro-batches'
-        # kernels interleave on each, so one micro-batch's dispatch/combine runs while the other
-        # computes. Without TBO (one micro-batch) the same streams simply alternate.
-        cs, xs = "compute", "comm"
+        # Streams. SGLang-style TBO (prefill; decode with stream layout "none"): one compute stream
+        # and one communication stream; the micro-batches' kernels interleave on each, so one
+        # micro-batch's dispatch/combine runs while the other computes (without TBO the same
+        # streams simply alternate). CloudMatrix-Infer's decode pipeline (2506.12708 §4.2.3;
+        # layout "cloudmatrix_tbo", two micro-batches): an attention-path stream (embedding,
+        # attention, LM head) and a MoE-path stream (the FFN: dispatch, experts, combine) per die,
+        # micro-batch 0's MoE path overlapping micro-batch 1's attention and vice versa, the die
+        # split between them as 16 AIC + 32 AIV (attention path) and 8 AIC + 16 AIV (MoE path):
+        # compute and communication kernels of a path hold at most its cores (a library may drop
+        # the split: `stream_core_split`).
+        paths = phase == "decode" and mbs == 2 and self.decode_layout != "none"
+        cs, xs = ("attn_path", "moe_path") if paths else ("compute", "comm")
+        fs = xs if paths else cs  # the FFN's compute stream
+        if paths:
+            apply_stream_limits(tr, stream_limits(self.decode_layout, (cs, xs)))
         emb = layer_cost["embedding"]
-        last = [[self._compute(tr, ranks, emb, cs, [], f"embedding.mb{m}", dtype="embedding")] for m in range(mbs)]
+        last = [[self._compute(tr, ranks, emb, cs, [], f"embedding.mb{m}", layer_type="embedding")]
+                for m in range(mbs)]
         layers = list(c.layers)
         if self.mtp and phase == "decode":
             layers.append(c.layers[-1])  # the MTP module: one more decoder layer
@@ -194,10 +217,10 @@ class IterationModel:
             rows = tokens_mb * (verify if li < len(c.layers) else 1)
             attn_op = []
             for m in range(mbs):
-                last[m] = [self._compute(tr, ranks, cost[attn], cs, last[m], f"L{li}.attn.mb{m}", dtype=attn)]
+                last[m] = [self._compute(tr, ranks, cost[attn], cs, last[m], f"L{li}.attn.mb{m}", layer_type=attn)]
                 if attn + CORE in cost:  # the bf16 attention core of a layer with quantised projections
                     last[m] = [self._compute(tr, ranks, cost[attn + CORE], cs, last[m], f"L{li}.attn_core.mb{m}",
-                                             dtype=attn + CORE)]
+                                             layer_type=attn + CORE)]
                 attn_op.append(last[m][0])  # the attention's last op: a JIT buffer is registered after it
                 if kv_dst:  # this layer's KV of the micro-batch's tokens leaves for decode
                     self._kv_send(tr, kv_dst, tokens_mb * self.kv_bytes_per_token / len(c.layers), last[m],
@@ -207,29 +230,35 @@ class IterationModel:
                     tr.add_buffer("combine", last[m][0])
             if not (ffn == "moe" and c.experts):
                 for m in range(mbs):
-                    last[m] = [self._compute(tr, ranks, cost[ffn], cs, last[m], f"L{li}.{ffn}.mb{m}", dtype=ffn)]
+                    last[m] = [self._compute(tr, ranks, cost[ffn], fs, last[m], f"L{li}.{ffn}.mb{m}", layer_type=ffn)]
                 continue
             routed = [self._routing_sample(phase, n, max(1, math.ceil(rows)), mode, li * mbs + m) for m in range(mbs)]
-            for m, (disp, _) in enumerate(routed):
-                peer = disp * self.dispatch_bytes
-                buf = self._buffer(tr, "dispatch", li, m, next(use) in miss, attn_op[m])
-                last[m] = [tr.collective("dispatch", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
-                                         stream=xs, deps=last[m], buffer=buf, moe_mode=mode,
-                                         name=f"L{li}.dispatch.mb{m}")]
-            for m, (_, load) in enumerate(routed):
-                # each die's experts: the rows the placement sent it (skew: hot dies) and its weights
-                var, scale, weights = c.moe_per_die(phase, cost["moe"], max(1, math.ceil(rows)), load)
-                last[m] = [self._compute(tr, ranks, var, cs, last[m], f"L{li}.moe.mb{m}", scale,
-                                         dtype="moe", hbm_extra=weights)]
-            for m, (disp, _) in enumerate(routed):
-                peer = disp.T * self.combine_bytes
-                buf = self._buffer(tr, "combine", li, m, next(use) in miss, attn_op[m])
-                last[m] = [tr.collective("combine", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
-                                         stream=xs, deps=last[m], buffer=buf, moe_mode=mode,
-                                         name=f"L{li}.combine.mb{m}")]
+            # issue order: stage by stage over the micro-batches on the SGLang streams; micro-batch
+            # by micro-batch on the MoE-path stream (its dispatch, experts, combine in a row)
+            order = [(m, st) for m in range(mbs) for st in range(3)] if paths else \
+                [(m, st) for st in range(3) for m in range(mbs)]
+            for m, st in order:
+                disp, load = routed[m]
+                if st == 0:
+                    peer = disp * self.dispatch_bytes
+                    buf = self._buffer(tr, "dispatch", li, m, next(use) in miss, attn_op[m])
+                    last[m] = [tr.collective("dispatch", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
+                                             stream=xs, deps=last[m], buffer=buf, moe_mode=mode,
+                                             name=f"L{li}.dispatch.mb{m}")]
+                elif st == 1:
+                    # each die's experts: the rows the placement sent it (skew: hot dies) and its weights
+                    var, scale, weights = c.moe_per_die(phase, cost["moe"], max(1, math.ceil(rows)), load)
+                    last[m] = [self._compute(tr, ranks, var, fs, last[m], f"L{li}.moe.mb{m}", scale,
+                                             layer_type="moe", hbm_extra=weights)]
+                else:
+                    peer = disp.T * self.combine_bytes
+                    buf = self._buffer(tr, "combine", li, m, next(use) in miss, attn_op[m])
+                    last[m] = [tr.collective("combine", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
+                                             stream=xs, deps=last[m], buffer=buf, moe_mode=mode,
+                                             name=f"L{li}.combine.mb{m}")]
         head = layer_cost["lm_head"]
         for m in range(mbs):
-            self._compute(tr, ranks, head, cs, last[m], f"lm_head.mb{m}", dtype="lm_head")
+            self._compute(tr, ranks, head, cs, last[m], f"lm_head.mb{m}", layer_type="lm_head")
         tr.validate()
         return tr
 
@@ -267,10 +296,11 @@ class IterationModel:
                    name=f"{name}.r{k}")
 
     def _compute(self, tr: Trace, ranks: range, cost: Cost, stream: str, deps: list[int], name: str,
-                 scale: np.ndarray | None = None, *, dtype: str, hbm_extra: np.ndarray | float = 0.0) -> int:
-        """`dtype`: the layer type whose matmul format the cube op runs in."""
-        return add_compute(tr, ranks, cost, name=name, stream=stream, deps=deps, scale=scale,
-                           dtype=self.costs.dtypes.get(dtype, ""), hbm_extra=hbm_extra)[-1]
+                 scale: np.ndarray | None = None, *, layer_type: str, hbm_extra: np.ndarray | float = 0.0) -> int:
+        """The kernels of one layer type's work (serving's fused set), in its matmul format; returns
+        the last one."""
+        return add_cost(tr, ranks, layer_type, cost, fused=INFERENCE_FUSED, name=name, stream=stream, deps=deps,
+                        scale=scale, dtype=self.costs.dtypes.get(layer_type, ""), hbm_extra=hbm_extra)[-1]
 
     def _routing_sample(self, phase: str, n: int, tokens: int, mode: str, index: int) -> tuple[np.ndarray, np.ndarray]:
         """(token copies between dies, weighted expert rows per die) of one routing draw, through

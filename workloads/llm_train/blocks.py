@@ -28,6 +28,12 @@ class SubBlock:
     # MoE (EP > 1): fwd/bwd = router + shared experts; routed experts cost per received row
     row_fwd: Cost | None = None
     row_bwd: Cost | None = None
+    dtype: str = ""  # numeric format its matmuls run in (picks the die's cube peak; "" = bf16)
+    # attention with quantised projections: the part of fwd/bwd that is the attention core
+    # (scores and values over the context), which stays in `core_dtype`
+    core_fwd: Cost | None = None
+    core_bwd: Cost | None = None
+    core_dtype: str = ""
 
     @property
     def routed(self) -> bool:

@@ -10,12 +10,16 @@ two routings (uniform and a Zipf probe) separates router + shared experts from t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from stratacl.errors import ConfigError
 from stratacl.schemas.llm_train import LlmTrainConfig
 from stratacl.schemas.model import ModelRef
+from workloads.common.cost import Cost
 from workloads.common.model import model_costs as load_model_costs
 from workloads.common.routing import RoutingModel
 from workloads.modelcost import CostInputError, ModelCosts
+from workloads.modelcost.costs import ATTENTION_CORE_FORMAT
 from workloads.modelcost.fakemodel import base_model, rep_layer
 from workloads.modelcost.sizes import count_layer_by_role
 
@@ -77,10 +81,22 @@ def _build(cfg: LlmTrainConfig, layout: Layout, mc: ModelCosts, probe: ModelCost
         moe_sub, moe_saved = _moe_block(mc, probe, tokens // tp, ep, n_exp, top_k, cfg.flash_attention)
         saved["moe"] = moe_saved
 
+    # the format each layer type's matmuls run in (workload.quant): forward, recompute and
+    # backward alike (DeepSeek-V3 report §3.3.1: Fprop, Dgrad and Wgrad GEMMs all in FP8; torchao
+    # float8 training likewise). An attention type whose projections are quantised keeps its core
+    # in bf16 (as in serving): that part is priced separately.
+    dtypes = mc.matmul_formats()
+    cores = {ph: mc.attention_cores(tokens, phase=ph, tp=tp, ep=ep, seq_len=seq) for ph in ("train_fwd", "train_bwd")}
+
     def sub(kind: str, style: str = "block") -> SubBlock:
         if kind == "moe" and moe_sub is not None:
-            return moe_sub
-        return SubBlock(kind, fwd[kind].cost, bwd[kind].cost, style if tp > 1 else "none")
+            return replace(moe_sub, dtype=dtypes.get("moe", ""))
+        dt = dtypes.get(kind, "")
+        core_f, core_b = (_core(cores[ph].get(kind)) for ph in ("train_fwd", "train_bwd"))
+        split = dt != ATTENTION_CORE_FORMAT and core_f is not None and core_b is not None
+        return SubBlock(kind, fwd[kind].cost, bwd[kind].cost, style if tp > 1 else "none", dtype=dt,
+                        core_fwd=core_f if split else None, core_bwd=core_b if split else None,
+                        core_dtype=ATTENTION_CORE_FORMAT if split else "")
 
     # this rank's TP/EP shard, read off the model-cost piece's shard model (per-layer roles)
     shard = mc._shard(tp, ep)
@@ -108,6 +124,11 @@ def _build(cfg: LlmTrainConfig, layout: Layout, mc: ModelCosts, probe: ModelCost
     sp_tokens = tokens // tp if cfg.sequence_parallel else tokens
     return ModelPlan(tuple(units), int(mc.cfg.hidden_size), tokens, top_k if routed else 0,
                      n_exp if routed else 0, float(mc.activation_bytes_per_token() * sp_tokens))
+
+
+def _core(c: object) -> Cost | None:
+    """The cube and vector work of an attention core (`ModelCosts.attention_cores`), None if absent."""
+    return None if c is None else Cost(float(c.cube_flops), float(c.vector_flops))
 
 
 def _moe_block(mc: ModelCosts, probe: ModelCosts, rank_tokens: int, ep: int, n_exp: int, top_k: int,

@@ -5,6 +5,9 @@ Streams: ``main`` (compute, TP and EP collectives: they block the next kernel), 
 (parameter all-gathers, prefetched `prefetch` units ahead: the gather into an unsharded buffer
 slot waits until the unit that last used the slot has finished computing) and ``fsdp_rs``
 (gradient reduce-scatters, after each unit's backward). Every op spans all dies (SPMD).
+Compute enters as the kernels of the training rule (`workloads/common/kernels.py`, TRAINING_FUSED:
+flash attention one mixed kernel, GEMMs cube kernels followed by their vector work), its matmuls in
+the sub-block's numeric format.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy as np
 
 from stratacl.trace import Trace
 from workloads.common.cost import Cost
-from workloads.common.ops import add_compute
+from workloads.common.kernels import TRAINING_FUSED, add_cost
 
 from .blocks import ModelPlan, SubBlock, Unit
 from .layout import Layout
@@ -72,9 +75,12 @@ class IterationBuilder:
                 self.t.add_buffer(f"{fam}.grad.{slot}", -1)
 
     # ------------------------------------------------------------------ op helpers
-    def _compute(self, name: str, cost: Cost, per_rank: np.ndarray | None = None) -> int:
-        """One SPMD kernel group: cube op (with its HBM traffic), then its vector work."""
-        ops = add_compute(self.t, self.ranks, cost, name=name, scale=per_rank)
+    def _compute(self, name: str, layer_type: str, cost: Cost, per_rank: np.ndarray | None = None,
+                 dtype: str = "") -> int:
+        """One SPMD kernel group: the kernels training's fused set gives `layer_type`'s work
+        (`workloads/common/kernels.py`), its matmuls in `dtype`."""
+        ops = add_cost(self.t, self.ranks, layer_type, cost, fused=TRAINING_FUSED, name=name, scale=per_rank,
+                       dtype=dtype)
         self.last_main = ops[-1]
         self.group_start[ops[-1]] = ops[0]
         return self.last_main
@@ -97,10 +103,14 @@ class IterationBuilder:
         if before:
             self._main_coll(before, "tp", size, f"{tag}.tp_{before}", "tp.in")
         cost = sub.bwd if bwd else sub.fwd
+        core = sub.core_bwd if bwd else sub.core_fwd
         if sub.routed and "ep" in self.fams:
             self._moe(tag, unit_idx, sub, cost, bwd)
+        elif core is not None:  # quantised projections, then the core in its own format
+            self._compute(tag, sub.name, (cost - core).clip(), dtype=sub.dtype)
+            self._compute(f"{tag}.core", f"{sub.name}.core", core, dtype=sub.core_dtype)
         else:
-            self._compute(tag, cost)
+            self._compute(tag, sub.name, cost, dtype=sub.dtype)
         if after:
             self._main_coll(after, "tp", size, f"{tag}.tp_{after}", "tp.out")
 
@@ -108,15 +118,17 @@ class IterationBuilder:
         rows = self.routing[unit_idx]
         row_bytes = float(self.plan.hidden * self.k.act_bytes)
         recv = rows.sum(axis=0).astype(float)
+        # router + shared experts (unfused GEMMs + their activation work; allocates the dispatch
+        # buffers), then the routed experts at the rows each rank received
         if not bwd:
-            self._compute(f"{tag}.router", base)  # router + shared experts; allocates dispatch buffers
+            self._compute(f"{tag}.router", "shared_experts", base, dtype=sub.dtype)
         self._ep(tag, "dispatch", rows * row_bytes)
         row = sub.row_bwd if bwd else sub.row_fwd
         assert row is not None
-        self._compute(f"{tag}.experts", row, per_rank=recv[self.ep_pos])
+        self._compute(f"{tag}.experts", sub.name, row, per_rank=recv[self.ep_pos], dtype=sub.dtype)
         self._ep(tag, "combine", rows.T * row_bytes)
         if bwd:
-            self._compute(f"{tag}.router", base)
+            self._compute(f"{tag}.router", "shared_experts", base, dtype=sub.dtype)
 
     def _ep(self, tag: str, coll: str, matrix: np.ndarray) -> None:
         """All-to-all with a per-peer matrix (row = sender); its buffer is allocated when the
@@ -186,8 +198,8 @@ class IterationBuilder:
         k, lay = self.k, self.layout
         local = sum(-(-u.params // lay.fsdp) + -(-u.expert_params // lay.efsdp) for u in self.plan.units)
         hbm = local * (2 * k.master_bytes + k.grad_bytes + 2 * k.state_bytes)
-        self.last_main = self.t.compute(self.ranks, flops=local * k.optimizer_flops_per_param, hbm_bytes=hbm,
-                                        core="vector", deps=rs_ops[-1:], name="optimizer.step")
+        self.last_main = add_cost(self.t, self.ranks, "optimizer", Cost(0.0, local * k.optimizer_flops_per_param, hbm),
+                                  fused=TRAINING_FUSED, name="optimizer.step", deps=rs_ops[-1:])[-1]
 
 
 def build_iteration(plan: ModelPlan, layout: Layout, knobs: Knobs,
