@@ -27,12 +27,19 @@ EPS = 1e-12
 # so the cap holds the memo under ≈ 250 MB on runs of ~400 000 ops and more. Past it, new shapes
 # are solved but not stored: the memo only saves solver time, it never changes an allocation.
 SOLVE_MEMO_MAX_ENTRIES = 200_000
+# Components with at least this many overlap atoms keep each atom's constraints, keyed by the
+# activities it sees in visiting order: between two solves of a large component (a family-wide
+# collective overlapping every group) only the atoms of the activity that started or ended change.
+# The cache is emptied past ATOM_CACHE_MAX_ENTRIES; like the memo it only saves solver time.
+ATOM_CACHE_MIN_ATOMS = 4
+ATOM_CACHE_MAX_ENTRIES = 20_000
+HELD_BACK = 1 - 1e-12  # an activity runs below its own maximum when f < solo_f * HELD_BACK
 
 
 class Activity:
     __slots__ = (
         "uid", "entries", "holds", "T", "solo_f", "desc", "by_rs", "remaining", "f", "t_last", "gen", "on_done", "rs_ids",
-        "work",
+        "work", "did", "held",
     )
 
     def __init__(self, entries: list[tuple[int, int, float]], holds: list[tuple[int, int, float]],
@@ -48,6 +55,8 @@ class Activity:
         self.holds = [(k, t, h) for k, t, h in holds if h > 0]
         self.rs_ids = frozenset([k for k, _, _ in self.entries] + [k for k, _, _ in self.holds])
         self.desc = None  # solver descriptor, built on first shared solve
+        self.did = -1  # the descriptor's interned id (FluidSystem._desc_id)
+        self.held = False  # runs below its own maximum (counted in FluidSystem.n_held)
         self.by_rs = None  # rankset -> ([(kind, coefficient)], [(kind, held)]), built on demand
         self.remaining = 1.0
         self.solo_f = 1.0
@@ -98,7 +107,10 @@ class FluidSystem:
         self.rs_ranks: list[tuple[int, ...]] = []
         self._nbrs: list[set[int]] = []  # rankset id -> ids of ranksets sharing a die with it
         self._atoms: dict[frozenset[int], list[frozenset[int]]] = {}
-        self._solved: dict[tuple, dict[tuple, float]] = {}  # component descriptors -> rate per descriptor
+        self._solved: dict[tuple, dict[int, float]] = {}  # component descriptor ids -> rate per id
+        self._desc_index: dict[tuple, int] = {}  # descriptor -> small int (cheap memo keys)
+        self._atom_cons: dict[tuple, tuple] = {}  # see ATOM_CACHE_MIN_ATOMS
+        self.n_held = 0  # active activities running below their own maximum
         self.active_by_rs: dict[int, set[Activity]] = {}
         self._uid = count()
         self.solves = 0
@@ -177,11 +189,14 @@ class FluidSystem:
             s.discard(act)
             if not s:
                 del self.active_by_rs[k]
-        if act.rs_ids:
+        if act.held:
+            act.held = False
+            self.n_held -= 1
+        # an ending activity can only speed up the ones that were held back: if every neighbour
+        # (or, without looking, every activity anywhere) already runs at its maximum, no rate changes
+        if act.rs_ids and self.n_held:
             comp = self._component(act.rs_ids)
-            # an ending activity can only speed up the ones that were held back: if every
-            # neighbour already runs at its own maximum, no rate changes
-            if comp and any(a.f < a.solo_f * (1 - 1e-12) for a in comp):
+            if comp and any(a.held for a in comp):
                 self._resolve(comp)
         act.on_done()
 
@@ -228,6 +243,10 @@ class FluidSystem:
         if self.recorder is not None:
             self.recorder.rates(old, now)
         for a, f in old:
+            held = a.f < a.solo_f * HELD_BACK
+            if held != a.held:
+                a.held = held
+                self.n_held += 1 if held else -1
             if a.f != f or a.gen == 0:
                 self._schedule(a)
         if self.check:
@@ -238,16 +257,22 @@ class FluidSystem:
             (a,) = comp
             a.f = a.solo_f
             return
-        # the max-min allocation depends only on the activities' descriptors: memoise it
-        key = tuple(sorted(a.descriptor() for a in comp))
+        # the max-min allocation depends only on the activities' descriptors: memoise it (keyed by
+        # the descriptors' interned ids, a bijection, so hits are exactly those of the descriptors)
+        key = tuple(sorted([a.did if a.did >= 0 else self._desc_id(a) for a in comp]))
         hit = self._solved.get(key)
         if hit is not None:
             for a in comp:
-                a.f = hit[a.desc]
+                a.f = hit[a.did]
             return
         self._fill(comp)
         if len(self._solved) < SOLVE_MEMO_MAX_ENTRIES:
-            self._solved[key] = {a.desc: a.f for a in comp}
+            self._solved[key] = {a.did: a.f for a in comp}
+
+    def _desc_id(self, a: Activity) -> int:
+        index = self._desc_index
+        did = a.did = index.setdefault(a.descriptor(), len(index))
+        return did
 
     def _fill(self, comp: set[Activity]) -> None:
         ks = frozenset().union(*(a.rs_ids for a in comp))
@@ -256,42 +281,37 @@ class FluidSystem:
         # activity keeps its (constraint, coefficient) list so freezing updates sums in place
         residual: list[float] = []
         total: list[float] = []
-        members: list[list[Activity]] = []
+        members: list[tuple[Activity, ...]] = []
         member_of: dict[Activity, list[tuple[int, float]]] = {a: [] for a in comp}
         caps = {a: 1.0 for a in comp}
         by_rs: dict[int, list[Activity]] = {}
         for a in comp:
             for k in a.rs_ids:
                 by_rs.setdefault(k, []).append(a)
+        cache = self._atom_cons if len(atoms) >= ATOM_CACHE_MIN_ATOMS else None
         for atom in atoms:
-            loads: dict[int, dict[Activity, float]] = {}
-            holds: dict[int, float] = {}
-            holders: dict[int, list[Activity]] = {}
-            for k in atom:
-                for a in by_rs[k]:
-                    ent, hld = a.grouped()[k]
-                    for t, c in ent:
-                        d = loads.get(t)
-                        if d is None:
-                            d = loads[t] = {}
-                        d[a] = d.get(a, 0.0) + c
-                    for t, h in hld:
-                        holds[t] = holds.get(t, 0.0) + h
-                        holders.setdefault(t, []).append(a)
-            for t, held in holds.items():
-                if held > 1.0:  # oversubscribed cores: holders time-share them
-                    for a in holders[t]:
-                        caps[a] = min(caps[a], 1.0 / held)
-            for t, mem in loads.items():
-                res = max(0.0, 1.0 - holds.get(t, 0.0))
-                tot = sum(mem.values())
-                if tot <= res:
-                    continue  # cannot bind: every rate is ≤ 1
+            if cache is None:
+                hit = self._atom_constraints(atom, by_rs)
+            else:
+                key: list[int] = []  # the atom's ranksets (as -1-k) each followed by its activities
+                for k in atom:
+                    key.append(-1 - k)
+                    key.extend([a.uid for a in by_rs[k]])
+                key = tuple(key)
+                hit = cache.get(key)
+                if hit is None:
+                    if len(cache) >= ATOM_CACHE_MAX_ENTRIES:
+                        cache.clear()
+                    hit = cache[key] = self._atom_constraints(atom, by_rs)
+            cap_cuts, cons = hit
+            for a, cap in cap_cuts:
+                caps[a] = min(caps[a], cap)
+            for res, tot, mem, coefs in cons:
                 ci = len(residual)
                 residual.append(res)
                 total.append(tot)
-                members.append(list(mem))
-                for a, c in mem.items():
+                members.append(mem)
+                for a, c in coefs:
                     member_of[a].append((ci, c))
         if not residual:  # nothing binds: everyone runs at its cap
             for a in comp:
@@ -321,6 +341,38 @@ class FluidSystem:
                     total[ci] -= c
             unfrozen -= frozen
             live = [ci for ci in live if total[ci] > EPS]
+
+    @staticmethod
+    def _atom_constraints(atom: frozenset[int], by_rs: dict[int, list[Activity]]) -> tuple[list, list]:
+        """One overlap atom's rate caps from oversubscribed holds, [(activity, cap)], and its
+        binding constraints, [(residual, coefficient sum, members, [(activity, coefficient)])]."""
+        loads: dict[int, dict[Activity, float]] = {}
+        holds: dict[int, float] = {}
+        holders: dict[int, list[Activity]] = {}
+        for k in atom:
+            for a in by_rs[k]:
+                ent, hld = a.grouped()[k]
+                for t, c in ent:
+                    d = loads.get(t)
+                    if d is None:
+                        d = loads[t] = {}
+                    d[a] = d.get(a, 0.0) + c
+                for t, h in hld:
+                    holds[t] = holds.get(t, 0.0) + h
+                    holders.setdefault(t, []).append(a)
+        cap_cuts = []
+        for t, held in holds.items():
+            if held > 1.0:  # oversubscribed cores: holders time-share them
+                cap = 1.0 / held
+                cap_cuts += [(a, cap) for a in holders[t]]
+        cons = []
+        for t, mem in loads.items():
+            res = max(0.0, 1.0 - holds.get(t, 0.0))
+            tot = sum(mem.values())
+            if tot <= res:
+                continue  # cannot bind: every rate is ≤ 1
+            cons.append((res, tot, tuple(mem), tuple(mem.items())))
+        return cap_cuts, cons
 
     def _check_capacity(self) -> None:
         """Brute force per die: Σ consumption ≤ capacity left after holds (test/debug mode)."""
