@@ -595,6 +595,7 @@ class LibraryRuntime:
         self.registration = RegistrationState(model.cfg, trace.buffers)
         self._cache: dict[tuple, tuple[list[Phase], int, OpInfo]] = {}
         self._limits = model.core_limits(trace)
+        self._p2p_ends: dict[tuple, tuple[np.ndarray, tuple[float, ...], int]] = {}  # (src, dst) -> tiers, β, per node
 
     def cores(self, op: Op) -> int | None:
         """Vector cores the op's comm kernel may use: its stream's AIV limit (None: no limit)."""
@@ -605,12 +606,15 @@ class LibraryRuntime:
         self.registration.note_start(op.id, now)
 
     def lower(self, op: Op, now: float) -> list[Phase]:
-        phases, peers, _ = self._static(op)
+        return self.lower_with_info(op, now)[0]
+
+    def lower_with_info(self, op: Op, now: float) -> tuple[list[Phase], OpInfo]:
+        phases, peers, info = self._static(op)
         if op.buffer and peers:
             wait = self.registration.exposed_cost_s(op.buffer, max(op.nbytes), peers, now)
             if wait > 0:
-                return merge_delays([Phase("register", delay_s=wait), *phases])
-        return phases
+                return merge_delays([Phase("register", delay_s=wait), *phases]), info
+        return phases, info
 
     def info(self, op: Op) -> OpInfo:
         return self._static(op)[2]
@@ -656,14 +660,19 @@ class LibraryRuntime:
 
     def _lower_p2p(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
         fab = self.fabric
-        plane = self.model.cfg.plane
-        tiers = fab.tier_index(np.asarray(op.src), np.asarray(op.dst))
+        ends = self._p2p_ends.get((op.src, op.dst))
+        if ends is None:  # the pairs' tiers and port groups depend on the ends only (p2p sizes vary)
+            plane = self.model.cfg.plane
+            tiers = fab.tier_index(np.asarray(op.src), np.asarray(op.dst))
+            beta = tuple(fab.tier(int(t), plane).beta_Bps for t in tiers)
+            dpn = fab.dies_per_node
+            per_node = max(int(np.bincount(np.asarray(e) // dpn).max()) for e in (op.src, op.dst))
+            ends = self._p2p_ends[(op.src, op.dst)] = (tiers, beta, per_node)
+        tiers, beta, per_node = ends
         sizes = np.asarray(op.nbytes, dtype=float)
         sizes = np.full(len(op.src), sizes[0]) if sizes.size == 1 else sizes
         # the slowest pair paces the SPMD op
-        worst = max(range(len(sizes)), key=lambda i: sizes[i] / fab.tier(int(tiers[i]), plane).beta_Bps)
-        dpn = fab.dies_per_node
-        per_node = max(int(np.bincount(np.asarray(ends) // dpn).max()) for ends in (op.src, op.dst))
+        worst = max(range(len(sizes)), key=lambda i: sizes[i] / beta[i])
         phases = self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()),
                                        self.cores(op), per_node)
         return phases, 1, OpInfo(algorithm="p2p", core_spread=0.0)

@@ -114,6 +114,8 @@ class Replay:
         self._hbm = np.zeros(n)
         self._copy = np.zeros(n)
         self._core_s = np.zeros(n)
+        self._algo = np.full(n, "", dtype=object)  # the library's choices per comm op, kept at lowering
+        self._spread = np.full(n, np.nan)
         self._vec = R["vec"]
         self._work_err = 0.0
         self._events = 0
@@ -133,22 +135,11 @@ class Replay:
             hbm_bytes=self._hbm, copy_bytes=self._copy, core_s=self._core_s, wall_s=time.perf_counter() - t0,
             events=self._events, solves=self.fluid.solves, work_error=self._work_err,
             max_violation=self.fluid.max_violation, kinds=np.array([op.kind for op in trace.ops], dtype=object))
-        result.algorithm, result.core_spread = self._op_info()
+        result.algorithm, result.core_spread = self._algo, self._spread
         if self._rec is not None:
             self._rec.finish(result.makespan_s)
             result.utilisation, result.phases = self._rec.frame(), self._rec.phase_frame()
         return result
-
-    def _op_info(self) -> tuple[np.ndarray, np.ndarray]:
-        """The library's choices per communication op (algorithm, core spread) as metadata."""
-        n = len(self.trace.ops)
-        algo = np.full(n, "", dtype=object)
-        spread = np.full(n, np.nan)
-        for i, op in enumerate(self.trace.ops):
-            if op.kind not in ComputeLowering.KINDS:
-                info = self.runtime.info(op)
-                algo[i], spread[i] = info.algorithm, info.core_spread
-        return algo, spread
 
     def _recorder(self) -> UtilisationRecorder:
         dies = sorted({r for op in self.trace.ops for r in op.ranks})
@@ -161,7 +152,11 @@ class Replay:
         now = self.env.now
         self._start[i] = now
         self.runtime.observe_start(op, now)
-        phases = self.compute.lower(op) if op.kind in ComputeLowering.KINDS else self.runtime.lower(op, now)
+        if op.kind in ComputeLowering.KINDS:
+            phases = self.compute.lower(op)
+        else:
+            phases, info = self.runtime.lower_with_info(op, now)
+            self._algo[i], self._spread[i] = info.algorithm, info.core_spread
         for p in phases:
             self._wire[i] += p.wire_bytes
             self._hbm[i] += p.hbm_bytes
