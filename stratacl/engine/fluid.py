@@ -27,12 +27,6 @@ EPS = 1e-12
 # so the cap holds the memo under ≈ 250 MB on runs of ~400 000 ops and more. Past it, new shapes
 # are solved but not stored: the memo only saves solver time, it never changes an allocation.
 SOLVE_MEMO_MAX_ENTRIES = 200_000
-# Components with at least this many overlap atoms keep each atom's constraints, keyed by the
-# activities it sees in visiting order: between two solves of a large component (a family-wide
-# collective overlapping every group) only the atoms of the activity that started or ended change.
-# The cache is emptied past ATOM_CACHE_MAX_ENTRIES; like the memo it only saves solver time.
-ATOM_CACHE_MIN_ATOMS = 4
-ATOM_CACHE_MAX_ENTRIES = 20_000
 HELD_BACK = 1 - 1e-12  # an activity runs below its own maximum when f < solo_f * HELD_BACK
 
 
@@ -109,7 +103,6 @@ class FluidSystem:
         self._atoms: dict[frozenset[int], list[frozenset[int]]] = {}
         self._solved: dict[tuple, dict[int, float]] = {}  # component descriptor ids -> rate per id
         self._desc_index: dict[tuple, int] = {}  # descriptor -> small int (cheap memo keys)
-        self._atom_cons: dict[tuple, tuple] = {}  # see ATOM_CACHE_MIN_ATOMS
         self.n_held = 0  # active activities running below their own maximum
         self.active_by_rs: dict[int, set[Activity]] = {}
         self._uid = count()
@@ -198,7 +191,10 @@ class FluidSystem:
             comp = self._component(act.rs_ids)
             if comp and any(a.held for a in comp):
                 self._resolve(comp)
-        act.on_done()
+        # drop the callback before calling it: it usually refers back to the activity (the
+        # replay's box), and without the cycle the activity is freed by reference counting
+        on_done, act.on_done = act.on_done, None
+        on_done()
 
     def _component(self, seed: frozenset[int]) -> set[Activity]:
         """Active activities connected to the seed ranksets through shared dies."""
@@ -288,22 +284,8 @@ class FluidSystem:
         for a in comp:
             for k in a.rs_ids:
                 by_rs.setdefault(k, []).append(a)
-        cache = self._atom_cons if len(atoms) >= ATOM_CACHE_MIN_ATOMS else None
         for atom in atoms:
-            if cache is None:
-                hit = self._atom_constraints(atom, by_rs)
-            else:
-                key: list[int] = []  # the atom's ranksets (as -1-k) each followed by its activities
-                for k in atom:
-                    key.append(-1 - k)
-                    key.extend([a.uid for a in by_rs[k]])
-                key = tuple(key)
-                hit = cache.get(key)
-                if hit is None:
-                    if len(cache) >= ATOM_CACHE_MAX_ENTRIES:
-                        cache.clear()
-                    hit = cache[key] = self._atom_constraints(atom, by_rs)
-            cap_cuts, cons = hit
+            cap_cuts, cons = self._atom_constraints(atom, by_rs)
             for a, cap in cap_cuts:
                 caps[a] = min(caps[a], cap)
             for res, tot, mem, coefs in cons:

@@ -9,6 +9,7 @@ ranks it spans.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from dataclasses import dataclass, field
@@ -93,6 +94,18 @@ class Replay:
                              f"has {self.fabric.world} dies")
 
     def run(self) -> SimResult:
+        # The replay makes no reference cycles per event (the fluid system drops each activity's
+        # callback before calling it), so the cyclic collector only re-scans the trace and the
+        # caches, over and over: it is paused while the replay runs (≈ 10 % of its time).
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            if paused:
+                gc.enable()
+
+    def _run(self) -> SimResult:
         t0 = time.perf_counter()
         trace = self.trace
         n = len(trace.ops)
