@@ -33,7 +33,7 @@ HELD_BACK = 1 - 1e-12  # an activity runs below its own maximum when f < solo_f 
 class Activity:
     __slots__ = (
         "uid", "entries", "holds", "T", "solo_f", "desc", "by_rs", "remaining", "f", "t_last", "gen", "on_done", "rs_ids",
-        "work", "did", "held",
+        "work", "did", "held", "cap", "mo",
     )
 
     def __init__(self, entries: list[tuple[int, int, float]], holds: list[tuple[int, int, float]],
@@ -51,6 +51,8 @@ class Activity:
         self.desc = None  # solver descriptor, built on first shared solve
         self.did = -1  # the descriptor's interned id (FluidSystem._desc_id)
         self.held = False  # runs below its own maximum (counted in FluidSystem.n_held)
+        self.cap = 1.0  # solver scratch: rate cap from oversubscribed holds
+        self.mo: list[tuple[int, float]] = []  # solver scratch: (constraint, coefficient)
         self.by_rs = None  # rankset -> ([(kind, coefficient)], [(kind, held)]), built on demand
         self.remaining = 1.0
         self.solo_f = 1.0
@@ -274,42 +276,72 @@ class FluidSystem:
         ks = frozenset().union(*(a.rs_ids for a in comp))
         atoms = [ks] if len(ks) == 1 else self._maximal_atoms(ks)
         # constraints per (atom, resource kind): [residual, unfrozen coefficient sum]; each
-        # activity keeps its (constraint, coefficient) list so freezing updates sums in place
+        # activity keeps its (constraint, coefficient) list (`mo`) so freezing updates sums in
+        # place, and its rate cap (`cap`). Per-atom maps are keyed by uid (ints hash in C; insertion
+        # order, hence summation order, is the same as keyed by activity).
         residual: list[float] = []
         total: list[float] = []
-        members: list[tuple[Activity, ...]] = []
-        member_of: dict[Activity, list[tuple[int, float]]] = {a: [] for a in comp}
-        caps = {a: 1.0 for a in comp}
-        by_rs: dict[int, list[Activity]] = {}
+        members: list[list[Activity]] = []
+        by_uid: dict[int, Activity] = {}
+        by_rs: dict[int, list[tuple[int, tuple[list, list]]]] = {}
         for a in comp:
+            a.cap = 1.0
+            a.mo = []
+            u = a.uid
+            by_uid[u] = a
+            g = a.grouped()
             for k in a.rs_ids:
-                by_rs.setdefault(k, []).append(a)
+                lst = by_rs.get(k)
+                if lst is None:
+                    by_rs[k] = [(u, g[k])]
+                else:
+                    lst.append((u, g[k]))
         for atom in atoms:
-            cap_cuts, cons = self._atom_constraints(atom, by_rs)
-            for a, cap in cap_cuts:
-                caps[a] = min(caps[a], cap)
-            for res, tot, mem, coefs in cons:
+            loads: dict[int, dict[int, float]] = {}
+            holds: dict[int, float] = {}
+            holders: dict[int, list[int]] = {}
+            for k in atom:
+                for u, (ent, hld) in by_rs[k]:
+                    for t, c in ent:
+                        d = loads.get(t)
+                        if d is None:
+                            loads[t] = {u: c}
+                        else:
+                            d[u] = d.get(u, 0.0) + c
+                    for t, h in hld:
+                        holds[t] = holds.get(t, 0.0) + h
+                        holders.setdefault(t, []).append(u)
+            for t, held in holds.items():
+                if held > 1.0:  # oversubscribed cores: holders time-share them
+                    for u in holders[t]:
+                        a = by_uid[u]
+                        a.cap = min(a.cap, 1.0 / held)
+            for t, mem in loads.items():
+                res = max(0.0, 1.0 - holds.get(t, 0.0))
+                tot = sum(mem.values())
+                if tot <= res:
+                    continue  # cannot bind: every rate is ≤ 1
                 ci = len(residual)
                 residual.append(res)
                 total.append(tot)
-                members.append(mem)
-                for a, c in coefs:
-                    member_of[a].append((ci, c))
+                members.append([by_uid[u] for u in mem])
+                for u, c in mem.items():
+                    by_uid[u].mo.append((ci, c))
         if not residual:  # nothing binds: everyone runs at its cap
             for a in comp:
-                a.f = caps[a]
+                a.f = a.cap
             return
         # progressive filling: raise all unfrozen rates together until a constraint or cap binds
         unfrozen = set(comp)
         live = [ci for ci, s in enumerate(total) if s > EPS]
         level = 0.0
         while unfrozen:
-            step = min(caps[a] for a in unfrozen) - level
-            for ci in live:
-                step = min(step, residual[ci] / total[ci])
+            step = min([a.cap for a in unfrozen]) - level
+            if live:
+                step = min(step, min([residual[ci] / total[ci] for ci in live]))
             step = max(step, 0.0)
             level += step
-            frozen = {a for a in unfrozen if caps[a] - level <= 1e-12}
+            frozen = {a for a in unfrozen if a.cap - level <= 1e-12}
             for ci in live:
                 s = total[ci]
                 residual[ci] -= step * s
@@ -319,42 +351,10 @@ class FluidSystem:
                 frozen = set(unfrozen)
             for a in frozen:
                 a.f = level
-                for ci, c in member_of[a]:
+                for ci, c in a.mo:
                     total[ci] -= c
             unfrozen -= frozen
             live = [ci for ci in live if total[ci] > EPS]
-
-    @staticmethod
-    def _atom_constraints(atom: frozenset[int], by_rs: dict[int, list[Activity]]) -> tuple[list, list]:
-        """One overlap atom's rate caps from oversubscribed holds, [(activity, cap)], and its
-        binding constraints, [(residual, coefficient sum, members, [(activity, coefficient)])]."""
-        loads: dict[int, dict[Activity, float]] = {}
-        holds: dict[int, float] = {}
-        holders: dict[int, list[Activity]] = {}
-        for k in atom:
-            for a in by_rs[k]:
-                ent, hld = a.grouped()[k]
-                for t, c in ent:
-                    d = loads.get(t)
-                    if d is None:
-                        d = loads[t] = {}
-                    d[a] = d.get(a, 0.0) + c
-                for t, h in hld:
-                    holds[t] = holds.get(t, 0.0) + h
-                    holders.setdefault(t, []).append(a)
-        cap_cuts = []
-        for t, held in holds.items():
-            if held > 1.0:  # oversubscribed cores: holders time-share them
-                cap = 1.0 / held
-                cap_cuts += [(a, cap) for a in holders[t]]
-        cons = []
-        for t, mem in loads.items():
-            res = max(0.0, 1.0 - holds.get(t, 0.0))
-            tot = sum(mem.values())
-            if tot <= res:
-                continue  # cannot bind: every rate is ≤ 1
-            cons.append((res, tot, tuple(mem), tuple(mem.items())))
-        return cap_cuts, cons
 
     def _check_capacity(self) -> None:
         """Brute force per die: Σ consumption ≤ capacity left after holds (test/debug mode)."""
