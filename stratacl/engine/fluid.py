@@ -33,7 +33,7 @@ HELD_BACK = 1 - 1e-12  # an activity runs below its own maximum when f < solo_f 
 class Activity:
     __slots__ = (
         "uid", "entries", "holds", "T", "solo_f", "desc", "by_rs", "remaining", "f", "t_last", "gen", "on_done", "rs_ids",
-        "work", "did", "held", "cap", "mo",
+        "work", "did", "held", "cap", "mo", "mark",
     )
 
     def __init__(self, entries: list[tuple[int, int, float]], holds: list[tuple[int, int, float]],
@@ -53,6 +53,7 @@ class Activity:
         self.held = False  # runs below its own maximum (counted in FluidSystem.n_held)
         self.cap = 1.0  # solver scratch: rate cap from oversubscribed holds
         self.mo: list[tuple[int, float]] = []  # solver scratch: (constraint, coefficient)
+        self.mark = 0  # the last component walk that reached it (FluidSystem._stamp)
         self.by_rs = None  # rankset -> ([(kind, coefficient)], [(kind, held)]), built on demand
         self.remaining = 1.0
         self.solo_f = 1.0
@@ -106,6 +107,7 @@ class FluidSystem:
         self._solved: dict[tuple, dict[int, float]] = {}  # component descriptor ids -> rate per id
         self._desc_index: dict[tuple, int] = {}  # descriptor -> small int (cheap memo keys)
         self.n_held = 0  # active activities running below their own maximum
+        self._stamp = 0  # component walks so far
         self.active_by_rs: dict[int, set[Activity]] = {}
         self._uid = count()
         self.solves = 0
@@ -205,12 +207,16 @@ class FluidSystem:
         stack = list(seed)
         active = self.active_by_rs
         nbrs = self._nbrs
+        walked: set[int] = set()  # ranksets whose activities are all in comp already
+        stamp = self._stamp = self._stamp + 1  # marks this walk's members (no hashing to test)
         while stack:
             for j in nbrs[stack.pop()]:
                 acts = active.get(j)
-                if acts:
+                if acts and j not in walked:
+                    walked.add(j)
                     for a in acts:
-                        if a not in comp:
+                        if a.mark != stamp:
+                            a.mark = stamp
                             comp.add(a)
                             for k in a.rs_ids:
                                 if k not in seen:
