@@ -120,15 +120,16 @@ class Replay:
         self.runtime = self.library.runtime(trace)
         self.compute = ComputeLowering(self.fabric, self.library.core_limits(trace))
         self._rec = self.fluid.recorder = self._recorder() if self.record_utilisation else None
-        self._start = np.full(n, np.nan)
-        self._end = np.full(n, np.nan)
-        self._split = {c: np.zeros(n) for c in CATEGORIES}
-        self._wire = np.zeros(n)
-        self._hbm = np.zeros(n)
-        self._copy = np.zeros(n)
-        self._core_s = np.zeros(n)
-        self._algo = np.full(n, "", dtype=object)  # the library's choices per comm op, kept at lowering
-        self._spread = np.full(n, np.nan)
+        # per-op results as lists while running (numpy item updates cost more), arrays at the end
+        self._start = [math.nan] * n
+        self._end = [math.nan] * n
+        self._split = {c: [0.0] * n for c in CATEGORIES}
+        self._wire = [0.0] * n
+        self._hbm = [0.0] * n
+        self._copy = [0.0] * n
+        self._core_s = [0.0] * n
+        self._algo = [""] * n  # the library's choices per comm op, kept at lowering
+        self._spread = [math.nan] * n
         self._vec = R["vec"]
         self._work_err = 0.0
         self._events = 0
@@ -139,16 +140,21 @@ class Replay:
         for i in [i for i in range(n) if self._waiting[i] == 0]:
             self._start_op(i)
         self.env.run()
-        if np.isnan(self._end).any():
-            stuck = int(np.flatnonzero(np.isnan(self._end))[0])
+        end = np.asarray(self._end, dtype=float)
+        if np.isnan(end).any():
+            stuck = int(np.flatnonzero(np.isnan(end))[0])
             raise TraceError(f"{trace.ops[stuck].label()} never finished (deadlock)")
         result = SimResult(
-            library=self.library.name, makespan_s=float(self._end.max(initial=0.0)),
-            start=self._start, end=self._end, split=self._split, wire_bytes=self._wire,
-            hbm_bytes=self._hbm, copy_bytes=self._copy, core_s=self._core_s, wall_s=time.perf_counter() - t0,
+            library=self.library.name, makespan_s=float(end.max(initial=0.0)),
+            start=np.asarray(self._start, dtype=float), end=end,
+            split={c: np.asarray(v, dtype=float) for c, v in self._split.items()},
+            wire_bytes=np.asarray(self._wire, dtype=float), hbm_bytes=np.asarray(self._hbm, dtype=float),
+            copy_bytes=np.asarray(self._copy, dtype=float), core_s=np.asarray(self._core_s, dtype=float),
+            wall_s=time.perf_counter() - t0,
             events=self._events, solves=self.fluid.solves, work_error=self._work_err,
             max_violation=self.fluid.max_violation, kinds=np.array([op.kind for op in trace.ops], dtype=object))
-        result.algorithm, result.core_spread = self._algo, self._spread
+        result.algorithm = np.array(self._algo, dtype=object)
+        result.core_spread = np.asarray(self._spread, dtype=float)
         if self._rec is not None:
             self._rec.finish(result.makespan_s)
             result.utilisation, result.phases = self._rec.frame(), self._rec.phase_frame()
@@ -170,10 +176,12 @@ class Replay:
         else:
             phases, info = self.runtime.lower_with_info(op, now)
             self._algo[i], self._spread[i] = info.algorithm, info.core_spread
+        wire = hbm = copy = 0.0
         for p in phases:
-            self._wire[i] += p.wire_bytes
-            self._hbm[i] += p.hbm_bytes
-            self._copy[i] += p.copy_bytes
+            wire += p.wire_bytes
+            hbm += p.hbm_bytes
+            copy += p.copy_bytes
+        self._wire[i], self._hbm[i], self._copy[i] = wire, hbm, copy
         self._run_phase(i, phases, 0)
 
     def _run_phase(self, i: int, phases: list[Phase], k: int) -> None:
@@ -187,7 +195,8 @@ class Replay:
             ev = self.env.timeout(ph.delay_s)
             ev.callbacks.append(lambda _e: self._phase_done(i, phases, k, t0, None))
             return
-        if ph.standalone_s() <= 0:  # nothing to do (e.g. a zero-cost launch that only holds cores)
+        # nothing to do (e.g. a zero-cost launch that only holds cores): standalone_s() <= 0
+        if ph.min_time_s <= 0 and all(s <= 0 for _, _, s in ph.loads):
             self._phase_done(i, phases, k, t0, None)
             return
         roles = self._roles(i)
