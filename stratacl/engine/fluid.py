@@ -350,9 +350,9 @@ class FluidSystem:
             frozen = {a for a in unfrozen if a.cap - level <= 1e-12}
             for ci in live:
                 s = total[ci]
-                residual[ci] -= step * s
-                if residual[ci] <= 1e-12 * max(1.0, s):
-                    frozen.update(a for a in members[ci] if a in unfrozen)
+                r = residual[ci] = residual[ci] - step * s
+                if r <= 1e-12 * (s if s > 1.0 else 1.0):  # max(1.0, s)
+                    frozen.update([a for a in members[ci] if a in unfrozen])
             if not frozen:  # numerical safety
                 frozen = set(unfrozen)
             for a in frozen:
