@@ -323,8 +323,14 @@ class FluidSystem:
                         a = by_uid[u]
                         a.cap = min(a.cap, 1.0 / held)
             for t, mem in loads.items():
-                res = max(0.0, 1.0 - holds.get(t, 0.0))
-                tot = sum(mem.values())
+                h = holds.get(t)
+                if h is None:
+                    res = 1.0
+                else:
+                    res = 1.0 - h
+                    if not res > 0.0:  # max(0.0, 1.0 - held)
+                        res = 0.0
+                tot = sum(mem.values()) if len(mem) > 1 else next(iter(mem.values()))
                 if tot <= res:
                     continue  # cannot bind: every rate is ≤ 1
                 ci = len(residual)
