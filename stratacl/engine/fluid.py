@@ -22,9 +22,10 @@ from itertools import count
 import simpy
 
 EPS = 1e-12
-# Bound on the solve memo (component descriptors -> rates). An entry takes ≈ 1.2 KB (components of
-# ~7 activities; measured on benchmarks/bench_engine.py traces, which store ≈ 0.47 entries per op),
-# so the cap holds the memo under ≈ 250 MB on runs of ~400 000 ops and more. Past it, new shapes
+# Bound on the solve memo (component descriptors -> rates). An entry took ≈ 1.2 KB with descriptor
+# tuples as keys (components of ~7 activities; measured on benchmarks/bench_engine.py traces, which
+# store ≈ 0.47 entries per op) and less with interned descriptor ids, so the cap holds the memo
+# under ≈ 250 MB on runs of ~400 000 ops and more. Past it, new shapes
 # are solved but not stored: the memo only saves solver time, it never changes an allocation.
 SOLVE_MEMO_MAX_ENTRIES = 200_000
 HELD_BACK = 1 - 1e-12  # an activity runs below its own maximum when f < solo_f * HELD_BACK
