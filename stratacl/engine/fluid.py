@@ -236,13 +236,14 @@ class FluidSystem:
     # ------------------------------------------------------------------ solver
     def _resolve(self, comp: set[Activity]) -> None:
         now = self.env.now
+        old = []
         for a in comp:
             if a.t_last != now:
                 prog = a.f * (now - a.t_last) / a.T
                 a.work += prog
                 a.remaining = max(0.0, a.remaining - prog)
                 a.t_last = now
-        old = [(a, a.f) for a in comp]
+            old.append((a, a.f))
         self._solve(comp)
         self.solves += 1
         if self.recorder is not None:
@@ -296,7 +297,7 @@ class FluidSystem:
             a.mo = []
             u = a.uid
             by_uid[u] = a
-            g = a.grouped()
+            g = a.by_rs if a.by_rs is not None else a.grouped()
             for k in a.rs_ids:
                 lst = by_rs.get(k)
                 if lst is None:
@@ -337,9 +338,12 @@ class FluidSystem:
                 ci = len(residual)
                 residual.append(res)
                 total.append(tot)
-                members.append([by_uid[u] for u in mem])
+                ms = []
                 for u, c in mem.items():
-                    by_uid[u].mo.append((ci, c))
+                    a = by_uid[u]
+                    ms.append(a)
+                    a.mo.append((ci, c))
+                members.append(ms)
         if not residual:  # nothing binds: everyone runs at its cap
             for a in comp:
                 a.f = a.cap
