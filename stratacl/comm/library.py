@@ -510,7 +510,7 @@ class LibraryModel:
         if copy > 0:
             phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "src"))
         overlapped = 2 * copy * (chunks - 1) / chunks
-        phases += [p if p.is_delay else _p2p_roles(replace(p, copy_bytes=p.copy_bytes / per_node), total_bytes)
+        phases += [p if p.is_delay else _p2p_roles(p, total_bytes, copy_bytes=p.copy_bytes / per_node)
                    for p in self._transfer_phases(plan, per_node, overlapped, cores, plan.latency_s)]
         if copy > 0:
             phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "dst"))
@@ -560,13 +560,17 @@ def moe_windows(plan: alg.WirePlan, mode: str, bytes_per_copy: float, experts_pe
     return tuple(out)
 
 
-def _p2p_roles(p: Phase, total_bytes: float, only: str = "") -> Phase:
+def _p2p_roles(p: Phase, total_bytes: float, only: str = "", copy_bytes: float | None = None) -> Phase:
     """Point-to-point: the sender's tx port, engines and cores; the receiver's rx port; HBM on both
-    (or everything on one end with `only`, e.g. a staging copy)."""
-    loads: list[tuple[str, int, float]] = []
+    (or everything on one end with `only`, e.g. a staging copy). `copy_bytes` replaces the phase's.
+    (Phases are built directly rather than with dataclasses.replace: p2p sizes vary, so every p2p
+    op is lowered afresh and replace() was most of its cost.)"""
+    copy = p.copy_bytes if copy_bytes is None else copy_bytes
     if only:
-        return replace(p, loads=tuple((only, r, s) for _, r, s in p.loads),
-                       holds=tuple((only, r, h) for _, r, h in p.holds))
+        return Phase(p.category, p.delay_s, tuple((only, r, s) for _, r, s in p.loads),
+                     tuple((only, r, h) for _, r, h in p.holds), p.min_time_s, p.wire_bytes, p.hbm_bytes,
+                     copy, p.parts)
+    loads: list[tuple[str, int, float]] = []
     for _, r, s in p.loads:
         name = _RES_NAME[r]
         if name == "hbm":
@@ -578,7 +582,8 @@ def _p2p_roles(p: Phase, total_bytes: float, only: str = "") -> Phase:
         else:
             loads.append(("dst" if name.endswith("_rx") else "src", r, s))
     holds = tuple(("src", r, h) for _, r, h in p.holds)
-    return replace(p, loads=tuple(loads), holds=holds, hbm_bytes=2 * total_bytes if p.hbm_bytes else 0.0)
+    return Phase(p.category, p.delay_s, tuple(loads), holds, p.min_time_s, p.wire_bytes,
+                 2 * total_bytes if p.hbm_bytes else 0.0, copy, p.parts)
 
 
 _RES_NAME = {v: k for k, v in R.items()}
