@@ -163,8 +163,13 @@ class FluidSystem:
               min_time: float, on_done: Callable[[], None]) -> Activity:
         act = Activity(entries, holds, min_time, on_done, next(self._uid))
         act.t_last = self.env.now
+        active = self.active_by_rs
         for k in act.rs_ids:
-            self.active_by_rs.setdefault(k, set()).add(act)
+            s = active.get(k)
+            if s is None:
+                active[k] = {act}
+            else:
+                s.add(act)
         if not act.rs_ids:  # pure min-time activity: nothing to share
             act.f = act.solo_f
             self._schedule(act)
@@ -249,11 +254,12 @@ class FluidSystem:
         if self.recorder is not None:
             self.recorder.rates(old, now)
         for a, f in old:
-            held = a.f < a.solo_f * HELD_BACK
+            af = a.f
+            held = af < a.solo_f * HELD_BACK
             if held != a.held:
                 a.held = held
                 self.n_held += 1 if held else -1
-            if a.f != f or a.gen == 0:
+            if af != f or a.gen == 0:
                 self._schedule(a)
         if self.check:
             self._check_capacity()

@@ -191,7 +191,7 @@ class Replay:
         self._events += 1
         ph = phases[k]
         t0 = self.env.now
-        if ph.is_delay:
+        if not ph.loads and not ph.holds:  # ph.is_delay
             ev = self.env.timeout(ph.delay_s)
             ev.callbacks.append(lambda _e: self._phase_done(i, phases, k, t0, None))
             return
@@ -215,9 +215,11 @@ class Replay:
                 self._split[cat][i] += sec
         else:
             self._split[ph.category][i] += dt
-        for _, r, h in ph.holds:
-            if r == self._vec:
-                self._core_s[i] += h * dt * self.fabric.vector_cores
+        if ph.holds:
+            vec = self._vec
+            for _, r, h in ph.holds:
+                if r == vec:
+                    self._core_s[i] += h * dt * self.fabric.vector_cores
         if self._rec is not None:
             self._rec.phase(i, k, ph, t0, self.env.now)
         if act is not None:  # conservation, net of the float clock's resolution at this time
