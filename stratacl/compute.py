@@ -53,6 +53,18 @@ def core_fraction(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> 
     return used / total
 
 
+def rank_sum(op: Op, values: tuple[float, ...]) -> float:
+    """float(sum(op.per_rank(values))) without the array: one value per rank added left to right,
+    as the builtin sum does over the array (the same additions, so the same result)."""
+    if len(values) != 1:
+        return float(sum(op.per_rank(values)))
+    x = float(values[0])
+    total = x
+    for _ in range(len(op.ranks) - 1):
+        total += x
+    return total
+
+
 def lower_compute(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> list[Phase]:
     flops = max(op.flops)
     hbm = max(op.hbm_bytes)
@@ -78,7 +90,7 @@ def lower_compute(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> 
         if frac < 1.0:  # fewer cores: a rate cap, and only that share of the die's capacity
             min_t = max(min_t, t_core / frac)
     return [Phase("compute", loads=tuple(loads), min_time_s=min_t,
-                  hbm_bytes=float(sum(op.per_rank(op.hbm_bytes))))]
+                  hbm_bytes=rank_sum(op, op.hbm_bytes))]
 
 
 def lower_memcpy(op: Op, fabric: Fabric) -> list[Phase]:
@@ -89,8 +101,8 @@ def lower_memcpy(op: Op, fabric: Fabric) -> list[Phase]:
     loads = [("all", R["hbm"], 2 * nbytes / fabric.hbm_Bps)]
     if fabric.sdma_Bps > 0:
         loads.append(("all", R["sdma"], nbytes / fabric.sdma_Bps))
-    return [Phase("copy", loads=tuple(loads), hbm_bytes=2 * float(sum(op.per_rank(op.nbytes))),
-                  copy_bytes=float(sum(op.per_rank(op.nbytes))))]
+    total = rank_sum(op, op.nbytes)
+    return [Phase("copy", loads=tuple(loads), hbm_bytes=2 * total, copy_bytes=total)]
 
 
 class ComputeLowering:

@@ -35,6 +35,9 @@ class CommRuntime(Protocol):
     def info(self, op: Op) -> OpInfo:
         """The static choices made for a collective or p2p op."""
 
+    def lower_with_info(self, op: Op, now: float) -> tuple[list[Phase], OpInfo]:
+        """`lower` and `info` in one call (the replay keeps the info of every op it lowers)."""
+
 
 class CommLowering(Protocol):
     """A communication library as the engine sees it."""

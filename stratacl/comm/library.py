@@ -510,7 +510,7 @@ class LibraryModel:
         if copy > 0:
             phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "src"))
         overlapped = 2 * copy * (chunks - 1) / chunks
-        phases += [p if p.is_delay else _p2p_roles(replace(p, copy_bytes=p.copy_bytes / per_node), total_bytes)
+        phases += [p if p.is_delay else _p2p_roles(p, total_bytes, copy_bytes=p.copy_bytes / per_node)
                    for p in self._transfer_phases(plan, per_node, overlapped, cores, plan.latency_s)]
         if copy > 0:
             phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "dst"))
@@ -560,13 +560,17 @@ def moe_windows(plan: alg.WirePlan, mode: str, bytes_per_copy: float, experts_pe
     return tuple(out)
 
 
-def _p2p_roles(p: Phase, total_bytes: float, only: str = "") -> Phase:
+def _p2p_roles(p: Phase, total_bytes: float, only: str = "", copy_bytes: float | None = None) -> Phase:
     """Point-to-point: the sender's tx port, engines and cores; the receiver's rx port; HBM on both
-    (or everything on one end with `only`, e.g. a staging copy)."""
-    loads: list[tuple[str, int, float]] = []
+    (or everything on one end with `only`, e.g. a staging copy). `copy_bytes` replaces the phase's.
+    (Phases are built directly rather than with dataclasses.replace: p2p sizes vary, so every p2p
+    op is lowered afresh and replace() was most of its cost.)"""
+    copy = p.copy_bytes if copy_bytes is None else copy_bytes
     if only:
-        return replace(p, loads=tuple((only, r, s) for _, r, s in p.loads),
-                       holds=tuple((only, r, h) for _, r, h in p.holds))
+        return Phase(p.category, p.delay_s, tuple((only, r, s) for _, r, s in p.loads),
+                     tuple((only, r, h) for _, r, h in p.holds), p.min_time_s, p.wire_bytes, p.hbm_bytes,
+                     copy, p.parts)
+    loads: list[tuple[str, int, float]] = []
     for _, r, s in p.loads:
         name = _RES_NAME[r]
         if name == "hbm":
@@ -578,7 +582,8 @@ def _p2p_roles(p: Phase, total_bytes: float, only: str = "") -> Phase:
         else:
             loads.append(("dst" if name.endswith("_rx") else "src", r, s))
     holds = tuple(("src", r, h) for _, r, h in p.holds)
-    return replace(p, loads=tuple(loads), holds=holds, hbm_bytes=2 * total_bytes if p.hbm_bytes else 0.0)
+    return Phase(p.category, p.delay_s, tuple(loads), holds, p.min_time_s, p.wire_bytes,
+                 2 * total_bytes if p.hbm_bytes else 0.0, copy, p.parts)
 
 
 _RES_NAME = {v: k for k, v in R.items()}
@@ -595,6 +600,7 @@ class LibraryRuntime:
         self.registration = RegistrationState(model.cfg, trace.buffers)
         self._cache: dict[tuple, tuple[list[Phase], int, OpInfo]] = {}
         self._limits = model.core_limits(trace)
+        self._p2p_ends: dict[tuple, tuple[np.ndarray, tuple[float, ...], int]] = {}  # (src, dst) -> tiers, β, per node
 
     def cores(self, op: Op) -> int | None:
         """Vector cores the op's comm kernel may use: its stream's AIV limit (None: no limit)."""
@@ -605,12 +611,15 @@ class LibraryRuntime:
         self.registration.note_start(op.id, now)
 
     def lower(self, op: Op, now: float) -> list[Phase]:
-        phases, peers, _ = self._static(op)
+        return self.lower_with_info(op, now)[0]
+
+    def lower_with_info(self, op: Op, now: float) -> tuple[list[Phase], OpInfo]:
+        phases, peers, info = self._static(op)
         if op.buffer and peers:
             wait = self.registration.exposed_cost_s(op.buffer, max(op.nbytes), peers, now)
             if wait > 0:
-                return merge_delays([Phase("register", delay_s=wait), *phases])
-        return phases
+                return merge_delays([Phase("register", delay_s=wait), *phases]), info
+        return phases, info
 
     def info(self, op: Op) -> OpInfo:
         return self._static(op)[2]
@@ -656,14 +665,19 @@ class LibraryRuntime:
 
     def _lower_p2p(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
         fab = self.fabric
-        plane = self.model.cfg.plane
-        tiers = fab.tier_index(np.asarray(op.src), np.asarray(op.dst))
+        ends = self._p2p_ends.get((op.src, op.dst))
+        if ends is None:  # the pairs' tiers and port groups depend on the ends only (p2p sizes vary)
+            plane = self.model.cfg.plane
+            tiers = fab.tier_index(np.asarray(op.src), np.asarray(op.dst))
+            beta = tuple(fab.tier(int(t), plane).beta_Bps for t in tiers)
+            dpn = fab.dies_per_node
+            per_node = max(int(np.bincount(np.asarray(e) // dpn).max()) for e in (op.src, op.dst))
+            ends = self._p2p_ends[(op.src, op.dst)] = (tiers, beta, per_node)
+        tiers, beta, per_node = ends
         sizes = np.asarray(op.nbytes, dtype=float)
         sizes = np.full(len(op.src), sizes[0]) if sizes.size == 1 else sizes
         # the slowest pair paces the SPMD op
-        worst = max(range(len(sizes)), key=lambda i: sizes[i] / fab.tier(int(tiers[i]), plane).beta_Bps)
-        dpn = fab.dies_per_node
-        per_node = max(int(np.bincount(np.asarray(ends) // dpn).max()) for ends in (op.src, op.dst))
+        worst = max(range(len(sizes)), key=lambda i: sizes[i] / beta[i])
         phases = self.model.p2p_phases(int(tiers[worst]), float(sizes[worst]), float(sizes.sum()),
                                        self.cores(op), per_node)
         return phases, 1, OpInfo(algorithm="p2p", core_spread=0.0)

@@ -22,17 +22,19 @@ from itertools import count
 import simpy
 
 EPS = 1e-12
-# Bound on the solve memo (component descriptors -> rates). An entry takes ≈ 1.2 KB (components of
-# ~7 activities; measured on benchmarks/bench_engine.py traces, which store ≈ 0.47 entries per op),
-# so the cap holds the memo under ≈ 250 MB on runs of ~400 000 ops and more. Past it, new shapes
+# Bound on the solve memo (component descriptors -> rates). An entry took ≈ 1.2 KB with descriptor
+# tuples as keys (components of ~7 activities; measured on benchmarks/bench_engine.py traces, which
+# store ≈ 0.47 entries per op) and less with interned descriptor ids, so the cap holds the memo
+# under ≈ 250 MB on runs of ~400 000 ops and more. Past it, new shapes
 # are solved but not stored: the memo only saves solver time, it never changes an allocation.
 SOLVE_MEMO_MAX_ENTRIES = 200_000
+HELD_BACK = 1 - 1e-12  # an activity runs below its own maximum when f < solo_f * HELD_BACK
 
 
 class Activity:
     __slots__ = (
         "uid", "entries", "holds", "T", "solo_f", "desc", "by_rs", "remaining", "f", "t_last", "gen", "on_done", "rs_ids",
-        "work",
+        "work", "did", "held", "cap", "mo", "mark",
     )
 
     def __init__(self, entries: list[tuple[int, int, float]], holds: list[tuple[int, int, float]],
@@ -48,6 +50,11 @@ class Activity:
         self.holds = [(k, t, h) for k, t, h in holds if h > 0]
         self.rs_ids = frozenset([k for k, _, _ in self.entries] + [k for k, _, _ in self.holds])
         self.desc = None  # solver descriptor, built on first shared solve
+        self.did = -1  # the descriptor's interned id (FluidSystem._desc_id)
+        self.held = False  # runs below its own maximum (counted in FluidSystem.n_held)
+        self.cap = 1.0  # solver scratch: rate cap from oversubscribed holds
+        self.mo: list[tuple[int, float]] = []  # solver scratch: (constraint, coefficient)
+        self.mark = 0  # the last component walk that reached it (FluidSystem._stamp)
         self.by_rs = None  # rankset -> ([(kind, coefficient)], [(kind, held)]), built on demand
         self.remaining = 1.0
         self.solo_f = 1.0
@@ -98,7 +105,10 @@ class FluidSystem:
         self.rs_ranks: list[tuple[int, ...]] = []
         self._nbrs: list[set[int]] = []  # rankset id -> ids of ranksets sharing a die with it
         self._atoms: dict[frozenset[int], list[frozenset[int]]] = {}
-        self._solved: dict[tuple, dict[tuple, float]] = {}  # component descriptors -> rate per descriptor
+        self._solved: dict[tuple, dict[int, float]] = {}  # component descriptor ids -> rate per id
+        self._desc_index: dict[tuple, int] = {}  # descriptor -> small int (cheap memo keys)
+        self.n_held = 0  # active activities running below their own maximum
+        self._stamp = 0  # component walks so far
         self.active_by_rs: dict[int, set[Activity]] = {}
         self._uid = count()
         self.solves = 0
@@ -153,8 +163,13 @@ class FluidSystem:
               min_time: float, on_done: Callable[[], None]) -> Activity:
         act = Activity(entries, holds, min_time, on_done, next(self._uid))
         act.t_last = self.env.now
+        active = self.active_by_rs
         for k in act.rs_ids:
-            self.active_by_rs.setdefault(k, set()).add(act)
+            s = active.get(k)
+            if s is None:
+                active[k] = {act}
+            else:
+                s.add(act)
         if not act.rs_ids:  # pure min-time activity: nothing to share
             act.f = act.solo_f
             self._schedule(act)
@@ -177,13 +192,19 @@ class FluidSystem:
             s.discard(act)
             if not s:
                 del self.active_by_rs[k]
-        if act.rs_ids:
+        if act.held:
+            act.held = False
+            self.n_held -= 1
+        # an ending activity can only speed up the ones that were held back: if every neighbour
+        # (or, without looking, every activity anywhere) already runs at its maximum, no rate changes
+        if act.rs_ids and self.n_held:
             comp = self._component(act.rs_ids)
-            # an ending activity can only speed up the ones that were held back: if every
-            # neighbour already runs at its own maximum, no rate changes
-            if comp and any(a.f < a.solo_f * (1 - 1e-12) for a in comp):
+            if comp and any(a.held for a in comp):
                 self._resolve(comp)
-        act.on_done()
+        # drop the callback before calling it: it usually refers back to the activity (the
+        # replay's box), and without the cycle the activity is freed by reference counting
+        on_done, act.on_done = act.on_done, None
+        on_done()
 
     def _component(self, seed: frozenset[int]) -> set[Activity]:
         """Active activities connected to the seed ranksets through shared dies."""
@@ -192,12 +213,16 @@ class FluidSystem:
         stack = list(seed)
         active = self.active_by_rs
         nbrs = self._nbrs
+        walked: set[int] = set()  # ranksets whose activities are all in comp already
+        stamp = self._stamp = self._stamp + 1  # marks this walk's members (no hashing to test)
         while stack:
             for j in nbrs[stack.pop()]:
                 acts = active.get(j)
-                if acts:
+                if acts and j not in walked:
+                    walked.add(j)
                     for a in acts:
-                        if a not in comp:
+                        if a.mark != stamp:
+                            a.mark = stamp
                             comp.add(a)
                             for k in a.rs_ids:
                                 if k not in seen:
@@ -216,19 +241,25 @@ class FluidSystem:
     # ------------------------------------------------------------------ solver
     def _resolve(self, comp: set[Activity]) -> None:
         now = self.env.now
+        old = []
         for a in comp:
             if a.t_last != now:
                 prog = a.f * (now - a.t_last) / a.T
                 a.work += prog
                 a.remaining = max(0.0, a.remaining - prog)
                 a.t_last = now
-        old = [(a, a.f) for a in comp]
+            old.append((a, a.f))
         self._solve(comp)
         self.solves += 1
         if self.recorder is not None:
             self.recorder.rates(old, now)
         for a, f in old:
-            if a.f != f or a.gen == 0:
+            af = a.f
+            held = af < a.solo_f * HELD_BACK
+            if held != a.held:
+                a.held = held
+                self.n_held += 1 if held else -1
+            if af != f or a.gen == 0:
                 self._schedule(a)
         if self.check:
             self._check_capacity()
@@ -238,86 +269,112 @@ class FluidSystem:
             (a,) = comp
             a.f = a.solo_f
             return
-        # the max-min allocation depends only on the activities' descriptors: memoise it
-        key = tuple(sorted(a.descriptor() for a in comp))
+        # the max-min allocation depends only on the activities' descriptors: memoise it (keyed by
+        # the descriptors' interned ids, a bijection, so hits are exactly those of the descriptors)
+        key = tuple(sorted([a.did if a.did >= 0 else self._desc_id(a) for a in comp]))
         hit = self._solved.get(key)
         if hit is not None:
             for a in comp:
-                a.f = hit[a.desc]
+                a.f = hit[a.did]
             return
         self._fill(comp)
         if len(self._solved) < SOLVE_MEMO_MAX_ENTRIES:
-            self._solved[key] = {a.desc: a.f for a in comp}
+            self._solved[key] = {a.did: a.f for a in comp}
+
+    def _desc_id(self, a: Activity) -> int:
+        index = self._desc_index
+        did = a.did = index.setdefault(a.descriptor(), len(index))
+        return did
 
     def _fill(self, comp: set[Activity]) -> None:
         ks = frozenset().union(*(a.rs_ids for a in comp))
         atoms = [ks] if len(ks) == 1 else self._maximal_atoms(ks)
         # constraints per (atom, resource kind): [residual, unfrozen coefficient sum]; each
-        # activity keeps its (constraint, coefficient) list so freezing updates sums in place
+        # activity keeps its (constraint, coefficient) list (`mo`) so freezing updates sums in
+        # place, and its rate cap (`cap`). Per-atom maps are keyed by uid (ints hash in C; insertion
+        # order, hence summation order, is the same as keyed by activity).
         residual: list[float] = []
         total: list[float] = []
         members: list[list[Activity]] = []
-        member_of: dict[Activity, list[tuple[int, float]]] = {a: [] for a in comp}
-        caps = {a: 1.0 for a in comp}
-        by_rs: dict[int, list[Activity]] = {}
+        by_uid: dict[int, Activity] = {}
+        by_rs: dict[int, list[tuple[int, tuple[list, list]]]] = {}
         for a in comp:
+            a.cap = 1.0
+            a.mo = []
+            u = a.uid
+            by_uid[u] = a
+            g = a.by_rs if a.by_rs is not None else a.grouped()
             for k in a.rs_ids:
-                by_rs.setdefault(k, []).append(a)
+                lst = by_rs.get(k)
+                if lst is None:
+                    by_rs[k] = [(u, g[k])]
+                else:
+                    lst.append((u, g[k]))
         for atom in atoms:
-            loads: dict[int, dict[Activity, float]] = {}
+            loads: dict[int, dict[int, float]] = {}
             holds: dict[int, float] = {}
-            holders: dict[int, list[Activity]] = {}
+            holders: dict[int, list[int]] = {}
             for k in atom:
-                for a in by_rs[k]:
-                    ent, hld = a.grouped()[k]
+                for u, (ent, hld) in by_rs[k]:
                     for t, c in ent:
                         d = loads.get(t)
                         if d is None:
-                            d = loads[t] = {}
-                        d[a] = d.get(a, 0.0) + c
+                            loads[t] = {u: c}
+                        else:
+                            d[u] = d.get(u, 0.0) + c
                     for t, h in hld:
                         holds[t] = holds.get(t, 0.0) + h
-                        holders.setdefault(t, []).append(a)
+                        holders.setdefault(t, []).append(u)
             for t, held in holds.items():
                 if held > 1.0:  # oversubscribed cores: holders time-share them
-                    for a in holders[t]:
-                        caps[a] = min(caps[a], 1.0 / held)
+                    for u in holders[t]:
+                        a = by_uid[u]
+                        a.cap = min(a.cap, 1.0 / held)
             for t, mem in loads.items():
-                res = max(0.0, 1.0 - holds.get(t, 0.0))
-                tot = sum(mem.values())
+                h = holds.get(t)
+                if h is None:
+                    res = 1.0
+                else:
+                    res = 1.0 - h
+                    if not res > 0.0:  # max(0.0, 1.0 - held)
+                        res = 0.0
+                tot = sum(mem.values()) if len(mem) > 1 else next(iter(mem.values()))
                 if tot <= res:
                     continue  # cannot bind: every rate is ≤ 1
                 ci = len(residual)
                 residual.append(res)
                 total.append(tot)
-                members.append(list(mem))
-                for a, c in mem.items():
-                    member_of[a].append((ci, c))
+                ms = []
+                for u, c in mem.items():
+                    a = by_uid[u]
+                    ms.append(a)
+                    a.mo.append((ci, c))
+                members.append(ms)
         if not residual:  # nothing binds: everyone runs at its cap
             for a in comp:
-                a.f = caps[a]
+                a.f = a.cap
             return
         # progressive filling: raise all unfrozen rates together until a constraint or cap binds
         unfrozen = set(comp)
         live = [ci for ci, s in enumerate(total) if s > EPS]
         level = 0.0
         while unfrozen:
-            step = min(caps[a] for a in unfrozen) - level
-            for ci in live:
-                step = min(step, residual[ci] / total[ci])
+            step = min([a.cap for a in unfrozen]) - level
+            if live:
+                step = min(step, min([residual[ci] / total[ci] for ci in live]))
             step = max(step, 0.0)
             level += step
-            frozen = {a for a in unfrozen if caps[a] - level <= 1e-12}
+            frozen = {a for a in unfrozen if a.cap - level <= 1e-12}
             for ci in live:
                 s = total[ci]
-                residual[ci] -= step * s
-                if residual[ci] <= 1e-12 * max(1.0, s):
-                    frozen.update(a for a in members[ci] if a in unfrozen)
+                r = residual[ci] = residual[ci] - step * s
+                if r <= 1e-12 * (s if s > 1.0 else 1.0):  # max(1.0, s)
+                    frozen.update([a for a in members[ci] if a in unfrozen])
             if not frozen:  # numerical safety
                 frozen = set(unfrozen)
             for a in frozen:
                 a.f = level
-                for ci, c in member_of[a]:
+                for ci, c in a.mo:
                     total[ci] -= c
             unfrozen -= frozen
             live = [ci for ci in live if total[ci] > EPS]
