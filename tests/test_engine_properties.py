@@ -139,3 +139,33 @@ def test_a_core_limit_never_speeds_a_chain_up(cm384, tr: Trace, aic: int, aiv: i
         whole = simulate(tr, make_library(cm384, preset, stream_core_split=False), check=True)
         assert split.max_violation < 1e-9 and split.work_error < 1e-7
         assert whole.makespan_s <= split.makespan_s * (1 + 1e-12)
+
+
+def test_replay_restores_the_garbage_collector(cm384) -> None:  # noqa: ANN001
+    """The replay pauses the cyclic collector while it runs; it must come back on afterwards,
+    also when the replay fails, and stay off if the caller had it off."""
+    import gc
+
+    import pytest
+
+    from stratacl.errors import TraceError
+    from stratacl.trace import Trace
+
+    lib = make_library(cm384, "hccl")
+    tr = Trace(world_size=2)
+    tr.compute((0, 1), flops=1e9)
+    assert gc.isenabled()
+    simulate(tr, lib)
+    assert gc.isenabled()
+    bad = Trace(world_size=2)  # a mixed kernel on a stream left 1 AIV fails while replaying
+    bad.limit_stream("s", 1, 1)
+    bad.compute((0, 1), flops=1e9, vector_flops=1e6, core="mixed", stream="s")
+    with pytest.raises(TraceError, match="leaves no mixed core"):
+        simulate(bad, lib)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        simulate(tr, lib)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers import make_library
 
-from stratacl.config import Algorithm, DataPath, ExpansionMode, Mover
+from stratacl.config import DataPath, ExpansionMode, Mover
 from stratacl.engine.replay import simulate
 from stratacl.schemas.interference import InterferenceConfig
 from stratacl.trace import Trace
