@@ -27,11 +27,14 @@ def ratios(metrics: dict[str, dict[str, float]], baseline: str) -> dict[str, dic
 
 
 def side_by_side(wide: pd.DataFrame, libraries: list[str], baseline: str) -> pd.DataFrame:
-    """`wide` holds one column per library (and any key columns); appends `<lib>/<baseline>`."""
+    """`wide` holds one column per library (and any key columns); appends `<lib>/<baseline>`,
+    undefined (NaN, printed "–") where the baseline is 0 or not finite, as `ratios` gives null."""
     out = wide.copy()
+    base = out[baseline].astype(float)
+    base = base.where((base != 0) & base.map(math.isfinite))
     for lib in libraries:
         if lib != baseline:
-            out[f"{lib}/{baseline}"] = out[lib] / out[baseline]
+            out[f"{lib}/{baseline}"] = out[lib].astype(float) / base
     return out
 
 

@@ -155,13 +155,13 @@ def _strict(metrics: dict[str, dict[str, float]]) -> dict[str, dict[str, float |
 def _print_tables(result: WorkloadResult, summary: dict) -> None:
     with pd.option_context("display.width", 160, "display.max_columns", 20, "display.max_rows", 200):
         if result.table is not None:
-            print(result.table.to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
+            print(result.table.to_string(index=False, float_format=lambda v: f"{v:,.3f}", na_rep="–"))
             print()
         values = {lib: {k: (math.nan if v is None else v) for k, v in m.items()}
                   for lib, m in summary["libraries"].items()}
         table = metric_table(values, summary["baseline"]).set_index("metric")
         table.index.name = None
-        print(table.to_string(float_format=lambda v: f"{v:,.4g}"))
+        print(table.to_string(float_format=lambda v: f"{v:,.4g}", na_rep="–"))
     for note in result.notes:
         print(f"note: {note}")
 

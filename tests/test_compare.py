@@ -32,3 +32,11 @@ def test_pivot_table_from_long_rows() -> None:
     t = pivot_table(rows, ["size"], "bw", ["b", "a"], "a")
     assert list(t.columns) == ["size", "b", "a", "b/a"]
     assert list(t["b/a"]) == [3.0, 4.0]
+
+
+def test_side_by_side_ratio_is_undefined_where_the_baseline_is_zero() -> None:
+    """The printed tables agree with summary.json: no inf where `ratios` gives null."""
+    t = metric_table({"base": {"x": 0.0, "y": 2.0, "z": math.inf}, "new": {"x": 3.0, "y": 1.0, "z": 1.0}},
+                     "base").set_index("metric")
+    assert math.isnan(t.loc["x", "new/base"]) and math.isnan(t.loc["z", "new/base"])
+    assert t.loc["y", "new/base"] == pytest.approx(0.5)
