@@ -2,8 +2,10 @@
 
 Hydra reports a bad override (wrong type, unknown enum value, unknown preset) as a multi-line
 message with exit code 1, and lists schema nodes (`*_schema`) among the options. A single run
-(not `--multirun`, `--cfg`, `--help`) is composed here first with the same overrides; a failure
-becomes `error: config field '<key>': <problem> — fix: <options>` and exit code 2.
+(not `--multirun`, `--cfg`, `--help`) is composed here first with the same overrides and checked
+with `validate_run` (ranges, cross-field meaning); a failure becomes `error: config field '<key>':
+<problem> — fix: <options>` and exit code 2, before Hydra creates the run directory, so a bad
+config writes nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
+
+from stratacl.config import to_object, validate_run
+from stratacl.errors import ConfigError
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 # flags after which Hydra does something other than one run (sweeps, printing, help)
@@ -78,10 +83,14 @@ def precheck(argv: list[str]) -> None:
     if any(a in _OTHER_MODES or a.split("=")[0] in _OTHER_MODES for a in argv):
         return
     overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
-    _check_run_dir(argv)
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base=None):
-            compose("config", overrides=overrides)
+            cfg = compose("config", overrides=overrides)
+        validate_run(to_object(cfg))
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         sys.exit(2)
+    except ConfigError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        sys.exit(2)
+    _check_run_dir(argv)  # only a valid config gets a directory (Hydra would create it next)

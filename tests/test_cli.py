@@ -60,6 +60,20 @@ def test_bad_config_fails_clearly(tmp_path, override, field) -> None:  # noqa: A
     assert not (out / "results.parquet").exists()
 
 
+@pytest.mark.parametrize("override, field", [
+    ("library.hccl.launch_us=nan", "library.hccl.launch_us"),
+    ("fabric.die.sdma.engine_GBps=inf", "fabric.die.sdma.engine_GBps"),
+    ("workload.min_bytes=-1", "workload.min_bytes"),
+])
+def test_out_of_range_value_writes_nothing(tmp_path, override, field) -> None:  # noqa: ANN001
+    """Ranges and cross-field checks run before Hydra creates the run directory."""
+    out = tmp_path / "run"
+    proc = run_cli([f"hydra.run.dir={out}", override], tmp_path)
+    assert proc.returncode == 2 and field in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not out.exists()
+
+
 def test_multirun_with_joblib(tmp_path) -> None:  # noqa: ANN001
     sweep = tmp_path / "sweep"
     proc = run_cli(["--multirun", "workload.ranks=16,32", f"hydra.sweep.dir={sweep}", *SMALL], tmp_path)
