@@ -16,8 +16,8 @@ from workloads.common.model import model_costs
 from workloads.common.placement import contiguous, copies, eplb
 from workloads.common.quant import FORMAT_BYTES, resolve
 from workloads.common.routing import expert_weights, route
-from workloads.llm_infer.costs import ServingCosts
-from workloads.llm_infer.iteration import IterationModel, payload_bytes
+from workloads.llm_infer.costs import ServingCosts, payload_bytes
+from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.memory import role_dies, serving_tensors, weight_bytes_per_die
 from workloads.llm_infer.tensors import ServingTensors
 from workloads.llm_infer.workload import serving_costs
@@ -61,10 +61,14 @@ def test_kv_bytes_per_token_follow_the_kv_format() -> None:
 
 def test_dispatch_payload_follows_the_activation_format() -> None:
     hidden, ratio = TINY["hidden_size"], 0.0714
+    w = compose_run(["workload=llm_infer"]).workload
     for quant, disp, comb in (("bf16", 2 * hidden, 2 * hidden), ("w8a8", hidden * (1 + ratio), 2 * hidden),
                               ("fp8", hidden * (1 + ratio), 2 * hidden), ("", hidden * (1 + ratio), 2 * hidden)):
         costs = ServingCosts(tiny(quant), 4, 4, 1024)
         assert payload_bytes(costs, ratio) == pytest.approx((disp, comb)), quant
+        # the allocator's dispatch buffer holds what the trace sends (it assumed INT8 before)
+        w.dispatch_scale_ratio = ratio
+        assert serving_tensors(costs, w, "decode").dispatch_token == round(disp), quant
 
 
 def test_matmuls_pick_the_die_peak_of_their_format() -> None:

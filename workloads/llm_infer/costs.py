@@ -150,3 +150,14 @@ def _interp(xs: tuple[int, ...], values: list[dict[str, Cost]], x: float) -> dic
     i = int(np.clip(np.searchsorted(xs, x) - 1, 0, len(xs) - 2))
     w = (x - xs[i]) / (xs[i + 1] - xs[i])
     return {t: values[i][t].lerp(values[i + 1][t], w) for t in values[i]}
+
+
+def payload_bytes(costs: ServingCosts, scale_ratio: float) -> tuple[float, float]:
+    """Bytes per token copy of the dispatch and the combine. The dispatch carries the tokens in
+    the dispatch format (the activations entering the experts' matmuls), plus per-group scales
+    when it is narrower than 16 bits: INT8 + scales = hidden·(1 + 512/7168) (REFERENCE §5). The
+    combine returns expert outputs in its format (BF16: 14 KB per token at hidden 7168)."""
+    f, dt = costs.mc.formats, costs.mc.dtype_bytes
+    disp = f.bytes("dispatch", dt)
+    scales = scale_ratio if disp < 2 else 0.0
+    return costs.hidden * (disp + scales), costs.hidden * f.bytes("combine", dt)

@@ -33,7 +33,7 @@ from workloads.common.kernels import (
 )
 from workloads.common.placement import copies
 from workloads.common.routing import expert_weights, route
-from workloads.llm_infer.costs import CORE, ServingCosts
+from workloads.llm_infer.costs import CORE, ServingCosts, payload_bytes
 
 # Shape buckets: the memoisation granularity of iteration traces. Each bucket is one trace
 # simulated once per library, and an iteration is priced at the smallest bucket ≥ its shape, so
@@ -54,17 +54,6 @@ def bucket(values: tuple[int, ...], x: float) -> int:
     """Smallest bucket ≥ x (the largest bucket beyond the range)."""
     i = bisect.bisect_left(values, x)
     return values[min(i, len(values) - 1)]
-
-
-def payload_bytes(costs: ServingCosts, scale_ratio: float) -> tuple[float, float]:
-    """Bytes per token copy of the dispatch and the combine. The dispatch carries the tokens in
-    the dispatch format (the activations entering the experts' matmuls), plus per-group scales
-    when it is narrower than 16 bits: INT8 + scales = hidden·(1 + 512/7168) (REFERENCE §5). The
-    combine returns expert outputs in its format (BF16: 14 KB per token at hidden 7168)."""
-    f, dt = costs.mc.formats, costs.mc.dtype_bytes
-    disp = f.bytes("dispatch", dt)
-    scales = scale_ratio if disp < 2 else 0.0
-    return costs.hidden * (disp + scales), costs.hidden * f.bytes("combine", dt)
 
 
 @dataclass(frozen=True)

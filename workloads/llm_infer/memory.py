@@ -39,7 +39,7 @@ from stratacl.workload_api import Library
 from workloads.common.cost import Cost
 from workloads.common.placement import Placement, contiguous
 from workloads.common.routing import by_rank
-from workloads.llm_infer.costs import ServingCosts
+from workloads.llm_infer.costs import ServingCosts, payload_bytes
 from workloads.llm_infer.tensors import ServingTensors
 from workloads.modelcost import ModelCosts
 
@@ -117,8 +117,9 @@ def expert_scale(mc: ModelCosts, ep: int, costs: ServingCosts, phase: str) -> fl
 def serving_tensors(costs: ServingCosts, cfg: LlmInferConfig, role: str) -> ServingTensors:
     """The tensors a `role` die allocates, from the shard the costs are measured on (an EP size that
     does not divide the experts: the largest divisor below it, the experts then rescaled to the
-    placement by `expert_scale`); the dispatch receives INT8 tokens with their scales."""
-    token = costs.hidden * (1 + cfg.dispatch_scale_ratio)
+    placement by `expert_scale`); the dispatch buffer holds the tokens as the trace sends them
+    (`payload_bytes`: the dispatch format, with scales when narrower than 16 bits)."""
+    token = payload_bytes(costs, cfg.dispatch_scale_ratio)[0]
     return ServingTensors(costs.mc, costs.measure_ep[role], token)
 
 
