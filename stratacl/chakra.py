@@ -116,14 +116,15 @@ _CHAKRA_TO_COLL = {"ALL_REDUCE": "allreduce", "ALL_GATHER": "allgather", "REDUCE
                    "BROADCAST": "broadcast", "BARRIER": "allreduce"}
 
 
-def _chakra() -> tuple[Any, Any, Any]:
-    """(et_def_pb2, encode, decode) from PyPI `mlc-chakra`, imported only when used."""
+def _chakra() -> tuple[Any, Any]:
+    """(et_def_pb2, encode) from PyPI `mlc-chakra`, imported only when used (reading frames the
+    messages itself)."""
     try:
         from chakra.schema.protobuf import et_def_pb2
-        from chakra.src.third_party.utils.protolib import decodeMessage, encodeMessage
+        from chakra.src.third_party.utils.protolib import encodeMessage
     except ImportError as exc:
         raise ImportError(f"Chakra support needs the Chakra schema (PyPI mlc-chakra): {INSTALL}") from exc
-    return et_def_pb2, encodeMessage, decodeMessage
+    return et_def_pb2, encodeMessage
 
 
 # --------------------------------------------------------------------------- attributes
@@ -168,7 +169,7 @@ def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
     Returns the ET files written.
     """
     check_prefix(prefix)
-    pb, encode, _ = _chakra()
+    pb, encode = _chakra()
     trace.validate()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

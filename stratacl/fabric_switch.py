@@ -31,9 +31,6 @@ class SwitchModel:
         # can never bind and is left out (exactly); a tapered Clos keeps it
         self.blocking = self.uplink_Bps < dies_per_node * port_Bps * (1 - 1e-9)
 
-    def node_of(self, die: int) -> int:
-        return die // self.dies_per_node
-
     def uplink_seconds(self, inter_node_bytes_per_die: float, dies_in_node: int) -> float:
         """Seconds of a node's uplink group (at full capacity) that `dies_in_node` members each
         sending `inter_node_bytes_per_die` beyond the node take under spray routing."""

@@ -29,14 +29,9 @@ class CommRuntime(Protocol):
     def observe_start(self, op: Op, now: float) -> None:
         """Every op's start (compute ops that allocate buffers drive registration timing)."""
 
-    def lower(self, op: Op, now: float) -> list[Phase]:
-        """Phases of a collective or p2p op starting at `now`."""
-
-    def info(self, op: Op) -> OpInfo:
-        """The static choices made for a collective or p2p op."""
-
     def lower_with_info(self, op: Op, now: float) -> tuple[list[Phase], OpInfo]:
-        """`lower` and `info` in one call (the replay keeps the info of every op it lowers)."""
+        """Phases of a collective or p2p op starting at `now`, and the static choices made for it
+        (algorithm, core spread; the replay keeps the info of every op it lowers)."""
 
 
 class CommLowering(Protocol):

@@ -261,10 +261,6 @@ class LibraryModel:
         hs = self.cfg.host_sync
         return coll in hs or (bool(moe_mode) and f"{coll}:{moe_mode}" in hs)
 
-    def graph_capturable(self, coll: str, moe_mode: str = "") -> bool:
-        """A step containing this operator can be captured and replayed as one graph."""
-        return not self.needs_host(coll, moe_mode)
-
     def step_host_overhead_s(self, host_syncs: int) -> float:
         """Host-side cost of one model step (e.g. a decode iteration) whose graph has `host_syncs`
         operators that need the host: a fully device-driven step is one captured graph (one
@@ -610,9 +606,6 @@ class LibraryRuntime:
     def observe_start(self, op: Op, now: float) -> None:
         self.registration.note_start(op.id, now)
 
-    def lower(self, op: Op, now: float) -> list[Phase]:
-        return self.lower_with_info(op, now)[0]
-
     def lower_with_info(self, op: Op, now: float) -> tuple[list[Phase], OpInfo]:
         phases, peers, info = self._static(op)
         if op.buffer and peers:
@@ -620,9 +613,6 @@ class LibraryRuntime:
             if wait > 0:
                 return merge_delays([Phase("register", delay_s=wait), *phases]), info
         return phases, info
-
-    def info(self, op: Op) -> OpInfo:
-        return self._static(op)[2]
 
     def _static(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
         key = (op.kind, op.coll, op.comm, op.ranks, op.nbytes, op.peer_bytes, op.src, op.dst, op.moe_mode,

@@ -56,10 +56,6 @@ QUANT_FIX = f"use workload.model.quant in {['', *PRESETS]} and formats keys {lis
             f"with values in {list(FORMAT_BYTES)}"
 
 
-def format_bytes(fmt: str) -> float:
-    return FORMAT_BYTES[fmt]
-
-
 def matmul_format(weight: str, act: str) -> str:
     """Format a matmul runs in: the narrower operand is widened to the other's format (weight-only
     quantisation dequantises to the activation format; W4A8 runs as int8)."""
