@@ -23,9 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from stratacl.memory.allocator import MiB
 from stratacl.memory.communicators import Communicator, MoeWindows
-
-MiB = 1024 * 1024
 
 
 def _align(x: int, a: int) -> int:

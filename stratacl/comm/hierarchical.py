@@ -37,8 +37,7 @@ import numpy as np
 
 from stratacl.comm import algorithms as alg
 from stratacl.fabric import Fabric, Tier
-
-KiB, MiB = 1024, 1024 * 1024
+from stratacl.memory.allocator import KiB, MiB
 
 # --- HCCL constants (pub_inc/common.h, pub_inc/hccl_aiv.h, ACNC2025-HCCL@f85b7e6) -------------
 SMALL_COUNT_256_KB = 256 * KiB
@@ -115,7 +114,7 @@ def _aiv_mesh(op: str, aiv: bool, n: int, m: int, chunk: float, crossnode: tuple
 
 def select(coll: str, size: float, n: int, servers: int, per_server: int, paired: bool,
            aiv: bool = False, zerocopy: bool = False, configured: str = "auto",
-           ccl_bytes: float = 200e6, rules: bool = True) -> HcclChoice:
+           ccl_bytes: float = 200 * MiB, rules: bool = True) -> HcclChoice:
     """HCCL's choice for one op inside one supernode (SelectAlgfor91093, op-base mode).
 
     `size` is the nccl-tests size S; HCCL's `dataSize` is count × type: the per-rank chunk S/n for

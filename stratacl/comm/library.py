@@ -39,6 +39,7 @@ from stratacl.config import (
     TIER_ORDER,
     Algorithm,
     DataPath,
+    ExpansionMode,
     LibraryConfig,
     Mover,
     Partitioning,
@@ -72,6 +73,7 @@ _IN_OUT = {
 }
 _EXCHANGES = ("alltoall", "alltoallv", "dispatch", "combine")
 COUNT_BYTES = 4  # one int32 token count per peer in the MoE layout exchange
+DEFAULT_CCL_MiB = 200.0  # HCCL_BUFFSIZE default (REFERENCE §3; conf/library/hccl.yaml comm_buffer_MB)
 # Balanced partitioning cuts each peer's payload into units of a tier-specific size
 # (`unit_KiB`). A tier a library leaves unsized gets its finest configured unit; a library with
 # no units at all (validation allows it with the SDMA mover, where units only shape the reported
@@ -219,9 +221,11 @@ class LibraryModel:
         servers, paired = (split[0], split[1]) if split else ([list(range(n))], False)
         op = {"alltoallv": "alltoall", "dispatch": "alltoall", "combine": "alltoall"}.get(coll, coll)
         cfg = self.cfg
-        ccl = cfg.comm_buffer_MB * 1e6 if cfg.data_path == DataPath.staged else 200e6
+        # HCCL_BUFFSIZE is in MiB (200 by default; a zero-copy communicator still has HCCL's default
+        # CCL buffer for the selection's thresholds)
+        ccl = (cfg.comm_buffer_MB if cfg.data_path == DataPath.staged else DEFAULT_CCL_MiB) * MiB
         return hier.select(coll, size, n, len(servers), len(servers[0]), paired,
-                           aiv=getattr(cfg, "expansion_mode", "") == "aiv",
+                           aiv=cfg.expansion_mode == ExpansionMode.aiv,
                            zerocopy=cfg.data_path != DataPath.staged,
                            configured=cfg.hccl_algo.get(op, "auto"), ccl_bytes=ccl, rules=rules)
 
