@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from stratacl.errors import ConfigError
 
 BYTES_PER_OP = 4096  # measured: a trace op plus its replay arrays (benchmarks/bench_engine.py RSS)
-BYTES_PER_REQUEST = 1500  # request rows plus the serving iterations they cause (llm_infer)
+# ASSUMPTION (only sizes the error message's GiB estimate; the limit counts requests): request
+# rows plus the serving iterations they cause (llm_infer)
+BYTES_PER_REQUEST = 1500
 
 
 @dataclass(frozen=True)
