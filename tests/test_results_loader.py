@@ -26,7 +26,9 @@ def runs_root(tmp_path_factory) -> Path:  # noqa: ANN001
     assert sweep.returncode == 0, sweep.stderr
     single = run_cli([*SMALL, "workload.collectives=[allgather]", f"hydra.run.dir={root / 'single'}"], root)
     assert single.returncode == 0, single.stderr
-    failed = run_cli([*SMALL, "fabric.tiers.node.beta_GBps=-5", f"hydra.run.dir={root / 'failed'}"], root)
+    # a run the workload refuses (a bad value of the fabric or a library fails before the run
+    # directory exists) leaves its config and log but no summary.json
+    failed = run_cli([*SMALL, "workload.ranks=1000", f"hydra.run.dir={root / 'failed'}"], root)
     assert failed.returncode == 2 and (root / "failed" / ".hydra" / "config.yaml").is_file()
     return root
 
