@@ -22,6 +22,7 @@ from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import (
     BATCH_BUCKETS,
@@ -42,7 +43,8 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
     f = cfg.fixed
     s = cfg.scheduler
     dies_per_npu = ctx.fabric.dies_per_npu
-    accept = s.mtp_acceptance if s.mtp else 0.0
+    per_step = rules.emitted_tokens_per_step(s)  # tokens per sequence and decode step
+    verify = rules.verify_factor(s, "decode")
     rows, metrics = [], {}
     tensors = {role: serving_tensors(costs, cfg, role) for role in ("prefill", "decode")}
     for library in ctx.libraries:
@@ -50,10 +52,10 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
         # the serving die's start-up (memory.py) with the fixed shape as its largest forward
         # (decode: the batch and its draft tokens); the KV cache gets what it leaves
         mem_d = role_dies(tensors["decode"], lib, cfg, "decode", ctx.fabric.hbm_bytes, costs, weights=iters.weights,
-                          seed=ctx.seed, profile=f.decode_batch_per_die * (1 + int(s.mtp)))[0].plan
+                          seed=ctx.seed, profile=f.decode_batch_per_die * verify)[0].plan
         mem_p = role_dies(tensors["prefill"], lib, cfg, "prefill", ctx.fabric.hbm_bytes, costs, weights=iters.weights,
                           seed=ctx.seed, profile=f.prefill_tokens_per_die)[0].plan
-        kv_need = kv_tok * f.decode_batch_per_die * (f.context + 1 + int(s.mtp))
+        kv_need = kv_tok * f.decode_batch_per_die * (f.context + verify)  # the context and the step's tokens
         if kv_need > mem_d.kv:
             raise ConfigError("workload.fixed.decode_batch_per_die",
                               f"{kv_need / 1e9:.1f} GB of KV exceed the {mem_d.kv / 1e9:.1f} GB KV cache of a "
@@ -64,8 +66,8 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
         pre = iters.prefill(library, f.prefill_tokens_per_die)
         ctx.progress(1)
         m = {
-            "decode_tok_per_s_per_npu": dies_per_npu * f.decode_batch_per_die * (1 + accept) / dec.time_s,
-            "decode_tpot_s": dec.time_s / (1 + accept),
+            "decode_tok_per_s_per_npu": dies_per_npu * f.decode_batch_per_die * per_step / dec.time_s,
+            "decode_tpot_s": dec.time_s / per_step,
             "decode_step_s": dec.time_s,
             "decode_exposed_comm_s": dec.exposed_comm_s,
             "prefill_tok_per_s_per_npu": dies_per_npu * f.prefill_tokens_per_die / pre.time_s,
@@ -84,6 +86,6 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
     shapes = (f"decode batch {f.decode_batch_per_die}/die (bucket {bucket(BATCH_BUCKETS, f.decode_batch_per_die)}), "
               f"context {f.context} (bucket {bucket(CONTEXT_BUCKETS, f.context)}); prefill "
               f"{f.prefill_tokens_per_die} tokens/die (bucket {bucket(PREFILL_BUCKETS, f.prefill_tokens_per_die)})")
-    notes = [f"fixed shapes: {shapes}; MTP acceptance {accept}; model {cfg.model.preset or cfg.model.model_type} "
+    notes = [f"fixed shapes: {shapes}; MTP acceptance {per_step - 1:g}; model {cfg.model.preset or cfg.model.model_type} "
              f"quant '{cfg.model.quant or 'native'}'; KV {kv_tok:.0f} B/token; {iters.simulated} traces simulated"]
     return WorkloadResult(rows=pd.DataFrame(rows), metrics=metrics, table=table, notes=notes)

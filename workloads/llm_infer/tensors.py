@@ -32,6 +32,7 @@ from workloads.modelcost.fakemodel import base_model, rep_layer
 Ops = tuple[tuple, ...]  # ("alloc", name, nbytes) | ("free", name)
 FP32 = 4
 INDEX = 4  # int32 expert ids
+BLOCK_MEMO = 1 << 14  # block op lists kept
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,10 @@ class ServingTensors:
         self.shard = mc._shard(1, ep if self.experts else 1)  # the shard modules the cost model measures
         layout = mc._layout
         self.layers = [self._layer(a, f) for a, f in zip(layout.attention, layout.ffn, strict=True)]
+        kinds: dict[Layer, int] = {}
+        self._kind = [kinds.setdefault(x, len(kinds)) for x in self.layers]  # layers with the same tensors
         self.moe_layers = sum(1 for x in self.layers if x.ffn == "moe" and self.experts)
+        self._blocks: dict[tuple, Ops] = {}  # block ops by shape: iterations repeat shapes
 
     def _layer(self, attention: str, ffn: str) -> Layer:
         return _layer(self.mc, self.shard, attention, ffn)
@@ -91,8 +95,15 @@ class ServingTensors:
         """Ops of layer i's attention block (`routed` None) or FFN block for micro-batch m of
         `tokens` tokens, `routed` rows of which reach this die's experts; the dispatch / combine
         receive buffers are named `dispatch.m` / `combine.m`."""
-        layer = self.layers[i]
-        return tuple(_attn_ops(self, layer, m, tokens) if routed is None else _ffn_ops(self, layer, m, tokens, routed))
+        key = (self._kind[i], m, tokens, routed)
+        ops = self._blocks.get(key)
+        if ops is None:
+            layer = self.layers[i]
+            if len(self._blocks) >= BLOCK_MEMO:
+                self._blocks.clear()
+            ops = self._blocks[key] = tuple(_attn_ops(self, layer, m, tokens) if routed is None
+                                            else _ffn_ops(self, layer, m, tokens, routed))
+        return ops
 
     def open_ops(self, tokens: int) -> Ops:
         return (("alloc", "residual", self.streams * tokens * self.hidden * self.act),)
