@@ -202,11 +202,9 @@ class ServingDie:
         self.moe = [x.ffn == "moe" and tensors.experts > 0 for x in tensors.layers]
         n_main = len(tensors.layers)
         mtp_layer = rules.runs_mtp_layer(self.sched, role)
-        # the layers an iteration runs (the MTP module repeats the last layer's tensors) and the
-        # tokens per sequence each processes: the main layers verify the draft token, the MTP layer not
+        # the layers an iteration runs (the MTP module repeats the last layer's tensors)
         self.layers = list(range(n_main)) + ([n_main - 1] if mtp_layer else [])
-        verify = rules.verify_factor(self.sched, role)
-        self._row_mult = np.array([verify if k < n_main else 1 for k in range(len(self.layers))], dtype=np.int64)
+        self._main = np.arange(len(self.layers)) < n_main
         # the die whose experts are hottest holds the largest MoE buffers: it sets the memory peak
         self.p_hot = hot_share(weights, dp, tensors.top_k, placement) if weights is not None and tensors.experts else 0.0
         self.rng = np.random.default_rng([seed, 11, instance, 0 if role == "prefill" else 1])
@@ -302,7 +300,7 @@ class ServingDie:
         res_tokens = tokens * verify
         main = rules.micro_batch_tokens(res_tokens, mbs)
         mtp = rules.micro_batch_tokens(tokens, mbs)
-        rows = self._rows(tokens_total, mbs, expected)
+        rows = self._rows(tokens_total, verify, mbs, expected)
         n_main = len(t.layers)
         out = [t.open_ops(res_tokens)]
         for k, li in enumerate(self.layers):
@@ -343,10 +341,12 @@ class ServingDie:
                     if jit.lookup(addr, size) > 0:
                         self.jit_misses += 1
 
-    def _rows(self, tokens_total: int, mbs: int, expected: bool) -> list[list[int]]:
+    def _rows(self, tokens_total: int, verify: int, mbs: int, expected: bool) -> list[list[int]]:
         """Rows routed to this die's experts per layer and micro-batch: each of the instance's
-        tokens picks top_k experts, this die's with probability p_hot (binomial draws)."""
-        n = np.repeat((tokens_total * self._row_mult * self.t.top_k // mbs)[:, None], mbs, axis=1)
+        tokens (`verify` per sequence in the main layers, one in the MTP layer) picks top_k
+        experts, this die's with probability p_hot (binomial draws)."""
+        mult = np.where(self._main, verify, 1)
+        n = np.repeat((tokens_total * mult * self.t.top_k // mbs)[:, None], mbs, axis=1)
         r = np.rint(n * self.p_hot).astype(np.int64) if expected else self.rng.binomial(n, self.p_hot)
         return r.tolist()
 
