@@ -10,8 +10,9 @@ KV cache in what `allocator.memory_utilization` of HBM leaves); the decode batch
 
 Decode: each step verifies 1 + draft tokens per sequence with MTP and emits 1 + acceptance tokens
 on average, so TPOT = step / (1 + acceptance) and decode tokens/s per NPU = dies per NPU ×
-batch × (1 + acceptance) / step. Prefill: tokens/s per NPU = dies per NPU × prompt tokens per
-die / iteration time.
+batch × (1 + acceptance) / step; the step includes its graph launches (iteration.py,
+`decode_graph_capture`). Prefill: tokens/s per NPU = dies per NPU × prompt tokens per die /
+iteration time.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
         for phase, st in (("decode", dec), ("prefill", pre)):
             rows.append({"library": library, "phase": phase, "time_s": st.time_s, "compute_s": st.compute_s,
                          "exposed_comm_s": st.exposed_comm_s, "copy_s": st.copy_s, "register_s": st.register_s,
-                         "vector_core_s": st.vector_core_s})
+                         "vector_core_s": st.vector_core_s, "launch_s": st.launch_s})
     table = metric_table(metrics, ctx.baseline, KEYS)
     shapes = (f"decode batch {f.decode_batch_per_die}/die (bucket {bucket(BATCH_BUCKETS, f.decode_batch_per_die)}), "
               f"context {f.context} (bucket {bucket(CONTEXT_BUCKETS, f.context)}); prefill "

@@ -7,7 +7,10 @@ the two micro-batches overlap: one's dispatch/combine (and, in decode with the C
 layout, its MoE compute) runs while the other computes, and both share the dies' cores and HBM in
 the engine. Every layer type's work becomes the kernels `workloads/common/kernels.py` assigns
 (serving fuses attention and the W8A8 experts: mixed kernels). With MTP a decode step verifies
-two tokens per sequence and runs the MTP layer. Traces are built once per shape bucket (same
+two tokens per sequence and runs the MTP layer. The shape rules (micro-batches, verified tokens, MTP
+layer) are the scheduler's (scheduling.py), the same the memory model allocates by. A decode step
+runs as captured graphs (`decode_graph_capture`): its graph launches, one per step and one more per
+operator that needs the host, precede its work. Traces are built once per shape bucket (same
 routing for every library) and results memoised per (library, bucket).
 """
 
@@ -67,6 +70,7 @@ class IterStats:
     register_s: float  # registration waits (summed)
     vector_core_s: float  # vector-core-seconds held by communication
     kv_ready_s: float = 0.0  # prefill: when the last KV byte of this iteration lands on a decode die
+    launch_s: float = 0.0  # graph launches on the step's path (in time_s): captured-graph decode
 
 
 class IterationModel:
@@ -317,5 +321,19 @@ class IterationModel:
         kv = np.array([op.stream == "kv" for op in trace.ops])
         t_iter = float(res.end[~kv].max(initial=0.0))  # the next iteration may start; KV still in flight
         exp = res.exposure(window=(0.0, t_iter), ops=~kv)
-        return IterStats(exp.time_s, exp.compute_s, exp.exposed_comm_s, exp.copy_s, exp.register_s,
-                         exp.vector_core_s, kv_ready_s=res.makespan_s)
+        launch = self.graph_launch_s(trace, library)
+        return IterStats(exp.time_s + launch, exp.compute_s, exp.exposed_comm_s, exp.copy_s, exp.register_s,
+                         exp.vector_core_s, kv_ready_s=res.makespan_s + launch, launch_s=launch)
+
+    def graph_launch_s(self, trace: Trace, library: str) -> float:
+        """Host time before a step's work when the step runs as captured graphs (decode with
+        `decode_graph_capture`; CloudMatrix-Infer, 2506.12708 §4.2.4): one graph launch, and one
+        more per operator that needs the host (the library's `needs_host`), which splits the graph.
+        That is the library's `step_host_overhead_s(syncs)` less the operators' device→host round
+        trips, which the trace already holds (each such collective's `host` phase). 0 for eager steps."""
+        if trace.meta["phase"] != "decode" or not self.sched.decode_graph_capture:
+            return 0.0
+        lib = self.ctx.libraries[library]
+        syncs = sum(1 for op in trace.ops if op.kind == "collective" and len(op.ranks) > 1
+                    and lib.needs_host(op.coll, op.moe_mode))
+        return (syncs + 1) * lib.step_host_overhead_s(0)  # step_host_overhead_s(0): one graph launch

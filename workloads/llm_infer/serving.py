@@ -276,8 +276,8 @@ class ServingSim:
     def _record(self, phase: str, inst: int, batch: float, tokens: float, kv_util: float, st: IterStats,
                 mem: StepMemory, min_batch: float = 0.0) -> None:
         self.iter_rows.append((phase, inst, self.env.now - st.time_s, st.time_s, batch, min_batch, tokens,
-                               kv_util, st.compute_s, st.exposed_comm_s, st.copy_s, st.register_s, mem.maps > 0,
-                               mem.lookups, mem.misses))
+                               kv_util, st.compute_s, st.exposed_comm_s, st.copy_s, st.register_s, st.launch_s,
+                               mem.maps > 0, mem.lookups, mem.misses))
 
     # ------------------------------------------------------------------ results
     def request_frame(self) -> pd.DataFrame:
@@ -300,7 +300,8 @@ class ServingSim:
     def iteration_frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self.iter_rows, columns=["phase", "instance", "start_s", "time_s", "batch_per_die",
                                                    "min_batch_per_die", "tokens", "kv_utilisation", "compute_s", "exposed_comm_s",
-                                                   "copy_s", "register_s", "remap", "jit_lookups", "jit_misses"])
+                                                   "copy_s", "register_s", "launch_s", "remap", "jit_lookups",
+                                                   "jit_misses"])
         df["library"] = self.lib
         return df
 
