@@ -16,8 +16,9 @@ Start-up, as vLLM / SGLang do it on each die (vLLM `determine_available_memory`)
 Fixed-shape runs (workload.mode=fixed, fixed.py) start the same die with the fixed shape as the
 largest forward (`profile`): one memory model for both modes.
 
-Serving then runs every iteration's tensors through the same allocator (tensors.py), with the
-library's registration mechanism listening to its events: registration-on-allocation sees a map
+Serving then runs every iteration's tensors (tensors.py; shaped by the scheduler's rules,
+scheduling.py, as the iteration's trace is) through the library's `DieMemory` (stratacl/memory),
+with the library's registration mechanism listening to its allocator's events: registration-on-allocation sees a map
 event whenever an iteration needs more memory than the allocator has mapped (a remap); a JIT
 registration cache looks up each MoE dispatch / combine receive buffer by address range. Those two
 facts per iteration (remapped or not, how many registrations missed) go into the iteration's
@@ -220,10 +221,6 @@ class ServingDie:
     def maps(self) -> int:
         """Map events so far (cudaMalloc / page mappings): what registration-on-allocation sees."""
         return self.alloc.stats.num_device_alloc
-
-    @property
-    def memo_hits(self) -> int:
-        return self.mem.memo_hits
 
     # ------------------------------------------------------------------ start-up
     def _start_up(self, hbm: float, profile_tokens: int, dp: int, utilisation: float) -> MemoryPlan:
