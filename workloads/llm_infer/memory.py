@@ -27,6 +27,7 @@ simulated trace (iteration.py), which prices them on the fabric.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -287,7 +288,7 @@ class ServingDie:
                               "lower the scheduler's caps (prefill_token_budget, moe_dispatch_max_tokens)") from None
         return StepMemory(self.maps - maps0, self.jit_lookups - look0, self.jit_misses - miss0)
 
-    def iteration_ops(self, tokens: int, tokens_total: int, expected: bool = False) -> list[tuple]:
+    def iteration_ops(self, tokens: int, tokens_total: int, expected: bool = False) -> Iterator[tuple]:
         """One iteration's tensor lists, in order: the residual stream opened, each layer's
         attention then FFN block per micro-batch (the scheduler's split, `scheduling.py`), the
         logits, the residual stream closed. Routed rows are drawn here (`expected`: their means)."""
@@ -298,17 +299,16 @@ class ServingDie:
         main = rules.micro_batch_tokens(res_tokens, mbs)
         mtp = rules.micro_batch_tokens(tokens, mbs)
         rows = self._rows(tokens_total, verify, mbs, expected)
-        n_main = len(t.layers)
-        out = [t.open_ops(res_tokens)]
+        n_main, block, moe = len(t.layers), t.block_ops, self.moe
+        yield t.open_ops(res_tokens)
         for k, li in enumerate(self.layers):
-            tok = main if k < n_main else mtp
+            tok, r = (main if k < n_main else mtp), rows[k]
             for m in range(mbs):  # each micro-batch's attention block, then its FFN block
-                out.append(t.block_ops(li, m, tok[m], None))
-                out.append(t.block_ops(li, m, tok[m], rows[k][m] if self.moe[li] else 0))
+                yield block(li, m, tok[m], None)
+                yield block(li, m, tok[m], r[m] if moe[li] else 0)
         # logits: every verified token on decode, the last token of a prompt on prefill
-        out.append(t.logits_ops(res_tokens if role == "decode" else 1))
-        out.append(t.close_ops())
-        return out
+        yield t.logits_ops(res_tokens if role == "decode" else 1)
+        yield t.close_ops()
 
     def _iteration(self, t: float, tokens: int, tokens_total: int, expected: bool = False) -> None:
         """Run one iteration's tensor lists through the die's memory (blocks seen from the same
@@ -323,6 +323,8 @@ class ServingDie:
         for ops in self.iteration_ops(tokens, tokens_total, expected):
             seen = repeats.get(id(ops))
             if seen is not None and seen[0] is ops:
+                if jit is None:
+                    continue  # nothing to look up
                 addrs = seen[1]
             else:
                 addrs = mem.run(ops, t)
