@@ -169,6 +169,7 @@ def role_dies(tensors: ServingTensors, library: Library, cfg: LlmInferConfig, ro
 # Blocks seen from one allocator state replay from DieMemory's memo; a serving die sees many
 # (layer kinds × micro-batch tokens × routed rows), more than DieMemory's default keeps.
 MEMO_MAX = 4096
+QUIET_MAX = 1 << 16  # quiet blocks' addresses kept (_iteration)
 USER_BUFFERS = ("dispatch.", "combine.")  # the receive buffers a JIT registration cache registers
 
 
@@ -211,6 +212,8 @@ class ServingDie:
         self.p_hot = hot_share(weights, dp, tensors.top_k, placement) if weights is not None and tensors.experts else 0.0
         self.rng = np.random.default_rng([seed, 11, instance, 0 if role == "prefill" else 1])
         self.jit_lookups = self.jit_misses = 0
+        self._quiet: dict[tuple[int, int], tuple[tuple, tuple[int, ...]]] = {}  # see _iteration
+        self._quiet_calls = -1
         try:
             tokens = rules.profile_tokens(self.sched, role) if profile is None else profile
             self.plan = self._start_up(hbm_bytes, tokens, dp, cfg.allocator.memory_utilization)
@@ -250,6 +253,7 @@ class ServingDie:
         for i, nbytes in enumerate(self.t.kv_tensors(kv_budget - self._kv_slack())):
             mem.alloc(f"kv{i}", nbytes)
         kv = float(s.allocated_bytes - weights)
+        self._quiet.clear()  # the KV cache moved the state (perhaps without a device call)
         return MemoryPlan(hbm, self.comm_bytes, self.pool_bytes, float(weights), float(activations), kv,
                           float(s.reserved_bytes_peak), float(s.fragmentation_bytes),
                           a.cfg.expandable_segments)
@@ -315,14 +319,19 @@ class ServingDie:
         allocator state replay from its memo); a JIT cache looks up each MoE receive buffer."""
         mem, jit, s = self.mem, self.mem.jit, self.alloc.stats
         # A block (it frees what it allocates) that made no device call leaves the allocator's free
-        # ranges as it found them, so a repeat of it in this iteration (layers of one kind, rows
-        # drawn alike) before the next device call gets the same addresses: it is not run again.
-        # (Block op lists are shared objects (tensors.py): a repeat is found by identity.)
-        repeats: dict[int, tuple[tuple, tuple[int, ...]]] = {}
+        # ranges as it found them: until the next device call, the same block after the same
+        # residual stream gets the same addresses, and is not replayed (DieMemory's memo would
+        # answer the same, at the price of hashing the allocator state and the op list).
+        # Block op lists are shared objects (tensors.py): a repeat is found by identity.
         calls = s.num_device_alloc + s.num_device_free
+        if calls != self._quiet_calls or len(self._quiet) > QUIET_MAX:
+            self._quiet.clear()
+            self._quiet_calls = calls
+        res = tokens * rules.verify_factor(self.sched, self.role)  # the residual stream's tokens
+        quiet = self._quiet
         for ops in self.iteration_ops(tokens, tokens_total, expected):
-            seen = repeats.get(id(ops))
-            if seen is not None and seen[0] is ops:
+            seen = quiet.get((res, id(ops)))
+            if seen is not None:
                 if jit is None:
                     continue  # nothing to look up
                 addrs = seen[1]
@@ -330,10 +339,10 @@ class ServingDie:
                 addrs = mem.run(ops, t)
                 now = s.num_device_alloc + s.num_device_free
                 if now != calls:
-                    repeats.clear()
-                    calls = now
+                    quiet.clear()
+                    calls = self._quiet_calls = now
                 elif ops[0][0] == "alloc" and ops[-1][0] == "free":  # a block, not open / close
-                    repeats[id(ops)] = (ops, addrs)
+                    quiet[(res, id(ops))] = (ops, addrs)  # holding ops keeps its id unique
             if jit is not None:
                 for addr, size in _user_buffers(ops, addrs):
                     self.jit_lookups += 1

@@ -109,7 +109,11 @@ class ServingTensors:
         return (("alloc", "residual", self.streams * tokens * self.hidden * self.act),)
 
     def logits_ops(self, rows: int) -> Ops:
-        return (("alloc", "logits", rows * self.vocab * FP32), ("free", "logits"))
+        key = ("logits", rows)
+        ops = self._blocks.get(key)
+        if ops is None:
+            ops = self._blocks[key] = (("alloc", "logits", rows * self.vocab * FP32), ("free", "logits"))
+        return ops
 
     def close_ops(self) -> Ops:
         return (("free", "residual"),)
