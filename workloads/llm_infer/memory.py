@@ -169,7 +169,7 @@ def role_dies(tensors: ServingTensors, library: Library, cfg: LlmInferConfig, ro
 # Blocks seen from one allocator state replay from DieMemory's memo; a serving die sees many
 # (layer kinds × micro-batch tokens × routed rows), more than DieMemory's default keeps.
 MEMO_MAX = 4096
-QUIET_MAX = 1 << 16  # quiet blocks' addresses kept (_iteration)
+QUIET_MAX = 1 << 10  # residual sizes whose quiet blocks are kept (_iteration)
 USER_BUFFERS = ("dispatch.", "combine.")  # the receive buffers a JIT registration cache registers
 
 
@@ -212,7 +212,7 @@ class ServingDie:
         self.p_hot = hot_share(weights, dp, tensors.top_k, placement) if weights is not None and tensors.experts else 0.0
         self.rng = np.random.default_rng([seed, 11, instance, 0 if role == "prefill" else 1])
         self.jit_lookups = self.jit_misses = 0
-        self._quiet: dict[tuple[int, int], tuple[tuple, tuple[int, ...]]] = {}  # see _iteration
+        self._quiet: dict[int, dict[int, tuple[tuple, tuple[int, ...]]]] = {}  # see _iteration
         self._quiet_calls = -1
         try:
             tokens = rules.profile_tokens(self.sched, role) if profile is None else profile
@@ -324,13 +324,13 @@ class ServingDie:
         # answer the same, at the price of hashing the allocator state and the op list).
         # Block op lists are shared objects (tensors.py): a repeat is found by identity.
         calls = s.num_device_alloc + s.num_device_free
-        if calls != self._quiet_calls or len(self._quiet) > QUIET_MAX:
+        if calls != self._quiet_calls or len(self._quiet) > QUIET_MAX:  # by residual size
             self._quiet.clear()
             self._quiet_calls = calls
         res = tokens * rules.verify_factor(self.sched, self.role)  # the residual stream's tokens
-        quiet = self._quiet
+        quiet = self._quiet.setdefault(res, {})
         for ops in self.iteration_ops(tokens, tokens_total, expected):
-            seen = quiet.get((res, id(ops)))
+            seen = quiet.get(id(ops))
             if seen is not None:
                 if jit is None:
                     continue  # nothing to look up
@@ -339,10 +339,11 @@ class ServingDie:
                 addrs = mem.run(ops, t)
                 now = s.num_device_alloc + s.num_device_free
                 if now != calls:
-                    quiet.clear()
+                    self._quiet.clear()
+                    quiet = self._quiet.setdefault(res, {})
                     calls = self._quiet_calls = now
                 elif ops[0][0] == "alloc" and ops[-1][0] == "free":  # a block, not open / close
-                    quiet[(res, id(ops))] = (ops, addrs)  # holding ops keeps its id unique
+                    quiet[id(ops)] = (ops, addrs)  # holding ops keeps its id unique
             if jit is not None:
                 for addr, size in _user_buffers(ops, addrs):
                     self.jit_lookups += 1
