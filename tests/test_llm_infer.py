@@ -22,11 +22,11 @@ from workloads.common.model import model_costs
 from workloads.llm_infer import workload as serving_workload
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import (
-    BATCH_BUCKETS,
-    CONTEXT_BUCKETS,
-    PREFILL_BUCKETS,
+    BATCH_GRID,
+    CONTEXT_GRID,
+    PREFILL_GRID,
     IterationModel,
-    bucket,
+    bracket,
 )
 from workloads.llm_infer.requests import Requests, generate
 from workloads.llm_infer.workload import Serving, summarise, validate_layout
@@ -98,7 +98,6 @@ def test_ttft_at_least_the_prefill_of_the_request(env: Env) -> None:
         alone = env.iters.prefill("hccl", r["input_tokens"])
         assert r["ttft_s"] >= alone.compute_s
         assert r["ttft_s"] >= alone.time_s - 1e-12  # its die processed ≥ its own tokens
-    assert bucket(PREFILL_BUCKETS, 1024) == 1024
 
 
 def test_ttft_non_decreasing_in_load(env: Env) -> None:
@@ -144,19 +143,36 @@ def test_workload_serves_every_library_the_requests_of_its_seed(env: Env, monkey
         assert not np.array_equal(a[:n, col], b[:n, col]), name
 
 
-def test_shape_buckets_bound_the_over_pricing_they_claim() -> None:
-    """A shape is priced at the smallest bucket ≥ it: at most 1.5× the batch above 8 sequences,
-    2× the context or prefill tokens; the default scheduler and request limits stay inside."""
-    for table, bound, start in ((BATCH_BUCKETS, 1.5, 8), (BATCH_BUCKETS, 2.0, 1), (CONTEXT_BUCKETS, 2.0, 1),
-                                (PREFILL_BUCKETS, 2.0, 1)):
-        xs = np.linspace(max(start, table[0]), table[-1], 2001)
-        priced = np.array([bucket(table, x) for x in xs])
-        assert (priced >= xs).all() and (priced / xs).max() <= bound + 1e-12
-    assert bucket(PREFILL_BUCKETS, 1024) == 1024 and bucket(BATCH_BUCKETS, 4096) == BATCH_BUCKETS[-1]
-    w = compose_run(["workload=llm_infer"]).workload
-    assert w.scheduler.decode_max_batch <= BATCH_BUCKETS[-1]
-    assert w.scheduler.prefill_token_budget <= PREFILL_BUCKETS[-1]
-    assert w.requests.input_max + w.requests.output_max <= CONTEXT_BUCKETS[-1]
+def test_shape_grid_brackets_every_shape_without_clamping() -> None:
+    """Every shape lies between two grid points (its own when it is one), however large: the grid
+    has no last point; small integer shapes are grid points; the micro-batch step is never crossed."""
+    for grid in (BATCH_GRID, CONTEXT_GRID, PREFILL_GRID):
+        for x in [*np.linspace(1, 300_000, 5001), 2.0**21 + 3, 1e7 + 0.5]:
+            lo, hi, w = bracket(grid, x)
+            assert lo <= x <= hi and 0 <= w < 1 and lo + w * (hi - lo) == pytest.approx(x)
+            assert (hi - lo) <= max(grid[0], x / grid[1])  # spacing: a 1/per_octave step of x's octave
+    assert all(bracket(BATCH_GRID, b) == (b, b, 0.0) for b in range(1, 17))  # priced exactly
+    assert bracket(BATCH_GRID, 63, 64)[1] == 63 and bracket(BATCH_GRID, 64, 64) == (64, 64, 0.0)
+    assert bracket(BATCH_GRID, 65, 64)[0] == 64
+    assert bracket(CONTEXT_GRID, 126_000)[1] >= 126_000  # Mooncake's longest prompts: above the grid's former end
+
+
+def test_interpolated_iterations_within_two_percent_of_their_exact_shapes(env: Env) -> None:
+    """Seeded random shapes over the whole range a run reaches (decode batch up to the dispatch cap,
+    contexts up to Mooncake's 126K-token prompts and past them, prefill up to 4× the chunk budget):
+    each iteration priced on the grid is within 2 % of the same shape priced exactly, by its own
+    trace simulated on the fabric. The shapes' exact times span a wide range, so a coarser rule
+    (the former bucket-up pricing: up to 2× over, and clamped at 32K) fails here."""
+    rng = np.random.default_rng(21)
+    exact = []
+    for lib in ("hccl", "stratacl"):
+        for _ in range(6):
+            b, c, p = int(rng.integers(1, 513)), float(rng.uniform(64, 160_000)), int(rng.integers(1, 32_768))
+            for got, ref in ((env.iters.decode(lib, b, c), env.iters.exact(lib, "decode", b, c)),
+                             (env.iters.prefill(lib, p), env.iters.exact(lib, "prefill", p))):
+                assert got.time_s == pytest.approx(ref.time_s, rel=0.02), (lib, b, c, p)
+                exact.append(ref.time_s)
+    assert max(exact) > 3 * min(exact)  # the shapes matter: the bound is not met by a flat cost
 
 
 def test_moe_bytes_of_an_iteration_conserve_token_copies(env: Env) -> None:
