@@ -151,7 +151,10 @@ def test_shape_grid_brackets_every_shape_without_clamping() -> None:
             lo, hi, w = bracket(grid, x)
             assert lo <= x <= hi and 0 <= w < 1 and lo + w * (hi - lo) == pytest.approx(x)
             assert (hi - lo) <= max(grid[0], x / grid[1])  # spacing: a 1/per_octave step of x's octave
-    assert all(bracket(BATCH_GRID, b) == (b, b, 0.0) for b in range(1, 17))  # priced exactly
+    unit, per_octave = BATCH_GRID
+    assert all(bracket(BATCH_GRID, b) == (b, b, 0.0) for b in range(1, unit * per_octave))  # priced exactly
+    assert all(bracket(g, 2**j * g[0]) == (2**j * g[0],) * 2 + (0.0,) for g in (BATCH_GRID, PREFILL_GRID, CONTEXT_GRID)
+               for j in range(20))  # octaves are grid points
     assert bracket(BATCH_GRID, 63, 64)[1] == 63 and bracket(BATCH_GRID, 64, 64) == (64, 64, 0.0)
     assert bracket(BATCH_GRID, 65, 64)[0] == 64
     assert bracket(CONTEXT_GRID, 126_000)[1] >= 126_000  # Mooncake's longest prompts: above the grid's former end
