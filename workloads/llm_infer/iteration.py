@@ -52,8 +52,8 @@ from workloads.llm_infer.memory import registers_just_in_time
 # random shapes and simulates each exactly). Iteration time is near-linear in each dimension between
 # neighbouring points (piecewise-linear layer costs under the compute model), so this spacing
 # measured ≤ 0.8 % on the default deployment (20 seeded random shapes, decode and prefill); if a
-# change to the compute model breaks the bound,
-# raise that dimension's `per_octave` (each doubling halves the spacing) until the test passes.
+# change to the compute model breaks the bound, raise that dimension's `per_octave` (each doubling
+# halves the spacing) until the test passes.
 BATCH_GRID = (1, 2)  # (unit, per_octave): decode sequences per die: 1, 2, 3, then 4, 6, 8, 12, 16, 24, ...
 CONTEXT_GRID = (256, 1)  # cached tokens per sequence: 0, 256, then octaves 512, 1024, 2048, ...
 PREFILL_GRID = (1, 2)  # prefill tokens per die: 1, 2, 3, then 4, 6, 8, 12, ..., 8192, 12288, 16384, ...
