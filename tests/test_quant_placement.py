@@ -14,7 +14,7 @@ from stratacl.schemas.model import ModelRef
 from stratacl.workload_api import RunContext
 from workloads.common.model import model_costs
 from workloads.common.placement import contiguous, copies, eplb
-from workloads.common.quant import FORMAT_BYTES, resolve
+from workloads.common.quant import resolve
 from workloads.common.routing import expert_weights, route
 from workloads.llm_infer.costs import ServingCosts, payload_bytes
 from workloads.llm_infer.iteration import IterationModel
@@ -37,16 +37,28 @@ def tiny(quant: str = "", formats: dict | None = None, **over: int):  # noqa: AN
 # ---------------------------------------------------------------------------- formats
 def test_weight_bytes_per_die_follow_each_class_format() -> None:
     bf, w8, w4 = tiny("bf16"), tiny("w8a8"), tiny("w4a8")
-    c = bf.param_counts(tp=1, ep=4)
-    n = {r: v["per_tp_ep_shard"] for r, v in c.items()}
-    bf16_bytes = 2 * sum(n.values())
+    # parameters on one die of EP4 (TP1), counted by hand from TINY's DeepSeek-V3 layout: 3 layers,
+    # layer 0 dense, layers 1-2 MoE with 16 routed experts (4 per die) and one shared expert
+    h, heads = 256, 4
+    attention = 3 * (h * 64 + 64  # MLA per layer: q_a_proj + q_a_layernorm (q_lora_rank 64)
+                     + 64 * heads * (32 + 16)  # q_b_proj: nope 32 + rope 16 per head
+                     + h * (64 + 16) + 64  # kv_a_proj_with_mqa (kv_lora_rank 64 + rope 16) + its norm
+                     + 64 * heads * (32 + 32)  # kv_b_proj: nope key + value per head
+                     + heads * 32 * h)  # o_proj
+    dense = 3 * h * 512  # gate, up, down of layer 0
+    experts = 2 * 4 * 3 * h * 128  # 2 MoE layers × 4 experts × (gate, up, down)
+    shared = 2 * 3 * h * 128
+    router = 2 * 16 * h
+    norms = 3 * 2 * h + h  # input + post-attention norm per layer, final norm
+    embed = head = 1024 * h
+    bf16_bytes = 2 * (attention + dense + experts + shared + router + norms + embed + head)
     assert weight_bytes_per_die(bf, 4) == pytest.approx(bf16_bytes)
-    # w8a8: experts, attention, dense MLP at 1 byte; embedding, LM head, norms, router at 2
-    one = n["moe_experts"] + n["shared_experts"] + n["attention"] + n["dense_mlp"]
+    # w8a8: experts, attention (its LoRA norms filed with it), dense MLP at 1 byte; embedding,
+    # LM head, norms, router at 2
+    one = experts + shared + attention + dense
     assert weight_bytes_per_die(w8, 4) == pytest.approx(bf16_bytes - one)
-    # w4a8: routed + shared experts at int4 with group scales
-    ex = n["moe_experts"] + n["shared_experts"]
-    assert weight_bytes_per_die(w4, 4) == pytest.approx(bf16_bytes - one + ex * (FORMAT_BYTES["int4"] - 1))
+    # w4a8: routed + shared experts at int4 with a bf16 scale per 128-weight group: 0.5 + 2/128 B
+    assert weight_bytes_per_die(w4, 4) == pytest.approx(bf16_bytes - one - (experts + shared) * (1 - (0.5 + 2 / 128)))
     # the layer costs read the narrower weights too: a weight-bound decode layer reads less
     moe_bf = bf.layer_cost("moe", 64, context=1024, phase="decode", ep=4).hbm_bytes_fused
     moe_w8 = w8.layer_cost("moe", 64, context=1024, phase="decode", ep=4).hbm_bytes_fused
