@@ -113,6 +113,7 @@ def test_rows_follow_the_nccl_tests_conventions_and_grow_with_size(result) -> No
     for (_, coll), sub in rows.groupby(["library", "collective"]):
         t = sub.sort_values("size_bytes")["time_s"].to_numpy()
         assert (np.diff(t) >= -1e-12 * t[1:]).all(), coll
+    assert len(result.table) == 6 * 3 and {"hccl", "hccl_jit", "stratacl"} <= set(result.table.columns)
     # after the warm-up JIT runs HCCL's algorithm on the user buffer: no staging copies, never slower
     by = rows.set_index(["library", "collective", "size_bytes"])["time_s"]
     assert (by["hccl_jit"] <= by["hccl"] * (1 + 1e-12)).all()
@@ -141,13 +142,26 @@ def _closed_form(coll: str, s: float, n: int = 16) -> float:
     return LAUNCH + STEP + s / BETA
 
 
-def test_every_row_is_its_closed_form_on_a_zero_copy_ring() -> None:
-    rows = collectives.run(_ctx(*RING)).rows
+def test_every_row_and_metric_is_its_closed_form_on_a_zero_copy_ring() -> None:
+    res = collectives.run(_ctx(*RING))
+    rows = res.rows
     assert len(rows) == 6 * 3
     for r in rows.itertuples():
         assert r.time_s == pytest.approx(_closed_form(r.collective, r.size_bytes), rel=1e-9), r
         assert r.first_time_s == pytest.approx(r.time_s, rel=1e-12)  # a pool: nothing to register
         assert r.algorithm == {"alltoall": "pairwise", "p2p": "p2p"}.get(r.collective, "ring")
+    # the summary: per collective the total time, mean and peak busbw over the three sizes
+    sizes = (65536, 131072, 262144)
+    m = res.metrics["hccl_zerocopy"]
+    busbw = {}
+    for coll, factor in BUSBW_16.items():
+        busbw[coll] = [s / _closed_form(coll, s) / 1e9 * factor for s in sizes]
+        assert m[f"{coll}_time_s_total"] == pytest.approx(sum(_closed_form(coll, s) for s in sizes), rel=1e-9)
+        assert m[f"{coll}_busbw_GBps_mean"] == pytest.approx(sum(busbw[coll]) / 3, rel=1e-9)
+        assert m[f"{coll}_busbw_GBps_peak"] == pytest.approx(busbw[coll][-1], rel=1e-9)  # the largest size
+    assert m["busbw_GBps_mean"] == pytest.approx(sum(map(sum, busbw.values())) / 18, rel=1e-9)
+    assert list(res.table.columns) == ["collective", "size", "hccl_zerocopy"]
+    assert list(res.table["size"][:3]) == ["64 KiB", "128 KiB", "256 KiB"]
 
 
 def test_registration_lands_in_the_warmup_run_only(result) -> None:  # noqa: ANN001
@@ -161,19 +175,6 @@ def test_registration_lands_in_the_warmup_run_only(result) -> None:  # noqa: ANN
         expected = jit if r.library == "hccl_jit" else 0.0
         assert r.first_time_s - r.time_s == pytest.approx(expected, rel=1e-9, abs=1e-15), r
         assert r.register_s == 0.0
-
-
-def test_metrics_summarise_the_rows(result) -> None:  # noqa: ANN001
-    rows = result.rows
-    for lib, m in result.metrics.items():
-        mine = rows[rows["library"] == lib]
-        for coll, sub in mine.groupby("collective"):
-            assert m[f"{coll}_busbw_GBps_mean"] == pytest.approx(sub["busbw_GBps"].mean(), rel=1e-12)
-            assert m[f"{coll}_busbw_GBps_peak"] == pytest.approx(sub["busbw_GBps"].max(), rel=1e-12)
-            assert m[f"{coll}_time_s_total"] == pytest.approx(sub["time_s"].sum(), rel=1e-12)
-        assert m["busbw_GBps_mean"] == pytest.approx(mine["busbw_GBps"].mean(), rel=1e-12)
-    table = result.table
-    assert len(table) == 6 * 3 and {"hccl", "hccl_jit", "stratacl"} <= set(table.columns)
 
 
 def test_disjoint_groups_run_as_fast_as_one_group_alone(result) -> None:  # noqa: ANN001
