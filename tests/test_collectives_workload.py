@@ -150,6 +150,9 @@ def test_every_row_and_metric_is_its_closed_form_on_a_zero_copy_ring() -> None:
         assert r.time_s == pytest.approx(_closed_form(r.collective, r.size_bytes), rel=1e-9), r
         assert r.first_time_s == pytest.approx(r.time_s, rel=1e-12)  # a pool: nothing to register
         assert r.algorithm == {"alltoall": "pairwise", "p2p": "p2p"}.get(r.collective, "ring")
+        # a ring's one flow is split over all 24 cores: even. Pairwise all-to-all: 9 of the 15 peers get
+        # two cores, 6 get one, so the fastest cores finish in half the slowest's time
+        assert r.core_spread == pytest.approx(0.5 if r.collective == "alltoall" else 0.0, abs=1e-12)
     # the summary: per collective the total time, mean and peak busbw over the three sizes
     sizes = (65536, 131072, 262144)
     m = res.metrics["hccl_zerocopy"]
