@@ -388,7 +388,7 @@ def test_die_memory_replays_a_repeated_iteration_from_the_memo():
     fm.alloc("weights", 500 * MiB)
     assert [fm.run(ops) for _ in range(3)] == [first, second, third]  # memo = simulation
     assert fresh.stats == a.stats  # the memo keeps the counters a simulation would
-    assert mem.maps == fm.maps == 3  # weights, x's and z's segments (y fits the freed 24 MiB one)
+    assert mem.maps == fm.maps == 3  # weights, x's 24 MiB and y's 20 MiB segments; z reuses x's block
 
 
 def test_die_memory_peak_reports_reserved_allocated_and_fragmentation():
@@ -483,4 +483,4 @@ def test_registration_ready_times_are_consistent(sizes, expandable, gaps):
         assert all(j.t_map <= t_alloc for j in covering)  # mapped no later than allocated
         w = [roa.wait_s(b.addr, b.requested, ready - d) for d in (3e-4, 1e-4, 0.0, -1e-4)]
         assert w == sorted(w, reverse=True) and w[-1] == 0.0  # waits shrink to 0 at readiness
-        assert all(x <= COST.of(b.requested, PEERS) + 1e-12 for x in w)  # never worse than JIT
+        assert all(x <= ONE_REG + 1e-12 for x in w)  # never worse than JIT

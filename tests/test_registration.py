@@ -78,8 +78,8 @@ def test_allocator_side_queue_and_fallback_by_hand() -> None:
 
 def test_page_cost_counts_whole_pages() -> None:
     cost = RegistrationCost(base_us=8.0, per_peer_us=10.0, per_page_us=1.0, page_bytes=2 * MiB)
-    assert cost.of(2 * MiB, 4) == pytest.approx((8 + 4 * (10 + 1)) * US)
-    assert cost.of(2 * MiB + 1, 4) == pytest.approx((8 + 4 * (10 + 2)) * US)
+    assert cost.of(2 * MiB, 4) == pytest.approx(52 * US)  # one page: 8 + 4 peers × (10 + 1) µs
+    assert cost.of(2 * MiB + 1, 4) == pytest.approx(56 * US)  # two pages: 8 + 4 × (10 + 2) µs
     assert cost.of(0, 4) == cost.of(MiB, 0) == 0.0
 
 
