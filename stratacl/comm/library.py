@@ -34,7 +34,7 @@ from stratacl.comm import algorithms as alg
 from stratacl.comm import hierarchical as hier
 from stratacl.comm import partition, sdma
 from stratacl.comm.buffers import MiB, buffer_sizes_MiB
-from stratacl.comm.registration import RegistrationState
+from stratacl.comm.registration import RegistrationState, library_registration_cost
 from stratacl.config import (
     TIER_ORDER,
     Algorithm,
@@ -143,8 +143,7 @@ class LibraryModel:
 
     def registration_cost(self) -> RegistrationCost:
         """Registering one buffer with `peers` peers: base + peers * per-peer mapping."""
-        return RegistrationCost(base_s=self.cfg.register_base_us * 1e-6,
-                                per_peer_s=self.cfg.register_per_peer_us * 1e-6)
+        return library_registration_cost(self.cfg)
 
     def die_memory(self, capacity_bytes: float, peers: int, *, expandable_segments: bool = True,
                    va_base: int = 1 << 40) -> DieMemory:
@@ -158,7 +157,7 @@ class LibraryModel:
         cost = self.registration_cost()
         return DieMemory(alloc,
                          on_alloc=RegistrationOnAllocation(cost, peers) if mech == "on_alloc" else None,
-                         jit=JitRegistrationCache(cost, peers, match=self.cfg.jit_cache_match.value)
+                         jit=JitRegistrationCache(cost, peers, match=self.cfg.jit_cache_match)
                          if mech == "jit" else None)
 
     # ------------------------------------------------------------------ algorithm choice
