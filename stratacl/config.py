@@ -75,6 +75,9 @@ class DieConfig:
     vector_TFLOPs: float = knob(MISSING, gt=0)
     vector_core_move_GBps: float = knob(MISSING, gt=0)  # bytes/s one vector core moves to a remote die
     cores_shared: bool = False  # GPUs: SMs do both matmul and communication (holds hit both)
+    # host launching one captured graph of a model step (ACL graph / CUDA graph): a runtime fact of
+    # the die and its driver, paid once per graph a step splits into (LibraryModel.step_host_overhead_s)
+    graph_launch_us: float = knob(MISSING, ge=0)
     sdma: SdmaConfig = field(default_factory=SdmaConfig)
 
 
@@ -175,7 +178,7 @@ class LibraryConfig:
     # beyond the node over the NICs (DeepEP-style)
     plane: Plane = Plane.ub
     comm_cores: int = knob(24, ge=1)  # vector cores a communication kernel holds
-    comm_buffer_MB: float = knob(200.0, ge=0)  # staged: size of each registered comm buffer (HCCL_BUFFSIZE)
+    comm_buffer_MiB: float = knob(200.0, ge=0)  # staged: size of each comm buffer in MiB (HCCL_BUFFSIZE / NCCL_BUFFSIZE)
     comm_buffers: int = knob(2, ge=0)  # staged: buffers per communicator (in + out)
     launch_us: float = knob(0.0, ge=0)  # fixed per-operator launch overhead on the critical path
     copy_GBps: float = knob(0.0, ge=0)  # staged: device-to-device copy rate (0 = HBM-bound)
@@ -207,8 +210,14 @@ class LibraryConfig:
     # each, and a graph split in a captured step
     host_sync: list[str] = field(default_factory=list)
     host_roundtrip_us: float = knob(0.0, ge=0)  # device→host copy of the counts + host handling + relaunch
-    graph_launch_us: float = knob(0.0, ge=0)  # launching one captured graph (REFERENCE §2: 0.6-0.8 ms)
     moe_signal_rtts: float = knob(0.0, ge=0)  # dispatch/combine: extra round trips of remote-atomic signalling
+
+
+# knobs that moved, named in the compose-time error of an old override (stratacl/precheck.py)
+RENAMED_KNOBS = {
+    "comm_buffer_MB": "library.<name>.comm_buffer_MiB (the same number: HCCL_BUFFSIZE counts MiB)",
+    "graph_launch_us": "fabric.die.graph_launch_us (a runtime fact of the die, not of the library)",
+}
 
 
 # --------------------------------------------------------------------------- run
@@ -321,8 +330,8 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     if lib.comm_cores > fab.die.vector_cores:
         raise ConfigError(f"{where}.comm_cores", f"{lib.comm_cores} is outside 1..{fab.die.vector_cores}",
                           "use at most the die's vector cores")
-    if lib.data_path == DataPath.staged and not lib.comm_buffer_MB > 0:
-        raise ConfigError(f"{where}.comm_buffer_MB", f"must be positive, got {lib.comm_buffer_MB}",
+    if lib.data_path == DataPath.staged and not lib.comm_buffer_MiB > 0:
+        raise ConfigError(f"{where}.comm_buffer_MiB", f"must be positive, got {lib.comm_buffer_MiB}",
                           "staged libraries need a comm buffer")
     if lib.mover == Mover.sdma and fab.die.sdma.engines <= 0:
         raise ConfigError(f"{where}.mover", f"fabric '{fab.name}' has no SDMA engines",

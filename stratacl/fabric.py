@@ -85,6 +85,7 @@ class Fabric:
         self.cube_cores = die.cube_cores
         self.core_move_Bps = die.vector_core_move_GBps * 1e9
         self.cores_shared = die.cores_shared
+        self.graph_launch_s = die.graph_launch_us * 1e-6  # one captured graph's launch by the host
         self.sdma_Bps = die.sdma.engines * die.sdma.engine_GBps * 1e9
         self.port_Bps = {p: r * 1e9 for p, r in cfg.port_GBps.items()}
         self.fidelity = cfg.fidelity

@@ -31,12 +31,27 @@ def test_staging_traffic_allgather_is_one_plus_n_times_m() -> None:
 
 
 def test_staged_payload_larger_than_buffer_runs_in_rounds(cm384) -> None:  # noqa: ANN001
-    lib = make_library(cm384, "hccl", comm_buffer_MB=16.0, algorithm=Algorithm.ring)
+    lib = make_library(cm384, "hccl", comm_buffer_MiB=16.0, algorithm=Algorithm.ring)
     plan = lib.wire_plan("allreduce", 64e6, tuple(range(32)))
     phases = lib.collective_phases("allreduce", 64e6, tuple(range(32)))
     assert _sync_s(phases) == pytest.approx(4 * plan.latency_s)  # 64 MB / 16 MB buffer = 4 rounds, a sync each
     one = lib.collective_phases("allreduce", 16e6, tuple(range(32)))
     assert _sync_s(one) == pytest.approx(plan.latency_s)
+
+
+@pytest.mark.parametrize(("size", "rounds"), [
+    (205e6, 1),  # between 200e6 B and 200 MiB (209.7e6 B): fits one HCCL_BUFFSIZE=200 buffer
+    (200 * 2**20, 1), (200 * 2**20 + 1, 2), (2 * 200 * 2**20, 2), (2 * 200 * 2**20 + 1, 3),
+    (2**30, 6),  # 1 GiB = 5.12 buffers of 200 MiB
+])
+def test_staging_rounds_count_the_buffer_in_MiB(cm384, size, rounds) -> None:  # noqa: ANN001
+    """HCCL_BUFFSIZE is in MiB (CANN: unit M, 200 by default): an allreduce whose per-rank copy is
+    S bytes runs ceil(S / (200 * 2^20)) rounds of the algorithm's synchronised steps."""
+    lib = make_library(cm384, "hccl", algorithm=Algorithm.ring)
+    assert lib.cfg.comm_buffer_MiB == 200.0
+    group = tuple(range(8))
+    plan = lib.wire_plan("allreduce", size, group)
+    assert _sync_s(lib.collective_phases("allreduce", size, group)) == pytest.approx(rounds * plan.latency_s)
 
 
 def _sync_s(phases) -> float:  # noqa: ANN001

@@ -73,7 +73,7 @@ _IN_OUT = {
 }
 _EXCHANGES = ("alltoall", "alltoallv", "dispatch", "combine")
 COUNT_BYTES = 4  # one int32 token count per peer in the MoE layout exchange
-DEFAULT_CCL_MiB = 200.0  # HCCL_BUFFSIZE default (REFERENCE §3; conf/library/hccl.yaml comm_buffer_MB)
+DEFAULT_CCL_MiB = 200.0  # HCCL_BUFFSIZE default (REFERENCE §3; conf/library/hccl.yaml comm_buffer_MiB)
 # Balanced partitioning cuts each peer's payload into units of a tier-specific size
 # (`unit_KiB`). A tier a library leaves unsized gets its finest configured unit; a library with
 # no units at all (validation allows it with the SDMA mover, where units only shape the reported
@@ -105,7 +105,7 @@ class LibraryModel:
     def comm_memory_bytes(self, communicators: int = 1) -> float:
         """HBM of staging buffers per rank for `communicators` communicators of the default size."""
         if self.cfg.data_path == DataPath.staged:
-            return communicators * self.cfg.comm_buffers * self.cfg.comm_buffer_MB * MiB
+            return communicators * self.cfg.comm_buffers * self.cfg.comm_buffer_MiB * MiB
         return 0.0
 
     def held_memory_bytes(self, communicators: int = 1, context: str = "inference") -> float:
@@ -122,7 +122,7 @@ class LibraryModel:
         configures or of HCCL_BUFFSIZE raised to fit the fused MoE windows (comm/buffers.py)."""
         if self.cfg.data_path != DataPath.staged or self.cfg.comm_buffers == 0:
             return 0.0
-        sizes = buffer_sizes_MiB(comms, self.cfg.comm_buffer_MB)
+        sizes = buffer_sizes_MiB(comms, self.cfg.comm_buffer_MiB)
         return float(sum(sizes.values()) * self.cfg.comm_buffers * MiB)
 
     @property
@@ -223,7 +223,7 @@ class LibraryModel:
         cfg = self.cfg
         # HCCL_BUFFSIZE is in MiB (200 by default; a zero-copy communicator still has HCCL's default
         # CCL buffer for the selection's thresholds)
-        ccl = (cfg.comm_buffer_MB if cfg.data_path == DataPath.staged else DEFAULT_CCL_MiB) * MiB
+        ccl = (cfg.comm_buffer_MiB if cfg.data_path == DataPath.staged else DEFAULT_CCL_MiB) * MiB
         return hier.select(coll, size, n, len(servers), len(servers[0]), paired,
                            aiv=cfg.expansion_mode == ExpansionMode.aiv,
                            zerocopy=cfg.data_path != DataPath.staged,
@@ -268,9 +268,9 @@ class LibraryModel:
     def step_host_overhead_s(self, host_syncs: int) -> float:
         """Host-side cost of one model step (e.g. a decode iteration) whose graph has `host_syncs`
         operators that need the host: a fully device-driven step is one captured graph (one
-        graph launch, REFERENCE §2: 0.6–0.8 ms); each host-synchronising operator splits the
-        graph — one more graph launch — and adds its device→host round trip."""
-        launch = self.cfg.graph_launch_us * 1e-6
+        graph launch, the die's `fabric.die.graph_launch_us`); each host-synchronising operator
+        splits the graph — one more graph launch — and adds its device→host round trip."""
+        launch = self.fabric.graph_launch_s
         return (host_syncs + 1) * launch + host_syncs * self.cfg.host_roundtrip_us * 1e-6
 
     def moe_step_host_overhead_s(self, moe_layers: int, moe_mode: str) -> float:
@@ -324,7 +324,7 @@ class LibraryModel:
         if cfg.data_path == DataPath.staged and n > 1:
             cin, cout = staging_bytes(coll, size, n)
             if chunks == 1:  # unpipelined rounds of the buffer size each re-run the algorithm's steps
-                rounds = max(1, math.ceil(max(cin, cout) / (cfg.comm_buffer_MB * 1e6)))
+                rounds = max(1, math.ceil(max(cin, cout) / (cfg.comm_buffer_MiB * MiB)))
         elif coll in cfg.stage_anyway and n > 1:
             frac = cfg.stage_anyway[coll]
             cin, cout = (frac * b for b in staging_bytes(coll, size, n))
