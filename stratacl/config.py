@@ -20,6 +20,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from stratacl.errors import ConfigError
 from stratacl.schemas.base import check_ranges, knob  # (the package registers the workload schemas)
+from stratacl.trace import COLLECTIVES, MOE_MODES
 
 # --------------------------------------------------------------------------- fabric
 
@@ -81,6 +82,19 @@ class DieConfig:
     sdma: SdmaConfig = field(default_factory=SdmaConfig)
 
 
+class Fidelity(StrEnum):
+    """How the network is modelled (FabricConfig.fidelity)."""
+
+    die_ports = "die_ports"  # a die's port carries each tier's bytes at that tier's measured β (fast)
+    switch = "switch"  # ports at their nominal rate shared by all flows + the switch's port groups
+
+
+class Routing(StrEnum):
+    """How the switch routes a node's inter-node bytes (SwitchConfig.routing)."""
+
+    spray = "spray"  # spread over all of the node's uplinks
+
+
 @dataclass
 class SwitchConfig:
     """A two-tier switched scale-up network (fabric.fidelity=switch): per node `l1_per_node` L1
@@ -91,7 +105,7 @@ class SwitchConfig:
     l2_per_plane: int = knob(0, ge=0)
     l2_ports: int = knob(0, ge=0)
     link_GBps: float = knob(0.0, ge=0)  # one L1↔L2 link, per direction
-    routing: str = "spray"  # spray: a node's inter-node bytes spread over all its uplinks
+    routing: Routing = Routing.spray
 
 
 @dataclass
@@ -104,10 +118,8 @@ class FabricConfig:
     # per-die port rate per direction, by plane: the ceiling of every tier's achievable β on it
     port_GBps: dict[Plane, float] = knob(factory=dict, gt=0)
     die: DieConfig = field(default_factory=DieConfig)
-    # die_ports: a die's port carries each tier's bytes at that tier's measured β (fast);
-    # switch: ports at their nominal rate shared by all flows, each flow capped at its tier's β,
-    # plus the switch's node uplink/downlink port groups (stratacl/fabric_switch.py)
-    fidelity: str = "die_ports"
+    # switch: each flow also capped at its tier's β; the port groups in stratacl/fabric_switch.py
+    fidelity: Fidelity = Fidelity.die_ports
     switch: SwitchConfig = field(default_factory=SwitchConfig)
 
 
@@ -119,6 +131,14 @@ class DataPath(StrEnum):
     jit_register = "jit_register"
     pool = "pool"
     on_alloc = "on_alloc"
+
+
+class RegistrationMechanism(StrEnum):
+    """How user buffers become remotely accessible (what a data path implies, comm/datapath.py)."""
+
+    none = "none"  # not at all: staged copies through comm buffers, or a pre-registered pool
+    jit = "jit"  # at first use, cached (jit_register)
+    on_alloc = "on_alloc"  # when the allocator maps them (on_alloc)
 
 
 class JitMatch(StrEnum):
@@ -293,10 +313,8 @@ def validate_fabric(fab: FabricConfig) -> None:
                               f"{tier.beta_GBps} GB/s exceeds the {tier.plane} port rate "
                               f"{fab.port_GBps[tier.plane]} GB/s a die can drive",
                               f"lower it or raise fabric.port_GBps.{tier.plane}")
-    if fab.fidelity not in ("die_ports", "switch"):
-        raise ConfigError("fabric.fidelity", f"unknown fidelity '{fab.fidelity}'", "use die_ports or switch")
     sw = fab.switch
-    if fab.fidelity == "switch":
+    if fab.fidelity == Fidelity.switch:
         if sw.l1_per_node <= 0 or sw.l2_per_plane <= 0 or not sw.link_GBps > 0:
             raise ConfigError("fabric.switch", f"fabric '{fab.name}' has no switch model",
                               "set fabric.switch.l1_per_node, l2_per_plane, l2_ports, link_GBps "
@@ -305,8 +323,6 @@ def validate_fabric(fab: FabricConfig) -> None:
             raise ConfigError("fabric.switch.l2_ports", f"{sw.l2_ports} L2 ports cannot reach "
                               f"{topo.nodes // topo.supernodes} nodes of a supernode",
                               "one L2 port per node of the supernode")
-        if sw.routing != "spray":
-            raise ConfigError("fabric.switch.routing", f"unknown routing '{sw.routing}'", "use spray")
     if fab.die.sdma.engines and not fab.die.sdma.engine_GBps > 0:
         raise ConfigError("fabric.die.sdma.engine_GBps", "must be positive when engines > 0")
 
@@ -346,8 +362,7 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     validate_expansion(name, lib, fab)
     for entry in lib.host_sync:
         coll, _, mode = entry.partition(":")
-        if coll not in ("allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "broadcast",
-                        "dispatch", "combine") or mode not in ("", "ht", "ll"):
+        if coll not in COLLECTIVES or mode not in MOE_MODES:
             raise ConfigError(f"{where}.host_sync", f"unknown operator '{entry}'",
                               "use a collective name, optionally with :ht or :ll (dispatch:ht)")
     for op, algo in lib.hccl_algo.items():
@@ -399,7 +414,7 @@ def validate_expansion(name: str, lib: LibraryConfig, fab: FabricConfig) -> None
     if mover == Mover.sdma and trigger.value not in fab.die.sdma.descriptor_us:
         raise ConfigError(f"{where}.trigger", f"no SDMA descriptor cost for trigger '{trigger.value}'",
                           f"add fabric.die.sdma.descriptor_us.{trigger.value}")
-    if not 0 < lib.sdma_submit_cores <= fab.die.vector_cores:
+    if lib.sdma_submit_cores > fab.die.vector_cores:
         raise ConfigError(f"{where}.sdma_submit_cores", f"{lib.sdma_submit_cores} is outside "
                           f"1..{fab.die.vector_cores}", "use at most the die's vector cores")
 

@@ -84,6 +84,8 @@ def test_out_of_range_numbers_name_their_field(overrides: list[str], field: str)
     ("fabric.tiers.node.plane=infiniband", "fabric.tiers.node.plane"),
     ("+fabric.port_GBps.nvlinkk=900", "fabric.port_GBps.nvlinkk"),
     ("library.hccl.plane=nvlnk", "library.hccl.plane"),
+    ("fabric.fidelity=packet", "fabric.fidelity"),
+    ("fabric.switch.routing=ecmp", "fabric.switch.routing"),
     ("library.hccl.auto_candidates=[ring,tree]", "library.hccl.auto_candidates"),
 ])
 def test_unknown_choices_fail_at_compose_time(override: str, key: str) -> None:
