@@ -34,6 +34,7 @@ from stratacl.comm import algorithms as alg
 from stratacl.comm import hierarchical as hier
 from stratacl.comm import partition
 from stratacl.comm.datapath import data_path_model, staging_bytes
+from stratacl.comm.families import FAMILIES
 from stratacl.comm.movers import MOVERS
 from stratacl.comm.registration import RegistrationState
 from stratacl.config import (
@@ -49,7 +50,7 @@ from stratacl.lowering import OpInfo
 from stratacl.memory import AllocatorConfig, CachingAllocator, DieMemory, RegistrationCost
 from stratacl.memory.communicators import Communicator
 from stratacl.phases import Phase, delay, merge_delays
-from stratacl.trace import EXCHANGES, Op, Trace
+from stratacl.trace import Op, Trace
 
 __all__ = ["LibraryModel", "LibraryRuntime", "staging_bytes"]
 
@@ -71,6 +72,7 @@ class LibraryModel:
         self.mover, self.trigger = resolved_mover(cfg)
         self.path = data_path_model(cfg)  # what the data path decides (comm/datapath.py)
         self.mover_model = MOVERS[self.mover](self, self.trigger)  # comm/movers.py
+        self.family = FAMILIES[cfg.algorithm](cfg)  # comm/families.py
 
     def core_limits(self, trace: Trace) -> dict[str, tuple[int, int]]:
         """Per-stream core limits the deployment runs with under this library (the trace's, or none
@@ -129,19 +131,8 @@ class LibraryModel:
 
     # ------------------------------------------------------------------ algorithm choice
     def candidates(self, coll: str) -> list[str]:
-        a = self.cfg.algorithm
-        if a == Algorithm.hccl or (a == Algorithm.hierarchical and coll in EXCHANGES):
-            return ["hccl"]
-        if a == Algorithm.auto:
-            if coll in EXCHANGES:
-                return ["fullmesh", "pairwise"] if "fullmesh" in (self.cfg.auto_candidates or ["fullmesh"]) \
-                    else ["pairwise"]
-            return list(self.cfg.auto_candidates) or ["ring", "mesh", "fullmesh"]
-        if coll in EXCHANGES:
-            return ["fullmesh"] if a == Algorithm.fullmesh else ["pairwise"]
-        if a == Algorithm.pairwise:
-            return ["ring"]
-        return [a.value]
+        """Plans the configured algorithm family may run for `coll` (comm/families.py)."""
+        return self.family.candidates(coll)
 
     def wire_plan(self, coll: str, size: float, group: tuple[int, ...],
                   peer_bytes: tuple[float, ...] = (), algorithm: str | None = None,
@@ -157,26 +148,10 @@ class LibraryModel:
     @lru_cache(maxsize=65536)  # noqa: B019 - one model per run
     def _plan(self, coll: str, size: float, n: int, tkey: bytes, peer_bytes: tuple[float, ...],
               algorithm: str) -> alg.WirePlan:
-        tidx = np.frombuffer(tkey, dtype=np.int64).reshape(n, n)
-        plane = self.cfg.plane
         if n == 1:
             return alg.WirePlan(algorithm=algorithm, steps=0, latency_s=0.0)
-        if algorithm == "hccl":
-            choice = self.hccl_choice(coll, size, tidx)
-            return hier.hccl_plan(choice, coll, size, tidx, self.fabric, plane, peer_bytes)
-        if algorithm == "hierarchical" and coll in ("allreduce", "allgather", "reducescatter", "broadcast"):
-            c = self.hccl_choice(coll, size, tidx, rules=False)
-            return hier.hccl_plan(c, coll, size, tidx, self.fabric, plane, peer_bytes)
-        if algorithm == "rhd" and coll in ("allreduce", "allgather", "reducescatter") and n & (n - 1) == 0:
-            return alg.rhd(coll, n, size, tidx, self.fabric, plane)
-        if algorithm in ("ring", "rhd") and coll in ("allreduce", "allgather", "reducescatter", "broadcast"):
-            return alg.ring(coll, n, size, tidx, self.fabric, plane)
-        if algorithm in ("ring", "pairwise"):
-            return alg.pairwise(coll, n, size, tidx, self.fabric, plane, peer_bytes)
-        if algorithm == "mesh":
-            return alg.fullmesh(coll, n, size, tidx, self.fabric, plane, peer_bytes,
-                                steps_per_exchange=n - 1, algorithm="mesh")
-        return alg.fullmesh(coll, n, size, tidx, self.fabric, plane, peer_bytes)
+        tidx = np.frombuffer(tkey, dtype=np.int64).reshape(n, n)
+        return FAMILIES[Algorithm(algorithm)].plan(self, coll, size, tidx, peer_bytes)
 
     def hccl_choice(self, coll: str, size: float, tidx: np.ndarray, rules: bool = True) -> hier.HcclChoice:
         """HCCL's selection on A3 for this op on a communicator (tier matrix): server split from
