@@ -349,12 +349,6 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     if lib.data_path == DataPath.staged and not lib.comm_buffer_MiB > 0:
         raise ConfigError(f"{where}.comm_buffer_MiB", f"must be positive, got {lib.comm_buffer_MiB}",
                           "staged libraries need a comm buffer")
-    if lib.mover == Mover.sdma and fab.die.sdma.engines <= 0:
-        raise ConfigError(f"{where}.mover", f"fabric '{fab.name}' has no SDMA engines",
-                          "use mover=vector_cores or a fabric with fabric.die.sdma.engines > 0")
-    if lib.mover == Mover.sdma and lib.trigger.value not in fab.die.sdma.launch_us:
-        raise ConfigError(f"{where}.trigger", f"no SDMA launch cost for trigger '{lib.trigger.value}'",
-                          f"add fabric.die.sdma.launch_us.{lib.trigger.value}")
     bad = [str(a) for a in lib.auto_candidates if a in (Algorithm.auto, Algorithm.pairwise)]
     if bad:
         raise ConfigError(f"{where}.auto_candidates", f"{bad} cannot be auto candidates",
@@ -406,8 +400,10 @@ def validate_expansion(name: str, lib: LibraryConfig, fab: FabricConfig) -> None
                                   f"(which moves with {mover.value}, trigger {trigger.value})",
                                   f"drop {where}.{key} or set {where}.expansion_mode=custom")
     if mover == Mover.sdma and fab.die.sdma.engines <= 0:
-        raise ConfigError(f"{where}.expansion_mode", f"expansion_mode={mode.value} moves data with SDMA but "
-                          f"fabric '{fab.name}' has none", "use expansion_mode=aiv or a fabric with SDMA engines")
+        key = "mover" if mode == ExpansionMode.custom else "expansion_mode"  # whichever chose SDMA
+        raise ConfigError(f"{where}.{key}", f"{key}={getattr(lib, key).value} moves data with SDMA but "
+                          f"fabric '{fab.name}' has no SDMA engines",
+                          "use mover=vector_cores (expansion_mode=aiv) or a fabric with fabric.die.sdma.engines > 0")
     if mover == Mover.sdma and trigger.value not in fab.die.sdma.launch_us:
         raise ConfigError(f"{where}.trigger", f"no SDMA launch cost for trigger '{trigger.value}'",
                           f"add fabric.die.sdma.launch_us.{trigger.value}")

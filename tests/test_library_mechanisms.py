@@ -9,8 +9,11 @@ import pytest
 from helpers import make_library
 
 from stratacl.comm import partition
+from stratacl.comm.datapath import DATA_PATHS
+from stratacl.comm.families import FAMILIES
 from stratacl.comm.library import DEFAULT_UNIT_KiB, staging_bytes
-from stratacl.config import Algorithm, DataPath, ExpansionMode, Mover, Partitioning
+from stratacl.comm.movers import MOVERS
+from stratacl.config import Algorithm, DataPath, ExpansionMode, Mover, Partitioning, RegistrationMechanism
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
 from stratacl.trace import Trace
@@ -28,6 +31,28 @@ def test_staging_traffic_allgather_is_one_plus_n_times_m() -> None:
     n, m = 32, 1000.0
     cin, cout = staging_bytes("allgather", n * m, n)
     assert cin + cout == pytest.approx((1 + n) * m)
+
+
+def test_every_mechanism_choice_has_its_class() -> None:
+    assert set(DATA_PATHS) == set(DataPath) and set(MOVERS) == set(Mover) and set(FAMILIES) == set(Algorithm)
+    assert all(DATA_PATHS[k].kind == k for k in DataPath) and all(MOVERS[k].kind == k for k in Mover)
+
+
+@pytest.mark.parametrize(("path", "mechanism"), [
+    (DataPath.staged, RegistrationMechanism.none), (DataPath.pool, RegistrationMechanism.none),
+    (DataPath.jit_register, RegistrationMechanism.jit), (DataPath.on_alloc, RegistrationMechanism.on_alloc)])
+def test_what_each_data_path_holds_and_registers(cm384, path, mechanism) -> None:  # noqa: ANN001
+    """Staged: two 200 MiB CCL buffers per communicator (HCCL_BUFFSIZE) and nothing registered at
+    run time; pool: its 1.72 GB outside the allocator, expandable segments off; JIT / on-alloc:
+    nothing held, their registration listening to the allocator."""
+    lib = make_library(cm384, "hccl", data_path=path, comm_buffer_MiB=200.0, comm_buffers=2, pool_GB=1.72)
+    assert lib.user_buffer_registration is mechanism
+    staged, pool = path == DataPath.staged, path == DataPath.pool
+    assert lib.held_memory_bytes(3) == (3 * 2 * 200 * 2**20 if staged else 1.72e9 if pool else 0.0)
+    assert lib.forces_expandable_segments_off == pool
+    die = lib.die_memory(64e9, peers=15)
+    assert (die.jit is not None, die.on_alloc is not None) == (mechanism == RegistrationMechanism.jit,
+                                                                mechanism == RegistrationMechanism.on_alloc)
 
 
 def test_staged_payload_larger_than_buffer_runs_in_rounds(cm384) -> None:  # noqa: ANN001
