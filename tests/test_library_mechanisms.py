@@ -13,7 +13,14 @@ from stratacl.comm.datapath import DATA_PATHS
 from stratacl.comm.families import FAMILIES
 from stratacl.comm.library import DEFAULT_UNIT_KiB, staging_bytes
 from stratacl.comm.movers import MOVERS
-from stratacl.config import Algorithm, DataPath, ExpansionMode, Mover, Partitioning, RegistrationMechanism
+from stratacl.config import (
+    Algorithm,
+    DataPath,
+    ExpansionMode,
+    Mover,
+    Partitioning,
+    RegistrationMechanism,
+)
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
 from stratacl.trace import Trace
