@@ -6,7 +6,7 @@ import copy
 
 import numpy as np
 import pytest
-from helpers import make_library
+from helpers import compose_run, make_library
 
 from stratacl.comm import partition
 from stratacl.comm.datapath import DATA_PATHS
@@ -348,3 +348,34 @@ def test_policy_refines_units_only_when_it_shortens_the_makespan() -> None:
     # the per-stripe cap: a peer's units spread over more than fanout_cap cores over the op
     one = partition.balanced([partition.PeerWork(64e6, 1e-6, 7.76e9)], 24, [256 * 1024], 4)
     assert sum(x > 0 for x in one.loads_s) == 24 and one.spread <= 1 / 10  # ≈ 10 units per core
+
+
+# ------------------------------------------------------------------ families and movers
+@pytest.mark.parametrize(("n", "algorithm", "steps"), [(8, "rhd", 2 * 3), (6, "ring", 2 * 5)])
+def test_rhd_halves_on_powers_of_two_and_rings_otherwise(cm384, n, algorithm, steps) -> None:  # noqa: ANN001
+    """Recursive halving-doubling allreduce: 2·log2(n) steps on 8 ranks; on 6 ranks (no halving)
+    HCCL runs the ring: 2(n−1) steps."""
+    lib = make_library(cm384, "hccl", data_path=DataPath.pool, algorithm=Algorithm.rhd)
+    plan = lib.wire_plan("allreduce", 2**20, tuple(range(n)))
+    assert (plan.algorithm, plan.steps) == (algorithm, steps)
+
+
+def test_pairwise_libraries_reduce_on_a_ring(cm384) -> None:  # noqa: ANN001
+    """Pairwise exchange has no reduction: a pairwise library's allreduce is the ring's, its
+    all-to-all n−1 pairwise steps."""
+    pw = make_library(cm384, "hccl", data_path=DataPath.pool, algorithm=Algorithm.pairwise)
+    ring = make_library(cm384, "hccl", data_path=DataPath.pool, algorithm=Algorithm.ring)
+    g = tuple(range(8))
+    assert pw.chosen_algorithm("allreduce", 2**22, g) == "ring"
+    assert pw.collective_phases("allreduce", 2**22, g) == ring.collective_phases("allreduce", 2**22, g)
+    assert pw.wire_plan("alltoall", 2**22, g).steps == 7
+
+
+def test_the_sdma_mover_is_bounded_by_its_engines(cm384) -> None:  # noqa: ANN001
+    """With 16 engines at 0.5 GB/s (8 GB/s per die) an allgather between the two dies of one
+    package (S/2 each way) takes at least S/2 / 8 GB/s — far above the die link's time."""
+    fab = Fabric(compose_run(["fabric.die.sdma.engine_GBps=0.5"]).fabric)
+    lib = make_library(fab, "stratacl", data_path=DataPath.pool)
+    size = 2**28
+    t = sum(p.standalone_s() for p in lib.collective_phases("allgather", size, (0, 1)))
+    assert fab.sdma_Bps == 8e9 and t == pytest.approx(size / 2 / 8e9, rel=0.05)
