@@ -22,21 +22,25 @@ if TYPE_CHECKING:
 
 RINGS = ("allreduce", "allgather", "reducescatter", "broadcast")  # collectives a ring runs
 HALVING = ("allreduce", "allgather", "reducescatter")  # collectives recursive halving-doubling runs
+Tiers = np.ndarray  # a communicator's n×n tier-index matrix
+Peers = tuple[float, ...]  # an exchange's n×n per-peer bytes (empty: uniform)
+Plan = alg.WirePlan
 
 
 class AlgorithmFamily:
     kind: ClassVar[Algorithm]
+    exchanges_run: ClassVar[str] = "pairwise"  # the plan an all-to-all-style exchange runs
+    reductions_run: ClassVar[str] = ""  # the plan the other collectives run ("" = this family's)
 
     def __init__(self, cfg: LibraryConfig) -> None:
         self.cfg = cfg
 
     def candidates(self, coll: str) -> list[str]:
         """Plans the library may run for `coll` (families by name), fastest first on ties."""
-        return ["pairwise"] if coll in EXCHANGES else [self.kind.value]
+        return [self.exchanges_run] if coll in EXCHANGES else [self.reductions_run or self.kind.value]
 
     @staticmethod
-    def plan(lib: LibraryModel, coll: str, size: float, tidx: np.ndarray,
-             peer_bytes: tuple[float, ...]) -> alg.WirePlan:
+    def plan(lib: LibraryModel, coll: str, size: float, tidx: Tiers, peer_bytes: Peers) -> Plan:
         """The wire plan of `coll` on the communicator of tier matrix `tidx` (two ranks or more)."""
         n = tidx.shape[0]
         return alg.fullmesh(coll, n, size, tidx, lib.fabric, lib.cfg.plane, peer_bytes)
@@ -46,8 +50,7 @@ class Ring(AlgorithmFamily):
     kind = Algorithm.ring
 
     @staticmethod
-    def plan(lib: LibraryModel, coll: str, size: float, tidx: np.ndarray,
-             peer_bytes: tuple[float, ...]) -> alg.WirePlan:
+    def plan(lib: LibraryModel, coll: str, size: float, tidx: Tiers, peer_bytes: Peers) -> Plan:
         n = tidx.shape[0]
         if coll in RINGS:
             return alg.ring(coll, n, size, tidx, lib.fabric, lib.cfg.plane)
@@ -56,13 +59,10 @@ class Ring(AlgorithmFamily):
 
 class Pairwise(AlgorithmFamily):
     kind = Algorithm.pairwise
-
-    def candidates(self, coll: str) -> list[str]:
-        return ["pairwise"] if coll in EXCHANGES else ["ring"]
+    reductions_run = "ring"  # pairwise exchange has no reduction
 
     @staticmethod
-    def plan(lib: LibraryModel, coll: str, size: float, tidx: np.ndarray,
-             peer_bytes: tuple[float, ...]) -> alg.WirePlan:
+    def plan(lib: LibraryModel, coll: str, size: float, tidx: Tiers, peer_bytes: Peers) -> Plan:
         return alg.pairwise(coll, tidx.shape[0], size, tidx, lib.fabric, lib.cfg.plane, peer_bytes)
 
 
@@ -70,8 +70,7 @@ class Rhd(AlgorithmFamily):
     kind = Algorithm.rhd
 
     @staticmethod
-    def plan(lib: LibraryModel, coll: str, size: float, tidx: np.ndarray,
-             peer_bytes: tuple[float, ...]) -> alg.WirePlan:
+    def plan(lib: LibraryModel, coll: str, size: float, tidx: Tiers, peer_bytes: Peers) -> Plan:
         n = tidx.shape[0]
         if coll in HALVING and n & (n - 1) == 0:
             return alg.rhd(coll, n, size, tidx, lib.fabric, lib.cfg.plane)
@@ -84,8 +83,7 @@ class Mesh(AlgorithmFamily):
     kind = Algorithm.mesh
 
     @staticmethod
-    def plan(lib: LibraryModel, coll: str, size: float, tidx: np.ndarray,
-             peer_bytes: tuple[float, ...]) -> alg.WirePlan:
+    def plan(lib: LibraryModel, coll: str, size: float, tidx: Tiers, peer_bytes: Peers) -> Plan:
         n = tidx.shape[0]
         return alg.fullmesh(coll, n, size, tidx, lib.fabric, lib.cfg.plane, peer_bytes,
                             steps_per_exchange=n - 1, algorithm="mesh")
@@ -93,22 +91,17 @@ class Mesh(AlgorithmFamily):
 
 class FullMesh(AlgorithmFamily):
     kind = Algorithm.fullmesh
-
-    def candidates(self, coll: str) -> list[str]:
-        return ["fullmesh"]
+    exchanges_run = "fullmesh"
 
 
 class Hccl(AlgorithmFamily):
     """HCCL's own A3 selection (hierarchical.py) for every collective."""
 
     kind = Algorithm.hccl
-
-    def candidates(self, coll: str) -> list[str]:
-        return ["hccl"]
+    exchanges_run = "hccl"
 
     @staticmethod
-    def plan(lib: LibraryModel, coll: str, size: float, tidx: np.ndarray,
-             peer_bytes: tuple[float, ...]) -> alg.WirePlan:
+    def plan(lib: LibraryModel, coll: str, size: float, tidx: Tiers, peer_bytes: Peers) -> Plan:
         choice = lib.hccl_choice(coll, size, tidx)
         return hier.hccl_plan(choice, coll, size, tidx, lib.fabric, lib.cfg.plane, peer_bytes)
 
@@ -118,13 +111,10 @@ class Hierarchical(AlgorithmFamily):
     HCCL selects them."""
 
     kind = Algorithm.hierarchical
-
-    def candidates(self, coll: str) -> list[str]:
-        return ["hccl"] if coll in EXCHANGES else ["hierarchical"]
+    exchanges_run = "hccl"
 
     @staticmethod
-    def plan(lib: LibraryModel, coll: str, size: float, tidx: np.ndarray,
-             peer_bytes: tuple[float, ...]) -> alg.WirePlan:
+    def plan(lib: LibraryModel, coll: str, size: float, tidx: Tiers, peer_bytes: Peers) -> Plan:
         if coll not in RINGS:
             return AlgorithmFamily.plan(lib, coll, size, tidx, peer_bytes)
         choice = lib.hccl_choice(coll, size, tidx, rules=False)
