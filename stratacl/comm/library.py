@@ -9,13 +9,15 @@ of phases:
   communicator's buffers (HBM traffic) in rounds of the buffer size, each round re-running the
   algorithm's synchronised steps, optionally pipelined in chunks; `jit_register` / `on_alloc`
   register user buffers (registration.py); `pool` neither copies nor registers but holds HBM.
-- algorithm: ring / HCCL mesh / one-step full-mesh / pairwise (algorithms.py), `auto` = the
-  fastest of them for this size and group on an idle fabric.
+- algorithm family (families.py, one class per `Algorithm`): ring / rhd / mesh / one-step
+  full-mesh / pairwise (algorithms.py), HCCL's own selection (hierarchical.py), `auto` = the
+  fastest candidate for this size and group on an idle fabric.
 - mover (movers.py, one class per `Mover`): `vector_cores` hold `comm_cores` cores for the
   transfer, which cannot finish before the cores' makespan under the partitioning (partition.py);
   `sdma` moves data on DMA engines, cores held only while a device trigger writes descriptors
-  (sdma.py). `expansion_mode` (HCCL's AI_CPU / AIV) picks mover and trigger. Staging copies run on the op's mover: SDMA memcpy tasks for SDMA
-  movers, the comm kernel's own vector cores otherwise; both load HBM.
+  (sdma.py). `expansion_mode` (HCCL's AI_CPU / AIV) picks mover and trigger. Staging copies run
+  on the op's mover: SDMA memcpy tasks for SDMA movers, the comm kernel's own vector cores
+  otherwise; both load HBM.
 - stream core limits: a comm kernel on a limited stream holds at most the stream's vector cores.
 
 `LibraryRuntime` carries per-replay state (registrations) so the same trace replays per library.
@@ -285,8 +287,8 @@ class LibraryModel:
         fab = self.fabric
         min_t = nbytes / (self.cfg.copy_GBps * 1e9) if self.cfg.copy_GBps > 0 else 0.0
         extra, holds = self.mover_model.copy_resources(nbytes, cores)
-        return Phase("copy", loads=(("all", R["hbm"], 2 * nbytes / fab.hbm_Bps), *extra), holds=holds, min_time_s=min_t,
-                     hbm_bytes=2 * nbytes * n, copy_bytes=nbytes * n)
+        return Phase("copy", loads=(("all", R["hbm"], 2 * nbytes / fab.hbm_Bps), *extra), holds=holds,
+                     min_time_s=min_t, hbm_bytes=2 * nbytes * n, copy_bytes=nbytes * n)
 
     def kernel_cores(self, cores: int | None) -> int:
         """Vector cores a comm kernel holds: `comm_cores`, or fewer under a stream limit `cores`."""
