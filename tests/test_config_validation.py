@@ -86,6 +86,7 @@ def test_out_of_range_numbers_name_their_field(overrides: list[str], field: str)
     ("library.hccl.plane=nvlnk", "library.hccl.plane"),
     ("fabric.fidelity=packet", "fabric.fidelity"),
     ("fabric.switch.routing=ecmp", "fabric.switch.routing"),
+    ("+library.hccl.hccl_algo.allreduce=tree", "library.hccl.hccl_algo.allreduce"),
     ("library.hccl.auto_candidates=[ring,tree]", "library.hccl.auto_candidates"),
 ])
 def test_unknown_choices_fail_at_compose_time(override: str, key: str) -> None:

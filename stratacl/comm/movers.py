@@ -11,6 +11,7 @@ trigger, AIV = vector cores).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar
 
 from stratacl.comm import algorithms as alg
@@ -26,23 +27,23 @@ Loads = list[tuple[str, int, float]]
 Holds = tuple[tuple[str, int, float], ...]
 
 
-class MoverModel:
+class MoverModel(ABC):
     kind: ClassVar[Mover]
 
     def __init__(self, lib: LibraryModel, trigger: Trigger) -> None:
         self.lib = lib
         self.trigger = trigger
 
+    @abstractmethod
     def copy_resources(self, nbytes: float, cores: int | None) -> tuple[Holds, Holds]:
         """(extra loads, holds) of a staging copy of `nbytes` besides its HBM traffic."""
-        raise NotImplementedError
 
+    @abstractmethod
     def transfer(self, plan: alg.WirePlan, loads: Loads, cores: int | None, phases: list[Phase],
                  sync_s: float, agent_running: bool) -> tuple[Holds, float]:
         """Append what precedes the wire phase (start-up, the algorithm's synchronised steps
         `sync_s`) to `phases` and the mover's own loads to `loads`; return the wire phase's holds
         and the least time it takes."""
-        raise NotImplementedError
 
 
 class VectorCores(MoverModel):
