@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from stratacl.config import TIER_ORDER, FabricConfig, Plane, validate_fabric, world_size
+from stratacl.config import TIER_ORDER, FabricConfig, Fidelity, Plane, validate_fabric, world_size
 from stratacl.errors import ConfigError
 from stratacl.fabric_switch import SwitchModel
 
@@ -85,11 +85,12 @@ class Fabric:
         self.cube_cores = die.cube_cores
         self.core_move_Bps = die.vector_core_move_GBps * 1e9
         self.cores_shared = die.cores_shared
+        self.graph_launch_s = die.graph_launch_us * 1e-6  # one captured graph's launch by the host
         self.sdma_Bps = die.sdma.engines * die.sdma.engine_GBps * 1e9
         self.port_Bps = {p: r * 1e9 for p, r in cfg.port_GBps.items()}
         self.fidelity = cfg.fidelity
         self.switch = SwitchModel(cfg.switch, self.dies_per_node, self.port_Bps.get("ub", 0.0)) \
-            if cfg.fidelity == "switch" else None
+            if cfg.fidelity == Fidelity.switch else None
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
         # SDMA submission: seconds to write one descriptor per trigger, bytes one descriptor moves,
         # engine start-up after the first doorbell (stratacl/comm/sdma.py)

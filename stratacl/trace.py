@@ -21,10 +21,13 @@ import numpy as np
 from stratacl.errors import TraceError
 
 KINDS = ("compute", "collective", "p2p", "memcpy")
+# the collective vocabulary (Op.coll): the library lowering, the config checks and the workloads
+# import it from here
 COLLECTIVES = (
     "allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "broadcast", "dispatch",
     "combine",
 )
+EXCHANGES = ("alltoall", "alltoallv", "dispatch", "combine")  # every rank sends its own part to every peer
 # kernel kinds: cube-only (matmul on AIC), vector-only (AIV) or mixed (each block pairs one AIC
 # with its AIVs, e.g. fused attention); stratacl/compute.py prices them on the die's core groups
 CORES = ("cube", "vector", "mixed")

@@ -16,7 +16,7 @@ trace has buffers and the ops that allocate them, not addresses.
 
 from __future__ import annotations
 
-from stratacl.config import DataPath, LibraryConfig
+from stratacl.config import LibraryConfig
 from stratacl.memory.on_alloc import RegistrationOnAllocation
 from stratacl.memory.registration_cache import JitRegistrationCache, RegistrationCost
 from stratacl.trace import REGISTERED
@@ -30,11 +30,13 @@ def library_registration_cost(cfg: LibraryConfig) -> RegistrationCost:
 class RegistrationState:
     """One replay's registration state: the library's mechanism, keyed by buffer name."""
 
-    def __init__(self, cfg: LibraryConfig, buffers: dict[str, tuple[int, ...]]) -> None:
+    def __init__(self, listeners: dict[str, object], buffers: dict[str, tuple[int, ...]]) -> None:
+        """`listeners`: the data path's mechanism objects (`DataPathModel.allocator_listeners`,
+        the same the allocator side attaches), here driven by buffer name."""
         self.buffers = buffers  # name -> allocating op ids (-1: before the trace)
-        cost = library_registration_cost(cfg)
-        self.jit = JitRegistrationCache(cost, 0) if cfg.data_path == DataPath.jit_register else None
-        self.on_alloc = RegistrationOnAllocation(cost, 0) if cfg.data_path == DataPath.on_alloc else None
+        jit, on_alloc = listeners.get("jit"), listeners.get("on_alloc")
+        self.jit = jit if isinstance(jit, JitRegistrationCache) else None
+        self.on_alloc = on_alloc if isinstance(on_alloc, RegistrationOnAllocation) else None
         self._alloc_time: dict[int, float] = {}
         self._alloc_ops = {op for ops in buffers.values() for op in ops if op >= 0}
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.trace import REGISTERED, Trace
-from stratacl.workload_api import RunContext
+from stratacl.workload_api import RegistrationMechanism, RunContext
 from workloads.common.cost import Cost
 from workloads.common.kernels import (
     INFERENCE_FUSED,
@@ -108,7 +108,7 @@ class IterationModel:
         lib = self.ctx.libraries[library]
         if key[-1] and not lib.cost_depends_on_mapping:
             key = (*key[:-1], False)  # a remap costs nothing to a library that does not care
-        if jit_miss <= 0 or lib.user_buffer_registration != "jit":
+        if jit_miss <= 0 or lib.user_buffer_registration != RegistrationMechanism.jit:
             return self._stats_of(library, (*key, 0))
         # the misses go into the trace as whole registrations; between two miss counts the
         # iteration is interpolated (each miss adds one registration on its collective's path)

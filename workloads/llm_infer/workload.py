@@ -12,7 +12,7 @@ from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
 from stratacl.metrics import percentile
 from stratacl.schemas.llm_infer import LlmInferConfig
-from stratacl.workload_api import RunContext, WorkloadResult
+from stratacl.workload_api import RegistrationMechanism, RunContext, WorkloadResult
 from workloads.common.model import model_costs
 from workloads.common.routing import expert_weights
 from workloads.llm_infer.capacity import population, slo_capacity
@@ -111,7 +111,7 @@ class Serving:
               until_s: float | None = None) -> tuple[ServingSim, list[ServingDie]]:
         ctx, cfg = self.ctx, self.cfg
         lib = ctx.libraries[library]
-        registers = lib.user_buffer_registration != "none"
+        registers = lib.user_buffer_registration != RegistrationMechanism.none
         pre, dec = self.dies(library, "prefill", registers), self.dies(library, "decode", registers)
         kv = dec[0].plan.kv
         biggest = self.kv_tok * float((reqs.input_tokens + reqs.output_tokens).max()) if len(reqs) else 0.0
