@@ -39,9 +39,10 @@ def cases() -> list[tuple[str, list[str], bool]]:
 
 def run_case(out: Path, name: str, overrides: list[str], multirun: bool) -> float:
     target = out / name
-    cmd = [sys.executable, "-m", "stratacl.run", *overrides, "output.progress=false"]
+    cmd = [sys.executable, "-m", "stratacl.run", *(["--multirun"] if multirun else []), *overrides,
+           "output.progress=false"]
     if multirun:
-        cmd += ["--multirun", f"hydra.sweep.dir={target}"]
+        cmd += [f"hydra.sweep.dir={target}"]
     else:
         cmd += [f"hydra.run.dir={target}"]
     t0 = time.perf_counter()

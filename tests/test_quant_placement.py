@@ -137,7 +137,7 @@ def test_allocator_weights_agree_with_the_closed_form(quant: str) -> None:
     st = ServingTensors(mc, 32, 7168)
     closed = weight_bytes_per_die(mc, 32)
     attn_fmt = mc.formats.bytes("attention_weights", mc.dtype_bytes)
-    lay = mc._layout
+    lay = mc.layout
     norms = sum(p.numel() for a in lay.attention for n, p in rep_layer(st.shard, lay.reps[a]).self_attn.named_parameters()
                 if "norm" in n)
     assert norms == 61 * (1536 + 512)
