@@ -27,7 +27,6 @@ import pandas as pd
 from stratacl.errors import ConfigError
 from stratacl.metrics import union_length
 from stratacl.schemas.interference import InterferenceConfig
-from stratacl.schemas.llm_train import LlmTrainConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.kernels import Kernel, add_kernels, apply_stream_limits, split, stream_limits
@@ -47,10 +46,7 @@ class LayerWork:
 
 def layer_work(cfg: InterferenceConfig) -> LayerWork:
     layout = Layout(cfg.dies, cfg.fsdp, cfg.tp, cfg.ep)
-    tcfg = LlmTrainConfig(model=cfg.model, num_layers=cfg.num_layers, model_overrides=dict(cfg.model_overrides),
-                          dies=cfg.dies, fsdp=cfg.fsdp, tp=cfg.tp, ep=cfg.ep, global_batch=cfg.global_batch,
-                          seq_len=cfg.seq_len, dtype_bytes=cfg.dtype_bytes)
-    plan = build_plan(tcfg, layout)
+    plan = build_plan(cfg, layout)
     decoders = [u for u in plan.units if u.decoder]
     if not -len(decoders) <= cfg.layer < len(decoders):
         raise ConfigError("workload.layer", f"layer {cfg.layer} outside the model's {len(decoders)} decoder layers",

@@ -8,7 +8,7 @@ from enum import StrEnum
 from hydra.core.config_store import ConfigStore
 
 from stratacl.schemas.base import WorkloadConfig, knob
-from stratacl.schemas.model import ModelRef  # re-exported: the shared model reference
+from stratacl.schemas.model import ModelRef, QuantPreset  # ModelRef re-exported: the shared model reference
 
 
 class Arrival(StrEnum):
@@ -164,7 +164,7 @@ class LlmInferConfig(WorkloadConfig):
     mode: ServingMode = ServingMode.serve
     fixed: FixedShapeConfig = field(default_factory=FixedShapeConfig)
     # served W8A8 as on Ascend (conf/workload/llm_infer.yaml; workloads/common/quant.py)
-    model: ModelRef = field(default_factory=lambda: ModelRef(quant="w8a8"))
+    model: ModelRef = field(default_factory=lambda: ModelRef(quant=QuantPreset.w8a8))
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     requests: RequestsConfig = field(default_factory=RequestsConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

@@ -26,6 +26,7 @@ from functools import lru_cache
 
 import torch
 
+from workloads.common.quant import weight_class
 from workloads.modelcost import ModelCosts
 from workloads.modelcost.fakemodel import base_model, rep_layer
 
@@ -126,24 +127,22 @@ def _weights(mc: ModelCosts, shard: torch.nn.Module) -> tuple[tuple[int, bool], 
     declares (some FP32: DeepSeek-V4's hyper-connection mixing, norms, attention sinks)."""
     layout = mc.layout
     f = lambda p, cls: _nbytes(p, mc, cls)  # noqa: E731
-    out = [(f(p, "embedding"), False) for p in base_model(shard).embed_tokens.parameters()]
+    out = [(f(p, weight_class("embedding")), False) for p in base_model(shard).embed_tokens.parameters()]
     for attention, ffn in zip(layout.attention, layout.ffn, strict=True):
         a = rep_layer(shard, layout.reps[attention])
         fl = rep_layer(shard, layout.reps[ffn])
-        out += [(f(p, None if "norm" in n else "attention_weights"), False) for n, p in a.named_parameters()
+        out += [(f(p, None if "norm" in n else weight_class(attention)), False) for n, p in a.named_parameters()
                 if not n.startswith("mlp.")]
         for n, p in fl.mlp.named_parameters():
             if n.startswith("gate."):  # the router, a projection held in the model's dtype: transformers
                 # declares DeepSeek-V3's FP32 (_keep_in_fp32_modules_strict), but the checkpoint stores
                 # it BF16 and vLLM's GateLinear (a ReplicatedLinear) keeps the model's dtype
                 out.append((p.numel() * mc.dtype_bytes, False))
-            elif ffn == "moe":
-                out.append((f(p, "expert_weights"), n.startswith(("experts.", "shared_experts."))))
             else:
-                out.append((f(p, "dense_weights"), False))
+                out.append((f(p, weight_class(ffn)), ffn == "moe" and n.startswith(("experts.", "shared_experts."))))
     out += [(f(p, None), False) for n, p in base_model(shard).named_parameters()
             if not n.startswith(("layers.", "embed_tokens."))]
-    out += [(f(p, "embedding"), False) for p in shard.lm_head.parameters()]
+    out += [(f(p, weight_class("lm_head")), False) for p in shard.lm_head.parameters()]
     return tuple((b, e) for b, e in out if b > 0)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_train import LlmTrainConfig
+from stratacl.schemas.llm_train import TrainStepConfig
 from stratacl.schemas.model import ModelRef
 from workloads.common.model import model_costs as load_model_costs
 from workloads.common.routing import RoutingModel
@@ -26,7 +26,7 @@ from .layout import Layout
 _PROBE = RoutingModel("zipf", skew=1.0, seed=0)  # any skew works: it only has to change row counts
 
 
-def model_ref(cfg: LlmTrainConfig) -> ModelRef:
+def model_ref(cfg: TrainStepConfig) -> ModelRef:
     """The workload's flat model keys as the shared model reference."""
     overrides = dict(cfg.model_overrides)
     if cfg.num_layers:
@@ -35,14 +35,14 @@ def model_ref(cfg: LlmTrainConfig) -> ModelRef:
                     quant=cfg.quant)
 
 
-def model_costs(cfg: LlmTrainConfig) -> tuple[ModelCosts, ModelCosts]:
+def model_costs(cfg: TrainStepConfig) -> tuple[ModelCosts, ModelCosts]:
     """(uniform-routing costs, Zipf-probe costs) for the configured model, cached per process."""
     ref = model_ref(cfg)
     fields = {"field": "workload.model_overrides", "preset_field": "workload.model", "quant_field": "workload.quant"}
     return load_model_costs(ref, **fields), load_model_costs(ref, routing=_PROBE, **fields)
 
 
-def tokens_per_tp_group(cfg: LlmTrainConfig) -> int:
+def tokens_per_tp_group(cfg: TrainStepConfig) -> int:
     if cfg.global_batch % cfg.fsdp:
         raise ConfigError("workload.global_batch", f"{cfg.global_batch} sequences do not split over "
                           f"fsdp={cfg.fsdp} data-parallel ranks", "use a multiple of workload.fsdp")
@@ -52,7 +52,7 @@ def tokens_per_tp_group(cfg: LlmTrainConfig) -> int:
     return tokens
 
 
-def build_plan(cfg: LlmTrainConfig, layout: Layout) -> ModelPlan:
+def build_plan(cfg: TrainStepConfig, layout: Layout) -> ModelPlan:
     mc, probe = model_costs(cfg)
     try:
         return _build(cfg, layout, mc, probe)
@@ -60,7 +60,7 @@ def build_plan(cfg: LlmTrainConfig, layout: Layout) -> ModelPlan:
         raise ConfigError("workload.tp", str(exc), "choose tp/ep dividing the model's heads and experts") from None
 
 
-def _build(cfg: LlmTrainConfig, layout: Layout, mc: ModelCosts, probe: ModelCosts) -> ModelPlan:
+def _build(cfg: TrainStepConfig, layout: Layout, mc: ModelCosts, probe: ModelCosts) -> ModelPlan:
     tp = layout.tp
     ep = layout.ep
     info = mc.moe_info()

@@ -11,7 +11,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from transformers import PretrainedConfig
 
 from workloads.common.cost import Cost
-from workloads.common.quant import Formats
+from workloads.common.quant import Formats, TensorClass, weight_class
 from workloads.common.routing import RoutingModel
 
 from .attention import ATTENTION_KEY, ATTENTION_MODES, CoreCost, core_cost
@@ -271,20 +271,20 @@ class ModelCosts:
         """(all shard weight bytes, bytes a fused kernel reads: only experts that get rows), each
         weight class in its format (`self.formats`)."""
         shard = self.shard_model(tp, ep)
-        r = self._ratio
+        r = self._ratio(weight_class(layer_type))
         if layer_type == "embedding":
-            b = int(_param_bytes(base_model(shard).embed_tokens) * r("embedding"))
+            b = int(_param_bytes(base_model(shard).embed_tokens) * r)
             return b, b
         if layer_type == "lm_head":
-            b = int(_param_bytes(shard.lm_head) * r("embedding")) + _param_bytes(base_model(shard).norm)
+            b = int(_param_bytes(shard.lm_head) * r) + _param_bytes(base_model(shard).norm)
             return b, b
         layer = rep_layer(shard, self._layout.reps[layer_type])
         if layer_type.startswith("attention"):
-            b = int(_param_bytes(layer.self_attn) * r("attention_weights"))
+            b = int(_param_bytes(layer.self_attn) * r)
             return b, b
         total = _param_bytes(layer.mlp)
         if not is_moe(layer.mlp):
-            b = int(total * r("dense_weights"))
+            b = int(total * r)
             return b, b
         experts = _param_bytes(layer.mlp.experts)
         shared_mod = getattr(layer.mlp, "shared_experts", None) or getattr(layer.mlp, "shared_expert", None)
@@ -292,9 +292,8 @@ class ModelCosts:
         rest = total - experts - shared  # router (and its bias) stays in the model's dtype
         e_local = layer.mlp.experts.gate_up_proj.shape[0]
         hit = e_local * (1.0 - (1.0 - 1.0 / e_local) ** expert_rows)
-        re = r("expert_weights")
-        return (int(rest + (experts + shared) * re),
-                int(rest + shared * re + experts * re * hit / e_local))
+        return (int(rest + (experts + shared) * r),
+                int(rest + shared * r + experts * r * hit / e_local))
 
     def _ratio(self, cls: str) -> float:
         return self.formats.ratio(cls, self.dtype_bytes)
@@ -302,28 +301,25 @@ class ModelCosts:
     def weight_bytes_by_role(self, tp: int = 1, ep: int = 1) -> dict[str, float]:
         """Weight bytes per role on one TP/EP shard, each role in its class's format (norms and
         router stay in the model's dtype)."""
-        cls = {"embedding": "embedding", "lm_head": "embedding", "attention": "attention_weights",
-               "dense_mlp": "dense_weights", "moe_experts": "expert_weights", "shared_experts": "expert_weights"}
         out = {}
         for role, v in self.param_counts(tp=tp, ep=ep).items():
-            b = self.formats.bytes(cls[role], self.dtype_bytes) if role in cls else float(self.dtype_bytes)
+            cls = weight_class(role)
+            b = self.formats.bytes(cls, self.dtype_bytes) if cls else float(self.dtype_bytes)
             out[role] = float(v["per_tp_ep_shard"]) * b
         return out
 
     def matmul_formats(self) -> dict[str, str]:
         """Format each layer type's matmuls run in (its projections; the attention core is
-        `ATTENTION_CORE_FORMAT`): picks the die's cube peak."""
+        `ATTENTION_CORE_FORMAT`): picks the die's cube peak. The embedding gather and the LM head
+        run in the embedding's own format."""
         f = self.formats
         out = {}
         for t in self.layer_types():
-            if t.startswith("attention"):
-                out[t] = f.matmul("attention_weights")
-            elif t == "moe":
-                out[t] = f.matmul("expert_weights")
-            elif t == "dense_mlp":
-                out[t] = f.matmul("dense_weights")
-            else:  # embedding gather, LM head in the embedding format
-                out[t] = "bf16" if f.native else f.embedding
+            cls = weight_class(t)
+            if cls == TensorClass.embedding:
+                out[t] = "bf16" if f.native else str(f.embedding)
+            else:
+                out[t] = str(f.matmul(cls))
         return out
 
     def costs_for_shape(
