@@ -45,7 +45,9 @@ def test_fsdp_volumes_equal_parameters_per_shard_group(small) -> None:  # noqa: 
     w = cfg.workload
     mc, _ = model_costs(w)
     counts = mc.param_counts(tp=w.tp, ep=w.ep)
-    experts = counts["moe_experts"]["per_tp_ep_shard"]
+    c = mc.cfg  # routed experts of an EP shard, closed form: E/ep experts × 3 SwiGLU matrices H × I
+    experts = mc.moe_info()["n_moe_layers"] * c.n_routed_experts // w.ep * 3 * c.hidden_size * c.moe_intermediate_size
+    assert counts["moe_experts"]["per_tp_ep_shard"] == experts
     others = sum(v["per_tp_ep_shard"] for k, v in counts.items() if k != "moe_experts")
     vol, n = _bytes_by(trace, lambda op: (op.coll, op.comm))
     # all-gather output = the unit's TP/EP-shard parameters; once in forward, once in backward

@@ -8,7 +8,10 @@ from enum import StrEnum
 from hydra.core.config_store import ConfigStore
 
 from stratacl.schemas.base import WorkloadConfig, knob
-from stratacl.schemas.model import ModelRef, QuantPreset  # ModelRef re-exported: the shared model reference
+from stratacl.schemas.model import (  # ModelRef re-exported: the shared model reference
+    ModelRef,
+    QuantPreset,
+)
 
 
 class Arrival(StrEnum):
