@@ -11,7 +11,7 @@ from stratacl.config import DataPath, ExpansionMode, Mover
 from stratacl.engine.replay import simulate
 from stratacl.schemas.interference import InterferenceConfig
 from stratacl.schemas.llm_train import TrainStepConfig
-from stratacl.schemas.model import QuantPreset
+from stratacl.schemas.model import ModelRef, QuantPreset
 from stratacl.trace import Trace
 from workloads.common.kernels import (
     INFERENCE_FUSED,
@@ -124,9 +124,9 @@ def test_interference_plans_with_every_llm_train_model_field() -> None:
     assert {f.name for f in fields(TrainStepConfig)} <= {f.name for f in fields(InterferenceConfig)}
     from workloads import interference
 
-    small = dict(dies=8, fsdp=8, tp=1, ep=1, global_batch=8, seq_len=128, num_layers=1,
-                 model="deepseek_v3", model_overrides={"first_k_dense_replace": 1})
-    plain = interference.layer_work(InterferenceConfig(**small)).unit
-    w8 = interference.layer_work(InterferenceConfig(**small, quant=QuantPreset.w8a8)).unit
+    small = dict(dies=8, fsdp=8, tp=1, ep=1, global_batch=8, seq_len=128, num_layers=1)
+    model = dict(preset="deepseek_v3", overrides={"first_k_dense_replace": 1})
+    plain = interference.layer_work(InterferenceConfig(**small, model=ModelRef(**model))).unit
+    w8 = interference.layer_work(InterferenceConfig(**small, model=ModelRef(**model, quant=QuantPreset.w8a8))).unit
     assert {s.dtype for s in plain.subs} == {"bf16"}
     assert {s.dtype for s in w8.subs} == {"int8"}

@@ -1,5 +1,5 @@
-"""The model reference workloads share (llm_infer's `workload.model`; llm_train maps its flat
-`model` / `num_layers` / `model_overrides` / `dtype_bytes` keys onto one)."""
+"""The model reference every model-measuring workload names as `workload.model` (llm_infer,
+llm_train, interference), and the vocabularies of its choices."""
 
 from __future__ import annotations
 

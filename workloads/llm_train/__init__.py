@@ -46,7 +46,7 @@ def prepare(cfg: LlmTrainConfig, fabric: Fabric) -> Prepared:
     layout = Layout(cfg.dies, cfg.fsdp, cfg.tp, cfg.ep)
     if cfg.fsdp * cfg.tp != cfg.dies:  # fail before measuring the model
         layout.check(0 if cfg.ep == 1 else cfg.ep)
-    knobs = Knobs(act_bytes=cfg.dtype_bytes, grad_bytes=cfg.grad_dtype_bytes,
+    knobs = Knobs(act_bytes=cfg.model.dtype_bytes, grad_bytes=cfg.grad_dtype_bytes,
                   master_bytes=cfg.master_dtype_bytes, state_bytes=cfg.optimizer_state_bytes,
                   optimizer_flops_per_param=cfg.optimizer_flops_per_param,
                   sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute, prefetch=cfg.prefetch)
@@ -59,7 +59,7 @@ OPS_PER_LAYER = 40  # measured: 2118 ops for DeepSeek-V3.2's 61 layers (≈ 35),
 
 def estimate(cfg: LlmTrainConfig) -> RunSize:
     """One trace per sampled iteration, each ≈ OPS_PER_LAYER ops per transformer layer."""
-    layers = cfg.num_layers or int(cfg.model_overrides.get("num_hidden_layers", MAX_MODEL_LAYERS))
+    layers = cfg.num_layers or int(cfg.model.overrides.get("num_hidden_layers", MAX_MODEL_LAYERS))
     per_trace = OPS_PER_LAYER * layers + 64
     return RunSize(trace_ops=per_trace, replayed_ops=per_trace * len(cfg.iterations))
 

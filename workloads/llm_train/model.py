@@ -27,19 +27,16 @@ _PROBE = RoutingModel("zipf", skew=1.0, seed=0)  # any skew works: it only has t
 
 
 def model_ref(cfg: TrainStepConfig) -> ModelRef:
-    """The workload's flat model keys as the shared model reference."""
-    overrides = dict(cfg.model_overrides)
-    if cfg.num_layers:
-        overrides["num_hidden_layers"] = int(cfg.num_layers)
-    return ModelRef(preset=cfg.model, overrides=overrides, dtype_bytes=cfg.dtype_bytes, attention=cfg.attention,
-                    quant=cfg.quant)
+    """The workload's model reference, cut to `num_layers` decoder layers when set."""
+    if not cfg.num_layers:
+        return cfg.model
+    return replace(cfg.model, overrides={**cfg.model.overrides, "num_hidden_layers": int(cfg.num_layers)})
 
 
 def model_costs(cfg: TrainStepConfig) -> tuple[ModelCosts, ModelCosts]:
     """(uniform-routing costs, Zipf-probe costs) for the configured model, cached per process."""
     ref = model_ref(cfg)
-    fields = {"field": "workload.model_overrides", "preset_field": "workload.model", "quant_field": "workload.quant"}
-    return load_model_costs(ref, **fields), load_model_costs(ref, routing=_PROBE, **fields)
+    return load_model_costs(ref), load_model_costs(ref, routing=_PROBE)
 
 
 def tokens_per_tp_group(cfg: TrainStepConfig) -> int:
@@ -77,7 +74,7 @@ def _build(cfg: TrainStepConfig, layout: Layout, mc: ModelCosts, probe: ModelCos
         moe_sub, moe_saved = _moe_block(mc, probe, tokens // tp, ep, n_exp, top_k, cfg.flash_attention)
         saved["moe"] = moe_saved
 
-    # the format each layer type's matmuls run in (workload.quant): forward, recompute and
+    # the format each layer type's matmuls run in (workload.model.quant): forward, recompute and
     # backward alike (DeepSeek-V3 report §3.3.1: Fprop, Dgrad and Wgrad GEMMs all in FP8; torchao
     # float8 training likewise). An attention type whose projections are quantised keeps its core
     # in bf16 (as in serving): that part is priced separately.
