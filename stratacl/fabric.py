@@ -15,7 +15,7 @@ import numpy as np
 from stratacl.config import TIER_ORDER, FabricConfig, Plane, validate_fabric, world_size
 from stratacl.errors import ConfigError
 from stratacl.fabric_switch import SwitchModel
-from stratacl.formats import NumericFormat
+from stratacl.vocab import NumericFormat
 
 # Per-die fluid resources. Ports are per direction and per plane (every plane of the Plane enum,
 # whether or not a fabric uses it: an unused port is never loaded); cores and DMA engines are held

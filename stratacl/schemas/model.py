@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from stratacl.formats import NumericFormat
 from stratacl.schemas.base import knob
+from stratacl.vocab import NumericFormat
 
 
 class AttentionKernels(StrEnum):
