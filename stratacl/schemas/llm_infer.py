@@ -12,6 +12,7 @@ from stratacl.schemas.model import (  # ModelRef re-exported: the shared model r
     ModelRef,
     QuantPreset,
 )
+from stratacl.schemas.moe import ExpertSkew
 
 
 class Arrival(StrEnum):
@@ -44,11 +45,9 @@ class LengthDist(StrEnum):
     lognormal = "lognormal"
 
 
-class RouterSkew(StrEnum):
-    """Expert popularity of the router (workloads/routing.py)."""
-
-    uniform = "uniform"
-    zipf = "zipf"
+# Expert popularity of the router (workloads/common/routing.py): the moe workload's skews but a
+# per-expert histogram
+RouterSkew = StrEnum("RouterSkew", {m.name: m.value for m in ExpertSkew if m != ExpertSkew.histogram})
 
 
 @dataclass
