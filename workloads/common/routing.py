@@ -45,8 +45,13 @@ def by_rank(per_expert: np.ndarray, ep: int) -> np.ndarray:
 
 def expert_weights(experts: int, skew: ExpertSkew | str, zipf_s: float = 1.0,
                    histogram: list[float] | None = None, seed: int = 0) -> np.ndarray:
-    skew = ExpertSkew(skew)  # the schemas' vocabulary (llm_infer's RouterSkew is a subset of it)
+    # the schemas' vocabulary (llm_infer's RouterSkew is a subset of it); direct callers get the
+    # schema's errors too
+    if skew not in tuple(ExpertSkew):
+        raise ConfigError("workload.skew", f"unknown skew '{skew}'", f"use one of {[m.value for m in ExpertSkew]}")
     if skew == ExpertSkew.zipf:
+        if zipf_s < 0:
+            raise ConfigError("workload.zipf_s", f"must be ≥ 0, got {zipf_s}")
         return zipf_shares(experts, zipf_s, np.random.default_rng(seed))
     if skew == ExpertSkew.histogram:
         if not histogram or len(histogram) != experts or sum(histogram) <= 0:
