@@ -15,6 +15,7 @@ import numpy as np
 from stratacl.config import TIER_ORDER, FabricConfig, Fidelity, Plane, validate_fabric, world_size
 from stratacl.errors import ConfigError
 from stratacl.fabric_switch import SwitchModel
+from stratacl.vocab import NumericFormat
 
 # Per-die fluid resources. Ports are per direction and per plane (every plane of the Plane enum,
 # whether or not a fabric uses it: an unused port is never loaded); cores and DMA engines are held
@@ -26,7 +27,9 @@ R = {name: i for i, name in enumerate(RESOURCES)}
 # A matmul format the die has no cube peak for runs as the hardware would: its operands are
 # widened to the next wider format (fp4 -> fp8 -> bf16, int4 -> int8 -> bf16), e.g. FP8 weights
 # on the 910C, which has no FP8 cube format, are dequantised to bf16.
-FORMAT_FALLBACK = {"fp4": "fp8", "fp8": "bf16", "int4": "int8", "int8": "bf16", "fp16": "bf16", "fp32": "bf16"}
+_F = NumericFormat
+FORMAT_FALLBACK = {k.value: v.value for k, v in {_F.fp4: _F.fp8, _F.fp8: _F.bf16, _F.int4: _F.int8, _F.int8: _F.bf16,
+                                                 _F.fp16: _F.bf16, _F.fp32: _F.bf16}.items()}
 
 
 @dataclass(frozen=True, slots=True)

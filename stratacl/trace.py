@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from stratacl.errors import TraceError
+from stratacl.vocab import MoeMode
 
 KINDS = ("compute", "collective", "p2p", "memcpy")
 # the collective vocabulary (Op.coll): the library lowering, the config checks and the workloads
@@ -34,7 +35,7 @@ CORES = ("cube", "vector", "mixed")
 # MoE dispatch/combine kernel families (DeepEP's naming): "ht" = normal/high-throughput kernels,
 # whose receivers learn a packed layout from a count exchange first; "ll" = low-latency kernels
 # with fixed per-expert receive slots (counts travel with the data)
-MOE_MODES = ("", "ht", "ll")
+MOE_MODES = ("", *(m.value for m in MoeMode))
 FORMAT_VERSION = 1
 _COMM_NAME = re.compile(r"^([A-Za-z_][\w.]*)\[(\d+)\]$")
 

@@ -158,7 +158,7 @@ def test_train_wiring_conserves_and_quant_keeps_the_flops(monkeypatch) -> None: 
     assert kinds["dense_mlp.fwd.vec"] == "vector"
     rec8 = Recorder()
     monkeypatch.setattr(train_schedule, "add_cost", rec8)
-    _, w8 = _train("workload.quant=w8a8")
+    _, w8 = _train("workload.model.quant=w8a8")
     assert_conserved(w8, rec8)
     # the format changes bytes and peaks, not the work: FLOPs per rank equal bf16's
     a, b = totals(bf16), totals(w8)
@@ -169,7 +169,7 @@ def test_train_wiring_conserves_and_quant_keeps_the_flops(monkeypatch) -> None: 
 
 def test_train_matmul_time_follows_the_format() -> None:
     fab, bf16 = _train()
-    _, w8 = _train("workload.quant=w8a8")
+    _, w8 = _train("workload.model.quant=w8a8")
     assert fab.cube_peak("int8") == pytest.approx(2 * fab.cube_peak("bf16"))  # 910C: INT8 = 2x BF16
 
     def cube_time(tr: Trace, name: str) -> tuple[float, float, str]:

@@ -82,6 +82,21 @@ def test_dispatch_payload_follows_the_activation_format() -> None:
         assert serving_tensors(costs, w, "decode").dispatch_token == round(disp), quant
 
 
+def test_each_layer_type_takes_its_own_weight_class_format() -> None:
+    """Experts alone in INT8 (their weights and the activations entering them): the MoE layer's
+    matmuls and weights move, no other layer type's; the MoE layer holds one byte less per expert
+    parameter."""
+    base = tiny("bf16")
+    mixed = tiny("bf16", {"expert_weights": "int8", "activations": "int8"})
+    assert mixed.matmul_formats() == {t: ("int8" if t == "moe" else "bf16") for t in base.layer_types()}
+    n = base.param_counts(tp=1, ep=1)
+    per_layer = (n["moe_experts"]["per_tp_ep_shard"] + n["shared_experts"]["per_tp_ep_shard"]) \
+        // base.moe_info()["n_moe_layers"]
+    for t in base.layer_types():
+        drop = base.layer_cost(t, 64).weight_bytes - mixed.layer_cost(t, 64).weight_bytes
+        assert drop == (per_layer if t == "moe" else 0), t
+
+
 def test_matmuls_pick_the_die_peak_of_their_format() -> None:
     assert tiny("w8a8").matmul_formats()["moe"] == "int8"
     assert tiny("bf16", {"expert_weights": "int4"}).matmul_formats()["moe"] == "bf16"  # weight-only: dequantised

@@ -17,7 +17,7 @@ import pandas as pd
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
-from stratacl.schemas.moe import MoeConfig
+from stratacl.schemas.moe import MoeConfig, MoeMode
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.routing import copies_matrix, expert_weights, route
@@ -29,8 +29,8 @@ def estimate(cfg: MoeConfig) -> RunSize:
     return RunSize(trace_ops=per_trace, replayed_ops=per_trace * len(cfg.modes))
 
 
-def build_trace(cfg: MoeConfig, mode: str, seed: int) -> tuple[Trace, list[dict]]:
-    tokens = cfg.tokens_ht if mode == "ht" else cfg.tokens_ll
+def build_trace(cfg: MoeConfig, mode: MoeMode, seed: int) -> tuple[Trace, list[dict]]:
+    tokens = cfg.tokens_ht if mode == MoeMode.ht else cfg.tokens_ll
     if tokens <= 0:
         raise ConfigError(f"workload.tokens_{mode}", "must be positive")
     w = expert_weights(cfg.experts, cfg.skew, cfg.zipf_s, cfg.histogram, seed)
@@ -46,7 +46,7 @@ def build_trace(cfg: MoeConfig, mode: str, seed: int) -> tuple[Trace, list[dict]
     prev: list[int] = []
     for it in range(cfg.warmup + cfg.iters):
         copies = copies_matrix(route(tokens, cfg.ep, cfg.experts, cfg.top_k, w, rng), cfg.ep,
-                               cfg.experts, per_expert=(mode == "ll"))
+                               cfg.experts, per_expert=(mode == MoeMode.ll))
         gate = tr.compute(ranks, flops=2.0 * tokens * cfg.hidden * cfg.experts,
                           hbm_bytes=2.0 * cfg.hidden * (tokens + cfg.experts), name=f"gate{it}", deps=prev)
         # the router's output sizes the dispatch/combine buffers: the allocator maps more memory
@@ -70,9 +70,8 @@ def build_trace(cfg: MoeConfig, mode: str, seed: int) -> tuple[Trace, list[dict]
 def run(ctx: RunContext) -> WorkloadResult:
     cfg: MoeConfig = ctx.cfg.workload
     ctx.fabric.check_ranks(cfg.ep, "workload.ep")
-    bad = [m for m in cfg.modes if m not in ("ht", "ll")]
-    if bad or not cfg.modes:
-        raise ConfigError("workload.modes", f"unknown modes {bad or 'empty'}", "use [ht], [ll] or [ht,ll]")
+    if not cfg.modes:  # each mode is the schema's MoeMode
+        raise ConfigError("workload.modes", "empty", "use [ht], [ll] or [ht,ll]")
     if cfg.iters < 1 or cfg.warmup < 0:
         raise ConfigError("workload.iters", "need iters ≥ 1 and warmup ≥ 0")
     traces = {m: build_trace(cfg, m, ctx.seed) for m in cfg.modes}

@@ -45,6 +45,7 @@ from typing import Protocol
 import numpy as np
 
 from stratacl.errors import ConfigError
+from stratacl.schemas.llm_infer import StreamLayout
 from stratacl.trace import Trace
 
 INFERENCE_FUSED: frozenset[str] = frozenset({"attention", "moe"})
@@ -53,7 +54,6 @@ DLRM_FUSED: frozenset[str] = frozenset()
 
 # CloudMatrix-Infer decode: the two micro-batch streams split a die's cores (2506.12708 §4.2.3)
 CLOUDMATRIX_DECODE_SPLIT: tuple[tuple[int, int], tuple[int, int]] = ((16, 32), (8, 16))
-LAYOUTS = ("none", "cloudmatrix_tbo")
 
 
 class LayerCostLike(Protocol):
@@ -147,19 +147,17 @@ def add_cost(tr: Trace, ranks: Iterable[int], layer_type: str, cost: LayerCostLi
                        hbm_extra=hbm_extra)
 
 
-def stream_limits(layout: str, streams: tuple[str, str]) -> dict[str, tuple[int, int]]:
+def stream_limits(layout: StreamLayout, streams: tuple[str, str]) -> dict[str, tuple[int, int]]:
     """Per-stream (AIC, AIV) limits of a named layout over two streams (first = the larger share)."""
-    if layout == "none":
+    if StreamLayout(layout) == StreamLayout.none:
         return {}
-    if layout == "cloudmatrix_tbo":
-        (a, b), (c, d) = CLOUDMATRIX_DECODE_SPLIT
-        return {streams[0]: (a, b), streams[1]: (c, d)}
-    raise ConfigError("workload.stream_layout", f"unknown layout {layout!r}", f"use one of {LAYOUTS}")
+    (a, b), (c, d) = CLOUDMATRIX_DECODE_SPLIT
+    return {streams[0]: (a, b), streams[1]: (c, d)}
 
 
 def check_layout(layout: str, cube_cores: int, vector_cores: int, field: str) -> None:
     """A named split is of a particular die: CloudMatrix's is of a 910C die's 24 AIC + 48 AIV."""
-    if layout == "cloudmatrix_tbo":
+    if layout == StreamLayout.cloudmatrix_tbo:
         (a, b), (c, d) = CLOUDMATRIX_DECODE_SPLIT
         if (cube_cores, vector_cores) != (a + c, b + d):
             raise ConfigError(field, f"the cloudmatrix_tbo split ({a}+{c} AIC, {b}+{d} AIV) is of a 910C die, "

@@ -22,6 +22,7 @@ import numpy as np
 
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.trace import REGISTERED, Trace
+from stratacl.vocab import MoeMode
 from stratacl.workload_api import RegistrationMechanism, RunContext
 from workloads.common.cost import Cost
 from workloads.common.kernels import (
@@ -179,7 +180,7 @@ class IterationModel:
         else:
             layer_cost = c.prefill(tokens_mb)
             mtp_cost = layer_cost
-        mode = "ll" if phase == "decode" else "ht"
+        mode = (MoeMode.ll if phase == "decode" else MoeMode.ht).value  # the trace keeps the plain value
         # Streams. SGLang-style TBO (prefill; decode with stream layout "none"): one compute stream
         # and one communication stream; the micro-batches' kernels interleave on each, so one
         # micro-batch's dispatch/combine runs while the other computes (without TBO the same
@@ -297,13 +298,13 @@ class IterationModel:
         key = (phase, n, tokens, mode)
         samples = self._routing.get(key)
         if samples is None:
-            rng = np.random.default_rng([self.seed, n, tokens, 0 if mode == "ht" else 1])
+            rng = np.random.default_rng([self.seed, n, tokens, 0 if mode == MoeMode.ht else 1])
             samples = []
             pl = self.costs.placement[phase]
             for _ in range(ROUTING_SAMPLES):
                 choice = route(tokens, n, self.costs.experts, self.costs.top_k, self.weights, rng, placed=True)
                 dest, weight = pl.destinations(choice)
-                disp, rows = copies(dest, weight, n, per_expert=mode == "ll")
+                disp, rows = copies(dest, weight, n, per_expert=mode == MoeMode.ll)
                 samples.append((disp, rows))
             self._routing[key] = samples
         return samples[index % ROUTING_SAMPLES]

@@ -68,7 +68,9 @@ from dataclasses import dataclass
 
 from torch import nn
 
-ATTENTION_MODES = ("production", "reference")
+from stratacl.schemas.model import AttentionKernels
+
+ATTENTION_MODES = tuple(m.value for m in AttentionKernels)  # the schema's vocabulary (stratacl.schemas.model)
 # Config attribute / override key that picks the mode when `ModelCosts(attention=...)` is not given.
 ATTENTION_KEY = "modelcost_attention"
 

@@ -11,7 +11,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from transformers import PretrainedConfig
 
 from workloads.common.cost import Cost
-from workloads.common.quant import Formats
+from workloads.common.quant import Formats, TensorClass, weight_class
 from workloads.common.routing import RoutingModel
 
 from .attention import ATTENTION_KEY, ATTENTION_MODES, CoreCost, core_cost
@@ -59,6 +59,10 @@ class LayerCost:
     def cost(self) -> Cost:
         """The cost triple workloads schedule: cube, vector FLOPs and the fused HBM estimate."""
         return Cost(float(self.cube_flops), float(self.vector_flops), float(self.hbm_bytes_fused))
+
+
+_ATTN_ROLES = ("attention", "norms")  # roles a decoder layer's attention representative holds
+_FFN_ROLES = ("dense_mlp", "moe_experts", "shared_experts", "router")
 
 
 def _pow2(n: int) -> int:
@@ -112,6 +116,16 @@ class ModelCosts:
                            f"{hf_config.to_json_string(use_diff=False)}")
 
     # ---- structure -------------------------------------------------------------------
+    @property
+    def layout(self) -> LayerLayout:
+        """Per decoder layer: its attention and FFN layer types, and each type's representative."""
+        return self._layout
+
+    @property
+    def fake_mode(self) -> FakeTensorMode:
+        """The FakeTensorMode the shard models' parameters live in (run them under it)."""
+        return self._mode
+
     def layer_types(self) -> list[str]:
         attn = list(dict.fromkeys(self._layout.attention))
         ffn = [k for k in ("dense_mlp", "moe") if k in self._layout.ffn]
@@ -152,7 +166,9 @@ class ModelCosts:
     def total_params(self) -> int:
         return sum(p.numel() for p in self._meta.parameters())
 
-    def _shard(self, tp: int, ep: int) -> torch.nn.Module:
+    def shard_model(self, tp: int, ep: int) -> torch.nn.Module:
+        """One TP/EP rank's shard of the model on fake tensors (reduced depth: one representative
+        decoder layer per layer type, `rep_layer`), cached per (tp, ep)."""
         for name, v in (("tp", tp), ("ep", ep)):
             if not isinstance(v, int) or v < 1:
                 raise CostInputError(f"{name}: must be a positive int, got {v!r}")
@@ -168,24 +184,14 @@ class ModelCosts:
         if not isinstance(fsdp, int) or fsdp < 1:
             raise CostInputError(f"fsdp: must be a positive int, got {fsdp!r}")
         totals = count_by_role(self._meta, decoder_layers(self._meta))
-        shard = self._shard(tp, ep)
         local: dict[str, int] = dict.fromkeys(ROLES, 0)
-        # Decoder-layer roles: the representative layer's shard times its layer count.
-        for i in range(len(decoder_layers(self._meta))):
-            rep_a = self._layout.reps[self._layout.attention[i]]
-            rep_f = self._layout.reps[self._layout.ffn[i]]
-            by_a = count_layer_by_role(rep_layer(shard, rep_a), rep_a)
-            by_f = count_layer_by_role(rep_layer(shard, rep_f), rep_f)
-            local["attention"] += by_a.get("attention", 0)
-            local["norms"] += by_a.get("norms", 0)
-            for role in ("dense_mlp", "moe_experts", "shared_experts", "router"):
-                local[role] += by_f.get(role, 0)
-        local["embedding"] = base_model(shard).embed_tokens.weight.numel()
-        local["lm_head"] = shard.lm_head.weight.numel()
-        local["norms"] += sum(
-            p.numel() for n, p in base_model(shard).named_parameters()
-            if not n.startswith(("layers.", "embed_tokens."))
-        )
+        for layer in self.layer_params(tp, ep):
+            for role, n in layer.items():
+                local[role] += n
+        outer = self.outer_params(tp, ep)
+        local["embedding"] = outer["embedding"]
+        local["lm_head"] = outer["lm_head"]
+        local["norms"] += outer["final_norms"]
         out = {}
         for role in ROLES:
             if totals.get(role, 0) == 0:
@@ -196,6 +202,33 @@ class ModelCosts:
                 "per_shard": math.ceil(local[role] / fsdp),
             }
         return out
+
+    def layer_params(self, tp: int = 1, ep: int = 1) -> list[dict[str, int]]:
+        """Per decoder layer, its parameters on one TP/EP shard by role: attention and norms from
+        its attention type's representative layer, the FFN roles (dense_mlp, moe_experts,
+        shared_experts, router) from its FFN type's."""
+        shard = self.shard_model(tp, ep)
+        lay = self._layout
+        out = []
+        for attn, ffn in zip(lay.attention, lay.ffn, strict=True):
+            by_a = count_layer_by_role(rep_layer(shard, lay.reps[attn]), lay.reps[attn])
+            by_f = count_layer_by_role(rep_layer(shard, lay.reps[ffn]), lay.reps[ffn])
+            roles = {r: by_a.get(r, 0) for r in _ATTN_ROLES}
+            roles.update({r: by_f.get(r, 0) for r in _FFN_ROLES})
+            out.append(roles)
+        return out
+
+    def outer_params(self, tp: int = 1, ep: int = 1) -> dict[str, int]:
+        """Parameters outside the decoder layers on one TP/EP shard: the token embedding, the LM
+        head, and the final norms (every other parameter of the base model)."""
+        shard = self.shard_model(tp, ep)
+        base = base_model(shard)
+        return {
+            "embedding": base.embed_tokens.weight.numel(),
+            "lm_head": shard.lm_head.weight.numel(),
+            "final_norms": sum(p.numel() for n, p in base.named_parameters()
+                               if not n.startswith(("layers.", "embed_tokens."))),
+        }
 
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token adds over all layers, measured from the model's own cache."""
@@ -221,29 +254,37 @@ class ModelCosts:
         return self._act * len(self._layout.ffn)
 
     # ---- costs -----------------------------------------------------------------------
+    def train_forward(self, tokens: int, seq_len: int, tp: int, ep: int) -> None:
+        """Run one training forward of the (tp, ep) shard model (`tokens` in sequences of
+        `seq_len`, transformers' reference attention modules, the routed-expert stand-in) for
+        callers that observe it with hooks, e.g. the tensors autograd saves for backward."""
+        n_exp = self.moe_info()["n_routed_experts"]
+        measure_shape(self.shard_model(tp, ep), self._layout, self._mode, make_shape("train_fwd", tokens, 0, seq_len),
+                      self.routing, n_exp, ep)
+
     def _measure(self, shape, tp: int, ep: int) -> Measured:
         n_exp = self.moe_info()["n_routed_experts"]
-        return measure_shape(self._shard(tp, ep), self._layout, self._mode, shape, self.routing, n_exp, ep,
+        return measure_shape(self.shard_model(tp, ep), self._layout, self._mode, shape, self.routing, n_exp, ep,
                              attention=self.attention)
 
     def _weights(self, tp: int, ep: int, layer_type: str, expert_rows: int) -> tuple[int, int]:
         """(all shard weight bytes, bytes a fused kernel reads: only experts that get rows), each
         weight class in its format (`self.formats`)."""
-        shard = self._shard(tp, ep)
-        r = self._ratio
+        shard = self.shard_model(tp, ep)
+        r = self._ratio(weight_class(layer_type))
         if layer_type == "embedding":
-            b = int(_param_bytes(base_model(shard).embed_tokens) * r("embedding"))
+            b = int(_param_bytes(base_model(shard).embed_tokens) * r)
             return b, b
         if layer_type == "lm_head":
-            b = int(_param_bytes(shard.lm_head) * r("embedding")) + _param_bytes(base_model(shard).norm)
+            b = int(_param_bytes(shard.lm_head) * r) + _param_bytes(base_model(shard).norm)
             return b, b
         layer = rep_layer(shard, self._layout.reps[layer_type])
         if layer_type.startswith("attention"):
-            b = int(_param_bytes(layer.self_attn) * r("attention_weights"))
+            b = int(_param_bytes(layer.self_attn) * r)
             return b, b
         total = _param_bytes(layer.mlp)
         if not is_moe(layer.mlp):
-            b = int(total * r("dense_weights"))
+            b = int(total * r)
             return b, b
         experts = _param_bytes(layer.mlp.experts)
         shared_mod = getattr(layer.mlp, "shared_experts", None) or getattr(layer.mlp, "shared_expert", None)
@@ -251,9 +292,8 @@ class ModelCosts:
         rest = total - experts - shared  # router (and its bias) stays in the model's dtype
         e_local = layer.mlp.experts.gate_up_proj.shape[0]
         hit = e_local * (1.0 - (1.0 - 1.0 / e_local) ** expert_rows)
-        re = r("expert_weights")
-        return (int(rest + (experts + shared) * re),
-                int(rest + shared * re + experts * re * hit / e_local))
+        return (int(rest + (experts + shared) * r),
+                int(rest + shared * r + experts * r * hit / e_local))
 
     def _ratio(self, cls: str) -> float:
         return self.formats.ratio(cls, self.dtype_bytes)
@@ -261,28 +301,25 @@ class ModelCosts:
     def weight_bytes_by_role(self, tp: int = 1, ep: int = 1) -> dict[str, float]:
         """Weight bytes per role on one TP/EP shard, each role in its class's format (norms and
         router stay in the model's dtype)."""
-        cls = {"embedding": "embedding", "lm_head": "embedding", "attention": "attention_weights",
-               "dense_mlp": "dense_weights", "moe_experts": "expert_weights", "shared_experts": "expert_weights"}
         out = {}
         for role, v in self.param_counts(tp=tp, ep=ep).items():
-            b = self.formats.bytes(cls[role], self.dtype_bytes) if role in cls else float(self.dtype_bytes)
+            cls = weight_class(role)
+            b = self.formats.bytes(cls, self.dtype_bytes) if cls else float(self.dtype_bytes)
             out[role] = float(v["per_tp_ep_shard"]) * b
         return out
 
     def matmul_formats(self) -> dict[str, str]:
         """Format each layer type's matmuls run in (its projections; the attention core is
-        `ATTENTION_CORE_FORMAT`): picks the die's cube peak."""
+        `ATTENTION_CORE_FORMAT`): picks the die's cube peak. The embedding gather and the LM head
+        run in the embedding's own format."""
         f = self.formats
         out = {}
         for t in self.layer_types():
-            if t.startswith("attention"):
-                out[t] = f.matmul("attention_weights")
-            elif t == "moe":
-                out[t] = f.matmul("expert_weights")
-            elif t == "dense_mlp":
-                out[t] = f.matmul("dense_weights")
-            else:  # embedding gather, LM head in the embedding format
-                out[t] = "bf16" if f.native else f.embedding
+            cls = weight_class(t)
+            if cls == TensorClass.embedding:
+                out[t] = "bf16" if f.native else str(f.embedding)
+            else:
+                out[t] = str(f.matmul(cls))
         return out
 
     def costs_for_shape(
@@ -349,6 +386,24 @@ class ModelCosts:
         if key not in self._cores:
             self._compute(shape, tp, ep)
         return dict(self._cores[key])
+
+    def core_split_types(self) -> list[str]:
+        """Attention layer types whose projections' matmuls run in another format than the
+        attention core (`ATTENTION_CORE_FORMAT`; e.g. INT8 projections under W8A8): their core is
+        priced as a kernel of its own, in its own format."""
+        fmt = self.matmul_formats()
+        return [t for t in dict.fromkeys(self._layout.attention) if fmt[t] != ATTENTION_CORE_FORMAT]
+
+    def split_cores(
+        self, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1, ep: int = 1,
+        seq_len: int | None = None,
+    ) -> dict[str, Cost]:
+        """The core work (cube and vector FLOPs; its bytes stay with the layer) of each
+        `core_split_types` type with a closed-form core at this shape. It is part of the layer's
+        cost: the projections are the layer's cost minus it."""
+        cores = self.attention_cores(tokens, context, phase, tp, ep, seq_len)
+        return {t: Cost(float(c.cube_flops), float(c.vector_flops))
+                for t in self.core_split_types() if (c := cores.get(t)) is not None}
 
     def layer_cost(
         self, layer_type: str, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1,
