@@ -128,6 +128,17 @@ def test_a_moved_knob_names_its_new_place(old: str, new: str) -> None:
     assert old.split("=")[0] in line and f"use {new}" in line
 
 
+@pytest.mark.parametrize("workload", ["llm_train", "interference"])
+def test_a_flat_model_name_points_to_the_model_reference(workload: str) -> None:
+    """llm_train and interference name their model as llm_infer does (workload.model.preset)."""
+    with initialize_config_dir(config_dir=CONF, version_base=None), pytest.raises(
+            (HydraException, OmegaConfBaseException)) as err:
+        compose("config", overrides=[f"workload={workload}", "workload.model=deepseek_v3"])
+    line = one_line(err.value)
+    assert "config field 'workload.model'" in line and "workload.model.preset=<name>" in line
+    assert "deepseek_v3" in line.split("fix:")[1]
+
+
 def test_cross_field_checks_remain() -> None:
     cases = [
         (["library.hccl.comm_cores=49"], "library.hccl.comm_cores"),  # 48 vector cores per die
