@@ -59,9 +59,13 @@ class Library(Protocol):
     def cost_depends_on_mapping(self) -> bool:
         """Whether remapping a user buffer changes the library's cost (registration-on-allocation)."""
 
+    def step_graph_launch_s(self, host_syncs: int) -> float:
+        """Graph launch of a step the deployment captures: the die's launch when the step holds no
+        host-synchronising operator; 0 when it holds `host_syncs` > 0 (it then runs eagerly)."""
+
     def step_host_overhead_s(self, host_syncs: int) -> float:
-        """Host time of one captured model step whose graph holds `host_syncs` operators that need
-        the host: a graph launch (the die's) per graph the step splits into + their round trips."""
+        """Host time of one model step holding `host_syncs` operators that need the host: its graph
+        launch and their round trips."""
 
     def moe_step_host_overhead_s(self, moe_layers: int, moe_mode: str) -> float:
         """`step_host_overhead_s` of a step with `moe_layers` dispatch + combine pairs in `moe_mode`."""

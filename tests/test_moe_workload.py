@@ -8,6 +8,7 @@ import pytest
 from helpers import compose_run
 
 from stratacl.comm.library import LibraryModel
+from stratacl.config import validate_run
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.trace import Trace
@@ -157,6 +158,9 @@ def test_run_is_deterministic_for_a_seed(result) -> None:  # noqa: ANN001
     ("workload.ep=12", "workload.ep"),  # does not divide 32 experts
 ])
 def test_bad_configs_name_the_field(override: str, field: str) -> None:
+    """As a run sees them: the schema's ranges first (validate_run), then the workload's checks."""
     with pytest.raises(ConfigError) as err:
-        moe.run(_ctx(0, override))
+        ctx = _ctx(0, override)
+        validate_run(ctx.cfg)
+        moe.run(ctx)
     assert err.value.field == field

@@ -167,7 +167,10 @@ def test_expandable_segments_off_fragments_the_pool_baseline(env: Env) -> None:
 
 def test_jit_misses_reach_the_simulated_iteration(env: Env) -> None:
     it = env.iters
-    n = it.moe_buffer_uses("decode", 8)
+    # 8 sequences (one micro-batch): a dispatch and a combine buffer in each of the 2 MoE layers
+    # and the MTP layer
+    n = 2 * (2 + 1)
+    assert it.moe_buffer_uses("decode", 8) == n
     one = (8.0 + 10.8 * 3) * 1e-6  # EP4: base + 3 peers (conf/library/hccl_jit.yaml)
     none = it.decode("hccl_jit", 8, 1024, jit_miss=0.0)
     full = it.decode("hccl_jit", 8, 1024, jit_miss=1.0)
@@ -229,7 +232,7 @@ def test_fixed_mode_memory_is_the_serving_die() -> None:
     forward: the same weights and KV cache; a larger batch reserves more activations and leaves less KV."""
     env = _fixed(Env(), batch=32)
     res = run_fixed(env.ctx, env.w, env.costs, env.iters, env.kv_tok)
-    verify = 1 + int(env.w.scheduler.mtp)
+    verify = 2  # MTP (on by default): each sequence's step verifies its draft token too
     for lib in ("hccl", "stratacl"):
         dec = _fixed_die(env, lib, "decode", 32 * verify).plan
         pre = _fixed_die(env, lib, "prefill", 512).plan

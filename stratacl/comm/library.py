@@ -204,13 +204,21 @@ class LibraryModel:
         hs = self.cfg.host_sync
         return coll in hs or (bool(moe_mode) and f"{coll}:{moe_mode}" in hs)
 
+    def step_graph_launch_s(self, host_syncs: int) -> float:
+        """Graph launch time of one model step (e.g. a decode iteration) the deployment captures as
+        a graph, whose work holds `host_syncs` operators that need the host. A fully device-driven
+        step is one captured graph: one launch, the die's `fabric.die.graph_launch_us` (0.6–0.8 ms
+        per graph, REFERENCE §2). A host-synchronising operator cannot be captured, so the step
+        could only run as host_syncs + 1 graphs, a launch each; the framework runs such a step
+        eagerly instead (the cheaper way: kernels launched one by one, asynchronously ahead of the
+        device, no graph launch). Not modelled: an eager step whose host launches fall behind the
+        device (short kernels)."""
+        return self.fabric.graph_launch_s if host_syncs == 0 else 0.0
+
     def step_host_overhead_s(self, host_syncs: int) -> float:
-        """Host-side cost of one model step (e.g. a decode iteration) whose graph has `host_syncs`
-        operators that need the host: a fully device-driven step is one captured graph (one
-        graph launch, the die's `fabric.die.graph_launch_us`); each host-synchronising operator
-        splits the graph — one more graph launch — and adds its device→host round trip."""
-        launch = self.fabric.graph_launch_s
-        return (host_syncs + 1) * launch + host_syncs * self.cfg.host_roundtrip_us * 1e-6
+        """Host time on one step's path: its graph launch (`step_graph_launch_s`) and the device→host
+        round trips of its `host_syncs` host-synchronising operators."""
+        return self.step_graph_launch_s(host_syncs) + host_syncs * self.cfg.host_roundtrip_us * 1e-6
 
     def moe_step_host_overhead_s(self, moe_layers: int, moe_mode: str) -> float:
         """`step_host_overhead_s` for a step with `moe_layers` dispatch + combine pairs."""

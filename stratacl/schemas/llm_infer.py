@@ -115,6 +115,10 @@ class SchedulerConfig:
     # decode always run the SGLang-style streams with no split
     decode_stream_layout: StreamLayout = StreamLayout.cloudmatrix_tbo
     mtp_acceptance: float = knob(0.85, ge=0, le=1)  # DeepSeek-V3 report §5.4.3: 85-90 % second-token acceptance
+    # decode steps run as captured graphs, as CloudMatrix-Infer runs them (2506.12708 §4.2.4): each
+    # step pays the die's graph launch (REFERENCE §2: 0.6-0.8 ms), once more per host-synchronising
+    # MoE operator, which splits the graph; false: eager decode (launches not modelled). Prefill is eager
+    decode_graph_capture: bool = True
     # tokens per die one fused MoE dispatch may carry (the operator's maxBs); sizes the MC2 windows
     # of a buffer-centric library and caps the decode batch (CANN: Bs <= 512 on Atlas A3)
     moe_dispatch_max_tokens: int = knob(512, ge=1)

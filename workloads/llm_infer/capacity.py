@@ -21,7 +21,7 @@ import numpy as np
 
 from stratacl.schemas.llm_infer import CapacityConfig, LlmInferConfig
 from workloads.llm_infer.requests import Requests
-from workloads.llm_infer.serving import decode_batch_cap
+from workloads.llm_infer.scheduling import decode_batch_cap
 
 
 def population(cfg: LlmInferConfig, reqs: Requests, kv_per_die: float, kv_tok: float) -> int:

@@ -10,8 +10,9 @@ KV cache in what `allocator.memory_utilization` of HBM leaves); the decode batch
 
 Decode: each step verifies 1 + draft tokens per sequence with MTP and emits 1 + acceptance tokens
 on average, so TPOT = step / (1 + acceptance) and decode tokens/s per NPU = dies per NPU ×
-batch × (1 + acceptance) / step. Prefill: tokens/s per NPU = dies per NPU × prompt tokens per
-die / iteration time.
+batch × (1 + acceptance) / step; the step includes its graph launch (iteration.py,
+`decode_graph_capture`). Prefill: tokens/s per NPU = dies per NPU × prompt tokens per die /
+iteration time.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import (
     BATCH_BUCKETS,
@@ -42,7 +44,8 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
     f = cfg.fixed
     s = cfg.scheduler
     dies_per_npu = ctx.fabric.dies_per_npu
-    accept = s.mtp_acceptance if s.mtp else 0.0
+    per_step = rules.emitted_tokens_per_step(s)  # tokens per sequence and decode step
+    verify = rules.verify_factor(s, "decode")
     rows, metrics = [], {}
     tensors = {role: serving_tensors(costs, cfg, role) for role in ("prefill", "decode")}
     for library in ctx.libraries:
@@ -50,10 +53,10 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
         # the serving die's start-up (memory.py) with the fixed shape as its largest forward
         # (decode: the batch and its draft tokens); the KV cache gets what it leaves
         mem_d = role_dies(tensors["decode"], lib, cfg, "decode", ctx.fabric.hbm_bytes, costs, weights=iters.weights,
-                          seed=ctx.seed, profile=f.decode_batch_per_die * (1 + int(s.mtp)))[0].plan
+                          seed=ctx.seed, profile=f.decode_batch_per_die * verify)[0].plan
         mem_p = role_dies(tensors["prefill"], lib, cfg, "prefill", ctx.fabric.hbm_bytes, costs, weights=iters.weights,
                           seed=ctx.seed, profile=f.prefill_tokens_per_die)[0].plan
-        kv_need = kv_tok * f.decode_batch_per_die * (f.context + 1 + int(s.mtp))
+        kv_need = kv_tok * f.decode_batch_per_die * (f.context + verify)  # the context and the step's tokens
         if kv_need > mem_d.kv:
             raise ConfigError("workload.fixed.decode_batch_per_die",
                               f"{kv_need / 1e9:.1f} GB of KV exceed the {mem_d.kv / 1e9:.1f} GB KV cache of a "
@@ -64,8 +67,8 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
         pre = iters.prefill(library, f.prefill_tokens_per_die)
         ctx.progress(1)
         m = {
-            "decode_tok_per_s_per_npu": dies_per_npu * f.decode_batch_per_die * (1 + accept) / dec.time_s,
-            "decode_tpot_s": dec.time_s / (1 + accept),
+            "decode_tok_per_s_per_npu": dies_per_npu * f.decode_batch_per_die * per_step / dec.time_s,
+            "decode_tpot_s": dec.time_s / per_step,
             "decode_step_s": dec.time_s,
             "decode_exposed_comm_s": dec.exposed_comm_s,
             "prefill_tok_per_s_per_npu": dies_per_npu * f.prefill_tokens_per_die / pre.time_s,
@@ -79,11 +82,11 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
         for phase, st in (("decode", dec), ("prefill", pre)):
             rows.append({"library": library, "phase": phase, "time_s": st.time_s, "compute_s": st.compute_s,
                          "exposed_comm_s": st.exposed_comm_s, "copy_s": st.copy_s, "register_s": st.register_s,
-                         "vector_core_s": st.vector_core_s})
+                         "vector_core_s": st.vector_core_s, "launch_s": st.launch_s})
     table = metric_table(metrics, ctx.baseline, KEYS)
     shapes = (f"decode batch {f.decode_batch_per_die}/die (bucket {bucket(BATCH_BUCKETS, f.decode_batch_per_die)}), "
               f"context {f.context} (bucket {bucket(CONTEXT_BUCKETS, f.context)}); prefill "
               f"{f.prefill_tokens_per_die} tokens/die (bucket {bucket(PREFILL_BUCKETS, f.prefill_tokens_per_die)})")
-    notes = [f"fixed shapes: {shapes}; MTP acceptance {accept}; model {cfg.model.preset or cfg.model.model_type} "
+    notes = [f"fixed shapes: {shapes}; MTP acceptance {per_step - 1:g}; model {cfg.model.preset or cfg.model.model_type} "
              f"quant '{cfg.model.quant or 'native'}'; KV {kv_tok:.0f} B/token; {iters.simulated} traces simulated"]
     return WorkloadResult(rows=pd.DataFrame(rows), metrics=metrics, table=table, notes=notes)

@@ -7,7 +7,10 @@ the two micro-batches overlap: one's dispatch/combine (and, in decode with the C
 layout, its MoE compute) runs while the other computes, and both share the dies' cores and HBM in
 the engine. Every layer type's work becomes the kernels `workloads/common/kernels.py` assigns
 (serving fuses attention and the W8A8 experts: mixed kernels). With MTP a decode step verifies
-two tokens per sequence and runs the MTP layer. Traces are built once per shape bucket (same
+two tokens per sequence and runs the MTP layer. The shape rules (micro-batches, verified tokens, MTP
+layer) are the scheduler's (scheduling.py), the same the memory model allocates by. A decode step
+runs as a captured graph (`decode_graph_capture`): its graph launch precedes its work, unless an
+operator that needs the host makes the library's step run eagerly (`step_graph_launch_s`). Traces are built once per shape bucket (same
 routing for every library) and results memoised per (library, bucket).
 """
 
@@ -20,10 +23,10 @@ from dataclasses import astuple, dataclass
 
 import numpy as np
 
-from stratacl.schemas.llm_infer import LlmInferConfig
+from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
 from stratacl.trace import REGISTERED, Trace
 from stratacl.vocab import MoeMode
-from stratacl.workload_api import RegistrationMechanism, RunContext
+from stratacl.workload_api import RunContext
 from workloads.common.cost import Cost
 from workloads.common.kernels import (
     INFERENCE_FUSED,
@@ -34,7 +37,9 @@ from workloads.common.kernels import (
 )
 from workloads.common.placement import copies
 from workloads.common.routing import expert_weights, route
+from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import CORE, ServingCosts, payload_bytes
+from workloads.llm_infer.memory import registers_just_in_time
 
 # Shape buckets: the memoisation granularity of iteration traces. Each bucket is one trace
 # simulated once per library, and an iteration is priced at the smallest bucket ≥ its shape, so
@@ -66,6 +71,7 @@ class IterStats:
     register_s: float  # registration waits (summed)
     vector_core_s: float  # vector-core-seconds held by communication
     kv_ready_s: float = 0.0  # prefill: when the last KV byte of this iteration lands on a decode die
+    launch_s: float = 0.0  # graph launches on the step's path (in time_s): captured-graph decode
 
 
 class IterationModel:
@@ -76,10 +82,8 @@ class IterationModel:
         tokens' KV cache (`kv_bytes_per_token`) to those dies: prefill die i to decode_dies[i mod D]."""
         self.ctx = ctx
         self.costs = costs
-        self.tbo = cfg.scheduler.tbo
-        self.tbo_min_tokens = cfg.scheduler.tbo_min_tokens
-        self.mtp = cfg.scheduler.mtp
-        self.decode_layout = str(cfg.scheduler.decode_stream_layout)
+        self.sched = cfg.scheduler
+        self.decode_layout = cfg.scheduler.decode_stream_layout
         check_layout(self.decode_layout, ctx.fabric.cube_cores, ctx.fabric.vector_cores,
                      "workload.scheduler.decode_stream_layout")
         self.ranks = {"prefill": cfg.layout.prefill_dp, "decode": cfg.layout.decode_dp}
@@ -109,7 +113,7 @@ class IterationModel:
         lib = self.ctx.libraries[library]
         if key[-1] and not lib.cost_depends_on_mapping:
             key = (*key[:-1], False)  # a remap costs nothing to a library that does not care
-        if jit_miss <= 0 or lib.user_buffer_registration != RegistrationMechanism.jit:
+        if jit_miss <= 0 or not registers_just_in_time(lib):
             return self._stats_of(library, (*key, 0))
         # the misses go into the trace as whole registrations; between two miss counts the
         # iteration is interpolated (each miss adds one registration on its collective's path)
@@ -135,11 +139,14 @@ class IterationModel:
         c = self.costs
         if not c.experts:
             return 0
-        moe_layers = sum(1 for _, ffn in c.layers if ffn == "moe")
-        if self.mtp and phase == "decode" and c.layers[-1][1] == "moe":
-            moe_layers += 1
-        mbs = 2 if self.tbo and size >= max(2, self.tbo_min_tokens) else 1
-        return 2 * moe_layers * mbs
+        moe_layers = sum(1 for _, ffn in self.layer_stack(phase) if ffn == "moe")
+        return 2 * moe_layers * rules.micro_batches(self.sched, size)
+
+    def layer_stack(self, phase: str) -> list[tuple[str, str]]:
+        """(attention, FFN) layer types a `phase` iteration runs: the model's, then with MTP on
+        decode the MTP module, one more decoder layer of the last layer's types."""
+        layers = list(self.costs.layers)
+        return layers + layers[-1:] if rules.runs_mtp_layer(self.sched, phase) else layers
 
     def trace(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0) -> Trace:
         """The (memoised) trace of one iteration shape; the same for every library."""
@@ -171,15 +178,15 @@ class IterationModel:
         miss = {j for j in range(uses) if (j + 1) * jit_misses // uses > j * jit_misses // uses} if uses else set()
         use = itertools.count()
         ranks = range(n)
-        mbs = 2 if self.tbo and size >= max(2, self.tbo_min_tokens) else 1
-        tokens_mb = size / mbs
-        verify = 2 if (self.mtp and phase == "decode") else 1  # main model checks the draft token
+        mbs = rules.micro_batches(self.sched, size)
+        mb_tokens = rules.micro_batch_tokens(size, mbs)
+        verify = rules.verify_factor(self.sched, phase)  # main model checks the draft token
+        # per micro-batch: the layer costs of the main layers (verified tokens) and of the MTP layer
         if phase == "decode":
-            layer_cost = c.decode(tokens_mb * verify, context)
-            mtp_cost = c.decode(tokens_mb, context)
+            main = [c.decode(t * verify, context) for t in mb_tokens]
+            mtp = [c.decode(t, context) for t in mb_tokens]
         else:
-            layer_cost = c.prefill(tokens_mb)
-            mtp_cost = layer_cost
+            main = mtp = [c.prefill(t) for t in mb_tokens]
         mode = (MoeMode.ll if phase == "decode" else MoeMode.ht).value  # the trace keeps the plain value
         # Streams. SGLang-style TBO (prefill; decode with stream layout "none"): one compute stream
         # and one communication stream; the micro-batches' kernels interleave on each, so one
@@ -191,38 +198,38 @@ class IterationModel:
         # split between them as 16 AIC + 32 AIV (attention path) and 8 AIC + 16 AIV (MoE path):
         # compute and communication kernels of a path hold at most its cores (a library may drop
         # the split: `stream_core_split`).
-        paths = phase == "decode" and mbs == 2 and self.decode_layout != "none"
+        paths = phase == "decode" and mbs == 2 and self.decode_layout != StreamLayout.none
         cs, xs = ("attn_path", "moe_path") if paths else ("compute", "comm")
         fs = xs if paths else cs  # the FFN's compute stream
         if paths:
             apply_stream_limits(tr, stream_limits(self.decode_layout, (cs, xs)))
-        emb = layer_cost["embedding"]
-        last = [[self._compute(tr, ranks, emb, cs, [], f"embedding.mb{m}", layer_type="embedding")]
+        last = [[self._compute(tr, ranks, main[m]["embedding"], cs, [], f"embedding.mb{m}", layer_type="embedding")]
                 for m in range(mbs)]
-        layers = list(c.layers)
-        if self.mtp and phase == "decode":
-            layers.append(c.layers[-1])  # the MTP module: one more decoder layer
-        for li, (attn, ffn) in enumerate(layers):
-            cost = mtp_cost if li >= len(c.layers) else layer_cost
-            rows = tokens_mb * (verify if li < len(c.layers) else 1)
+        for li, (attn, ffn) in enumerate(self.layer_stack(phase)):
+            is_mtp = li >= len(c.layers)
+            costs = mtp if is_mtp else main
+            rows = [t * (1 if is_mtp else verify) for t in mb_tokens]
             attn_op = []
             for m in range(mbs):
+                cost = costs[m]
                 last[m] = [self._compute(tr, ranks, cost[attn], cs, last[m], f"L{li}.attn.mb{m}", layer_type=attn)]
                 if attn + CORE in cost:  # the bf16 attention core of a layer with quantised projections
                     last[m] = [self._compute(tr, ranks, cost[attn + CORE], cs, last[m], f"L{li}.attn_core.mb{m}",
                                              layer_type=attn + CORE)]
                 attn_op.append(last[m][0])  # the attention's last op: a JIT buffer is registered after it
                 if kv_dst:  # this layer's KV of the micro-batch's tokens leaves for decode
-                    self._kv_send(tr, kv_dst, tokens_mb * self.kv_bytes_per_token / len(c.layers), last[m],
+                    self._kv_send(tr, kv_dst, mb_tokens[m] * self.kv_bytes_per_token / len(c.layers), last[m],
                                   f"L{li}.kv.mb{m}")
                 if remap:
                     tr.add_buffer("dispatch", last[m][0])
                     tr.add_buffer("combine", last[m][0])
             if not (ffn == "moe" and c.experts):
                 for m in range(mbs):
-                    last[m] = [self._compute(tr, ranks, cost[ffn], fs, last[m], f"L{li}.{ffn}.mb{m}", layer_type=ffn)]
+                    last[m] = [self._compute(tr, ranks, costs[m][ffn], fs, last[m], f"L{li}.{ffn}.mb{m}",
+                                             layer_type=ffn)]
                 continue
-            routed = [self._routing_sample(phase, n, max(1, math.ceil(rows)), mode, li * mbs + m) for m in range(mbs)]
+            routed = [self._routing_sample(phase, n, max(1, math.ceil(rows[m])), mode, li * mbs + m)
+                      for m in range(mbs)]
             # issue order: stage by stage over the micro-batches on the SGLang streams; micro-batch
             # by micro-batch on the MoE-path stream (its dispatch, experts, combine in a row)
             order = [(m, st) for m in range(mbs) for st in range(3)] if paths else \
@@ -237,7 +244,7 @@ class IterationModel:
                                              name=f"L{li}.dispatch.mb{m}")]
                 elif st == 1:
                     # each die's experts: the rows the placement sent it (skew: hot dies) and its weights
-                    var, scale, weights = c.moe_per_die(phase, cost["moe"], max(1, math.ceil(rows)), load)
+                    var, scale, weights = c.moe_per_die(phase, costs[m]["moe"], max(1, math.ceil(rows[m])), load)
                     last[m] = [self._compute(tr, ranks, var, fs, last[m], f"L{li}.moe.mb{m}", scale,
                                              layer_type="moe", hbm_extra=weights)]
                 else:
@@ -246,9 +253,8 @@ class IterationModel:
                     last[m] = [tr.collective("combine", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
                                              stream=xs, deps=last[m], buffer=buf, moe_mode=mode,
                                              name=f"L{li}.combine.mb{m}")]
-        head = layer_cost["lm_head"]
         for m in range(mbs):
-            self._compute(tr, ranks, head, cs, last[m], f"lm_head.mb{m}", layer_type="lm_head")
+            self._compute(tr, ranks, main[m]["lm_head"], cs, last[m], f"lm_head.mb{m}", layer_type="lm_head")
         tr.validate()
         return tr
 
@@ -316,5 +322,19 @@ class IterationModel:
         kv = np.array([op.stream == "kv" for op in trace.ops])
         t_iter = float(res.end[~kv].max(initial=0.0))  # the next iteration may start; KV still in flight
         exp = res.exposure(window=(0.0, t_iter), ops=~kv)
-        return IterStats(exp.time_s, exp.compute_s, exp.exposed_comm_s, exp.copy_s, exp.register_s,
-                         exp.vector_core_s, kv_ready_s=res.makespan_s)
+        launch = self.graph_launch_s(trace, library)
+        return IterStats(exp.time_s + launch, exp.compute_s, exp.exposed_comm_s, exp.copy_s, exp.register_s,
+                         exp.vector_core_s, kv_ready_s=res.makespan_s + launch, launch_s=launch)
+
+    def graph_launch_s(self, trace: Trace, library: str) -> float:
+        """Host time before a step's work when the deployment captures decode as a graph
+        (`decode_graph_capture`; CloudMatrix-Infer, 2506.12708 §4.2.4): the library's
+        `step_graph_launch_s` — one graph launch, or none when an operator that needs the host (the
+        library's `needs_host`) makes the step run eagerly. The operators' device→host round trips
+        are in the trace (each such collective's `host` phase). 0 for prefill (eager)."""
+        if trace.meta["phase"] != "decode" or not self.sched.decode_graph_capture:
+            return 0.0
+        lib = self.ctx.libraries[library]
+        syncs = sum(1 for op in trace.ops if op.kind == "collective" and len(op.ranks) > 1
+                    and lib.needs_host(op.coll, op.moe_mode))
+        return lib.step_graph_launch_s(syncs)

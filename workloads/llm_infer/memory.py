@@ -16,8 +16,9 @@ Start-up, as vLLM / SGLang do it on each die (vLLM `determine_available_memory`)
 Fixed-shape runs (workload.mode=fixed, fixed.py) start the same die with the fixed shape as the
 largest forward (`profile`): one memory model for both modes.
 
-Serving then runs every iteration's tensors through the same allocator (tensors.py), with the
-library's registration mechanism listening to its events: registration-on-allocation sees a map
+Serving then runs every iteration's tensors (tensors.py; shaped by the scheduler's rules,
+scheduling.py, as the iteration's trace is) through the library's `DieMemory` (stratacl/memory),
+with the library's registration mechanism listening to its allocator's events: registration-on-allocation sees a map
 event whenever an iteration needs more memory than the allocator has mapped (a remap); a JIT
 registration cache looks up each MoE dispatch / combine receive buffer by address range. Those two
 facts per iteration (remapped or not, how many registrations missed) go into the iteration's
@@ -26,19 +27,20 @@ simulated trace (iteration.py), which prices them on the fabric.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from stratacl.errors import ConfigError
-from stratacl.memory import DieMemory, GiB, MemEvent, OutOfMemoryError
+from stratacl.memory import DieMemory, GiB, OutOfMemoryError
 from stratacl.memory.communicators import Communicator, MoeWindows
 from stratacl.schemas.llm_infer import LlmInferConfig
-from stratacl.workload_api import Library
+from stratacl.workload_api import Library, RegistrationMechanism
 from workloads.common.cost import Cost
 from workloads.common.placement import Placement, contiguous
 from workloads.common.routing import by_rank
+from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import ServingCosts, payload_bytes
 from workloads.llm_infer.tensors import ServingTensors
 from workloads.modelcost import ModelCosts
@@ -84,6 +86,17 @@ class MemoryPlan:
     @property
     def library(self) -> float:
         return self.comm_buffers + self.pool
+
+
+def registers_user_buffers(library: Library) -> bool:
+    """Whether the library registers user buffers (just in time or on allocation): only then do
+    the allocator model's events reach its cost."""
+    return library.user_buffer_registration != RegistrationMechanism.none
+
+
+def registers_just_in_time(library: Library) -> bool:
+    """Whether the library registers a user buffer at its first use (a JIT registration cache)."""
+    return library.user_buffer_registration == RegistrationMechanism.jit
 
 
 @dataclass
@@ -148,18 +161,26 @@ def role_dies(tensors: ServingTensors, library: Library, cfg: LlmInferConfig, ro
     the experts as the role's placement puts them (EPLB replicas), the MTP layer on decode."""
     scale = expert_scale(costs.mc, costs.measure_ep[role], costs, role)
     return [ServingDie(tensors, library, cfg, role, getattr(cfg.layout, f"{role}_dp"), hbm_bytes, weights=weights,
-                       seed=seed, mtp_layer=cfg.scheduler.mtp and role == "decode", instance=i,
-                       expert_scale=scale, profile=profile, placement=costs.placement.get(role))
+                       seed=seed, instance=i, expert_scale=scale, profile=profile,
+                       placement=costs.placement.get(role))
             for i in range(instances)]
 
 
+# Blocks seen from one allocator state replay from DieMemory's memo; a serving die sees many
+# (layer kinds × micro-batch tokens × routed rows), more than DieMemory's default keeps.
+MEMO_MAX = 4096
+QUIET_MAX = 1 << 10  # residual sizes whose quiet blocks are kept (_iteration)
+USER_BUFFERS = ("dispatch.", "combine.")  # the receive buffers a JIT registration cache registers
+
+
 class ServingDie:
-    """One die of an instance (its busiest: the hottest experts) driven iteration by iteration."""
+    """One die of an instance (its busiest: the hottest experts) driven iteration by iteration
+    through the library's `DieMemory`: what is serving's own is the start-up order, the KV cache's
+    size and each iteration's tensor lists."""
 
     def __init__(self, tensors: ServingTensors, library: Library, cfg: LlmInferConfig, role: str, dp: int,
-                 hbm_bytes: float, *, weights: np.ndarray | None, seed: int, mtp_layer: bool,
-                 instance: int = 0, expert_scale: float = 1.0, profile: int | None = None,
-                 placement: Placement | None = None) -> None:
+                 hbm_bytes: float, *, weights: np.ndarray | None, seed: int, instance: int = 0,
+                 expert_scale: float = 1.0, profile: int | None = None, placement: Placement | None = None) -> None:
         """`profile`: tokens per die of the profiling forward (verified draft tokens included);
         None: the scheduler's largest shape (`profile_tokens`). `placement`: the role's expert
         placement (None: contiguous blocks of experts)."""
@@ -167,6 +188,7 @@ class ServingDie:
         self.expert_scale = expert_scale
         self.role = role
         self.library = library
+        self.sched = cfg.scheduler
         comms = communicators(role, dp, tensors, cfg)
         self.comm_bytes = library.communicator_buffer_bytes(comms)
         self.pool_bytes = library.pool_bytes
@@ -178,54 +200,47 @@ class ServingDie:
             raise ConfigError(f"workload.layout.{role}_ep", f"'{library.name}' holds {self.comm_bytes / GiB:.1f} GiB "
                               f"of buffers + {self.pool_bytes / GiB:.1f} GiB pool, more than the die's HBM", fix)
         self.mem: DieMemory = library.die_memory(capacity, dp - 1, expandable_segments=cfg.allocator.expandable_segments)
+        self.mem.memo_max = MEMO_MAX
         self.alloc = self.mem.allocator
-        self.maps = self.version = self.memo_hits = 0
-        self.live: dict = {}
-        self._memo: dict[tuple, tuple] = {}
-        # layers with the same tensors share memo entries
-        kinds: dict = {}
-        self.kind = [kinds.setdefault(x, len(kinds)) for x in tensors.layers]
         self.moe = [x.ffn == "moe" and tensors.experts > 0 for x in tensors.layers]
         n_main = len(tensors.layers)
-        # tokens per layer: the main layers see the verified draft tokens too, the MTP layer not
-        self._row_mult = {v: np.array([v if k < n_main else 1 for k in range(len(tensors.layers) + mtp_layer)],
-                                      dtype=np.int64) for v in (1, 2)}
-        self.alloc.subscribe(self._on_event)
-        self.layers = list(range(len(tensors.layers))) + ([len(tensors.layers) - 1] if mtp_layer else [])
-        self.mtp_layer = mtp_layer
+        mtp_layer = rules.runs_mtp_layer(self.sched, role)
+        # the layers an iteration runs (the MTP module repeats the last layer's tensors)
+        self.layers = list(range(n_main)) + ([n_main - 1] if mtp_layer else [])
+        self._main = np.arange(len(self.layers)) < n_main
         # the die whose experts are hottest holds the largest MoE buffers: it sets the memory peak
         self.p_hot = hot_share(weights, dp, tensors.top_k, placement) if weights is not None and tensors.experts else 0.0
         self.rng = np.random.default_rng([seed, 11, instance, 0 if role == "prefill" else 1])
-        self.tbo, self.tbo_min = cfg.scheduler.tbo, cfg.scheduler.tbo_min_tokens
         self.jit_lookups = self.jit_misses = 0
+        self._quiet: dict[int, dict[int, tuple[tuple, tuple[int, ...]]]] = {}  # see _iteration
+        self._quiet_calls = -1
         try:
-            tokens = profile_tokens(cfg, role) if profile is None else profile
+            tokens = rules.profile_tokens(self.sched, role) if profile is None else profile
             self.plan = self._start_up(hbm_bytes, tokens, dp, cfg.allocator.memory_utilization)
         except OutOfMemoryError as exc:
             raise ConfigError(f"workload.layout.{role}_ep", f"the model does not fit a {role} die with "
                               f"'{library.name}': {exc}", fix) from None
 
-    def _on_event(self, ev: MemEvent) -> None:
-        self.version += 1  # any change of backing invalidates the layer memo's state
-        if ev.kind == "map":
-            self.maps += 1
+    @property
+    def maps(self) -> int:
+        """Map events so far (cudaMalloc / page mappings): what registration-on-allocation sees."""
+        return self.alloc.stats.num_device_alloc
 
     # ------------------------------------------------------------------ start-up
     def _start_up(self, hbm: float, profile_tokens: int, dp: int, utilisation: float) -> MemoryPlan:
-        a, s = self.alloc, self.alloc.stats
+        a, s, mem = self.alloc, self.alloc.stats, self.mem
         sizes = self._weight_tensors()
         try:
             for i, nbytes in enumerate(sizes):
-                self.live[f"w{i}"] = a.malloc(nbytes, 0.0)
+                mem.alloc(f"w{i}", nbytes)
         except OutOfMemoryError:  # say what does not fit, not which tensor tipped it over
             raise OutOfMemoryError(f"the shard's weights need {sum(sizes) / GiB:.1f} GiB, more than the "
                                    f"{a.cfg.capacity_bytes / GiB:.1f} GiB the allocator may use ({hbm / GiB:.1f} "
                                    f"GiB HBM − {(self.comm_bytes + self.pool_bytes) / GiB:.1f} GiB held by the "
                                    "library)") from None
         weights = s.allocated_bytes
-        verify = self._verify()
         if profile_tokens > 0:  # the profiling forward at the largest shape, expected routing
-            seqs = max(1, profile_tokens // verify)
+            seqs = max(1, profile_tokens // rules.verify_factor(self.sched, self.role))
             self._iteration(0.0, seqs, seqs * dp, expected=True)
         kv_budget = utilisation * hbm - self.comm_bytes - self.pool_bytes - s.reserved_bytes_peak
         if kv_budget <= self._kv_slack():
@@ -236,8 +251,9 @@ class ServingDie:
         activations = s.reserved_bytes_peak - weights
         a.empty_cache(0.0)
         for i, nbytes in enumerate(self.t.kv_tensors(kv_budget - self._kv_slack())):
-            self.live[f"kv{i}"] = a.malloc(nbytes, 0.0)
+            mem.alloc(f"kv{i}", nbytes)
         kv = float(s.allocated_bytes - weights)
+        self._quiet.clear()  # the KV cache moved the state (perhaps without a device call)
         return MemoryPlan(hbm, self.comm_bytes, self.pool_bytes, float(weights), float(activations), kv,
                           float(s.reserved_bytes_peak), float(s.fragmentation_bytes),
                           a.cfg.expandable_segments)
@@ -262,9 +278,6 @@ class ServingDie:
                           float(s.reserved_bytes_peak), float(s.fragmentation_bytes), p.expandable_segments)
 
     # ------------------------------------------------------------------ iterations
-    def _verify(self) -> int:
-        return 2 if (self.mtp_layer and self.role == "decode") else 1
-
     def step(self, t: float, tokens: int, tokens_total: int) -> StepMemory:
         """One iteration starting at time t of `tokens` sequences (decode; each verifies a draft
         token with MTP) or prompt tokens (prefill) on this die, `tokens_total` over the instance
@@ -279,104 +292,75 @@ class ServingDie:
                               "lower the scheduler's caps (prefill_token_budget, moe_dispatch_max_tokens)") from None
         return StepMemory(self.maps - maps0, self.jit_lookups - look0, self.jit_misses - miss0)
 
-    def _iteration(self, t: float, tokens: int, tokens_total: int, expected: bool = False) -> None:
-        """Run one iteration's tensors. Blocks (and the logits) seen from the same allocator state
-        replay from the memo; the iteration's residual stream is allocated for real only when a
-        block has to run (every iteration leaves the allocator as it found it unless memory was
-        mapped, which bumps `version`)."""
-        verify = self._verify()
-        n_main = len(self.t.layers)
-        mbs = 2 if self.tbo and tokens >= max(2, self.tbo_min) else 1  # as the iteration trace splits
+    def iteration_ops(self, tokens: int, tokens_total: int, expected: bool = False) -> Iterator[tuple]:
+        """One iteration's tensor lists, in order: the residual stream opened, each layer's
+        attention then FFN block per micro-batch (the scheduler's split, `scheduling.py`), the
+        logits, the residual stream closed. Routed rows are drawn here (`expected`: their means)."""
+        t, role = self.t, self.role
+        verify = rules.verify_factor(self.sched, role)
+        mbs = rules.micro_batches(self.sched, tokens)
         res_tokens = tokens * verify
-        self._open, self._t = None, t
-        state = (self.version, res_tokens)  # the allocator state every block starts from
-        main = _split(res_tokens, mbs)
-        mtp = _split(tokens, mbs)
+        main = rules.micro_batch_tokens(res_tokens, mbs)
+        mtp = rules.micro_batch_tokens(tokens, mbs)
         rows = self._rows(tokens_total, verify, mbs, expected)
-        memo, jit, kinds, moe = self._memo, self.mem.jit, self.kind, self.moe
+        n_main, block, moe = len(t.layers), t.block_ops, self.moe
+        yield t.open_ops(res_tokens)
         for k, li in enumerate(self.layers):
-            tok = main if k < n_main else mtp
-            r = rows[k] if moe[li] else (0,) * mbs
+            tok, r = (main if k < n_main else mtp), rows[k]
             for m in range(mbs):  # each micro-batch's attention block, then its FFN block
-                for routed in (None, r[m]):
-                    key = (state, kinds[li], tok[m], routed, m)
-                    hit = memo.get(key)
-                    if hit is None:
-                        state, hit = self._block(state, key, res_tokens,
-                                                 lambda li=li, m=m, tok=tok, routed=routed:
-                                                 self.t.block_ops(li, m, tok[m], routed))
-                    else:
-                        self.memo_hits += 1
-                    if hit and jit is not None:
-                        for addr, size in hit:
-                            self.jit_lookups += 1
-                            if jit.lookup(addr, size) > 0:
-                                self.jit_misses += 1
+                yield block(li, m, tok[m], None)
+                yield block(li, m, tok[m], r[m] if moe[li] else 0)
         # logits: every verified token on decode, the last token of a prompt on prefill
-        rows_out = res_tokens if self.role == "decode" else 1
-        key = (state, "logits", rows_out)
-        if key not in memo:
-            state, _ = self._block(state, key, res_tokens, lambda: self.t.logits_ops(rows_out))
-        if self._open is not None:
-            self._run(self.t.close_ops(), t)
+        yield t.logits_ops(res_tokens if role == "decode" else 1)
+        yield t.close_ops()
 
-    def _block(self, state: tuple, key: tuple, res_tokens: int, ops: Callable[[], tuple]) -> tuple[tuple, tuple]:
-        """Run a block for real (opening the residual stream first if this iteration has not);
-        memoise it if it mapped nothing. Returns the state key that holds afterwards and the
-        block's registered buffers."""
-        if self._open is None:
-            self._run(self.t.open_ops(res_tokens), self._t)
-            self._open = res_tokens
-            if self.version != state[0]:  # opening mapped memory: a new state
-                state = (self.version, res_tokens)
-                key = (state, *key[1:])
-                hit = self._memo.get(key)
-                if hit is not None:
-                    return state, hit
-        version = self.version
-        hit = self._run(ops(), self._t, collect=True)
-        if self.version == version:  # quiet: the block left the allocator as it found it
-            self._memo[key] = hit
-            return state, hit
-        return (self.version, res_tokens), hit
+    def _iteration(self, t: float, tokens: int, tokens_total: int, expected: bool = False) -> None:
+        """Run one iteration's tensor lists through the die's memory (blocks seen from the same
+        allocator state replay from its memo); a JIT cache looks up each MoE receive buffer."""
+        mem, jit, s = self.mem, self.mem.jit, self.alloc.stats
+        # A block (it frees what it allocates) that made no device call leaves the allocator's free
+        # ranges as it found them: until the next device call, the same block after the same
+        # residual stream gets the same addresses, and is not replayed (DieMemory's memo would
+        # answer the same, at the price of hashing the allocator state and the op list).
+        # Block op lists are shared objects (tensors.py): a repeat is found by identity.
+        calls = s.num_device_alloc + s.num_device_free
+        if calls != self._quiet_calls or len(self._quiet) > QUIET_MAX:  # by residual size
+            self._quiet.clear()
+            self._quiet_calls = calls
+        res = tokens * rules.verify_factor(self.sched, self.role)  # the residual stream's tokens
+        quiet = self._quiet.setdefault(res, {})
+        for ops in self.iteration_ops(tokens, tokens_total, expected):
+            seen = quiet.get(id(ops))
+            if seen is not None:
+                if jit is None:
+                    continue  # nothing to look up
+                addrs = seen[1]
+            else:
+                addrs = mem.run(ops, t)
+                now = s.num_device_alloc + s.num_device_free
+                if now != calls:
+                    self._quiet.clear()
+                    quiet = self._quiet.setdefault(res, {})
+                    calls = self._quiet_calls = now
+                elif ops[0][0] == "alloc" and ops[-1][0] == "free":  # a block, not open / close
+                    quiet[id(ops)] = (ops, addrs)  # holding ops keeps its id unique
+            if jit is not None:
+                for addr, size in _user_buffers(ops, addrs):
+                    self.jit_lookups += 1
+                    if jit.lookup(addr, size) > 0:
+                        self.jit_misses += 1
 
     def _rows(self, tokens_total: int, verify: int, mbs: int, expected: bool) -> list[list[int]]:
         """Rows routed to this die's experts per layer and micro-batch: each of the instance's
-        tokens picks top_k experts, this die's with probability p_hot (binomial draws)."""
-        mult = self._row_mult[verify]
+        tokens (`verify` per sequence in the main layers, one in the MTP layer) picks top_k
+        experts, this die's with probability p_hot (binomial draws)."""
+        mult = np.where(self._main, verify, 1)
         n = np.repeat((tokens_total * mult * self.t.top_k // mbs)[:, None], mbs, axis=1)
         r = np.rint(n * self.p_hot).astype(np.int64) if expected else self.rng.binomial(n, self.p_hot)
         return r.tolist()
 
-    def _run(self, ops: tuple, t: float, collect: bool = False) -> tuple[tuple[int, int], ...]:
-        """Apply ops to the allocator; with `collect`, the (address, size) of the dispatch and
-        combine receive buffers (the user buffers a JIT cache registers)."""
-        live, a = self.live, self.alloc
-        out = []
-        for op in ops:
-            if op[0] == "alloc":
-                b = a.malloc(op[2], t)
-                live[op[1]] = b
-                if collect and op[2] > 0 and op[1].startswith(("dispatch.", "combine.")):
-                    out.append((b.addr, op[2]))
-            else:
-                a.free(live.pop(op[1]), t)
-        return tuple(out)
 
-
-def profile_tokens(cfg: LlmInferConfig, role: str) -> int:
-    """Tokens per die of the largest forward the scheduler runs on a `role` die."""
-    s = cfg.scheduler
-    if role == "prefill":
-        return s.prefill_token_budget
-    verify = 2 if s.mtp else 1
-    cap = s.moe_dispatch_max_tokens * (2 if s.tbo else 1)  # one fused dispatch per micro-batch
-    if s.decode_max_batch:
-        cap = min(cap, s.decode_max_batch * verify)
-    return cap
-
-
-def _split(tokens: int, mbs: int) -> tuple[int, ...]:
-    if mbs == 1:
-        return (tokens,)
-    return (tokens - tokens // 2, tokens // 2)
+def _user_buffers(ops: tuple, addrs: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(address, size) of the dispatch / combine receive buffers among a block's allocations."""
+    allocs = [op for op in ops if op[0] == "alloc"]
+    return [(a, op[2]) for op, a in zip(allocs, addrs, strict=True) if op[2] > 0 and op[1].startswith(USER_BUFFERS)]

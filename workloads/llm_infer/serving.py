@@ -37,6 +37,7 @@ import pandas as pd
 import simpy
 
 from stratacl.schemas.llm_infer import LayoutConfig, LlmInferConfig, SchedulerConfig
+from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.iteration import IterationModel, IterStats
 from workloads.llm_infer.memory import ServingDie, StepMemory
 from workloads.llm_infer.requests import Requests
@@ -64,14 +65,6 @@ class DecodeDie:
     running: list[int] = field(default_factory=list)
 
 
-def decode_batch_cap(sched: SchedulerConfig) -> int:
-    """Sequences per decode die: `decode_max_batch` (0 = none) and the fused dispatch's token cap
-    (one dispatch per micro-batch carries at most `moe_dispatch_max_tokens` tokens per die)."""
-    verify = 2 if sched.mtp else 1
-    cap = sched.moe_dispatch_max_tokens * (2 if sched.tbo else 1) // verify
-    return min(cap, sched.decode_max_batch) if sched.decode_max_batch else cap
-
-
 class ServingSim:
     def __init__(self, reqs: Requests, iters: IterationModel, library: str, cfg: LlmInferConfig, *,
                  kv_per_die: float, kv_bytes_per_token: float,
@@ -96,7 +89,7 @@ class ServingSim:
         self.mem_decode = decode_dies or []
         self.closed_loop = closed_loop
         self.until_s = until_s
-        self.cap = decode_batch_cap(self.sched)
+        self.cap = rules.decode_batch_cap(self.sched)
         n = len(reqs)
         self.arrival = np.array(reqs.arrival_s, dtype=float) if not closed_loop else np.full(n, np.nan)
         self.t_prefill_start = np.full(n, np.nan)
@@ -226,7 +219,7 @@ class ServingSim:
         env = self.env
         dies = self.decode_dies[i]
         waiting = self.decode_wait[i]
-        step_tokens = 1.0 + (self.sched.mtp_acceptance if self.sched.mtp else 0.0)
+        step_tokens = rules.emitted_tokens_per_step(self.sched)
         cap = self.cap
         ctx_sum = 0.0  # cached tokens of the running sequences (input + generated)
         n_running = 0
@@ -283,8 +276,8 @@ class ServingSim:
     def _record(self, phase: str, inst: int, batch: float, tokens: float, kv_util: float, st: IterStats,
                 mem: StepMemory, min_batch: float = 0.0) -> None:
         self.iter_rows.append((phase, inst, self.env.now - st.time_s, st.time_s, batch, min_batch, tokens,
-                               kv_util, st.compute_s, st.exposed_comm_s, st.copy_s, st.register_s, mem.maps > 0,
-                               mem.lookups, mem.misses))
+                               kv_util, st.compute_s, st.exposed_comm_s, st.copy_s, st.register_s, st.launch_s,
+                               mem.maps > 0, mem.lookups, mem.misses))
 
     # ------------------------------------------------------------------ results
     def request_frame(self) -> pd.DataFrame:
@@ -307,7 +300,8 @@ class ServingSim:
     def iteration_frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self.iter_rows, columns=["phase", "instance", "start_s", "time_s", "batch_per_die",
                                                    "min_batch_per_die", "tokens", "kv_utilisation", "compute_s", "exposed_comm_s",
-                                                   "copy_s", "register_s", "remap", "jit_lookups", "jit_misses"])
+                                                   "copy_s", "register_s", "launch_s", "remap", "jit_lookups",
+                                                   "jit_misses"])
         df["library"] = self.lib
         return df
 

@@ -33,6 +33,7 @@ from workloads.modelcost.fakemodel import base_model, rep_layer
 Ops = tuple[tuple, ...]  # ("alloc", name, nbytes) | ("free", name)
 FP32 = 4
 INDEX = 4  # int32 expert ids
+BLOCK_MEMO = 1 << 14  # block op lists kept
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,10 @@ class ServingTensors:
         self.shard = mc.shard_model(1, ep if self.experts else 1)  # the shard modules the cost model measures
         layout = mc.layout
         self.layers = [self._layer(a, f) for a, f in zip(layout.attention, layout.ffn, strict=True)]
+        kinds: dict[Layer, int] = {}
+        self._kind = [kinds.setdefault(x, len(kinds)) for x in self.layers]  # layers with the same tensors
         self.moe_layers = sum(1 for x in self.layers if x.ffn == "moe" and self.experts)
+        self._blocks: dict[tuple, Ops] = {}  # block ops by shape: iterations repeat shapes
 
     def _layer(self, attention: str, ffn: str) -> Layer:
         return _layer(self.mc, self.shard, attention, ffn)
@@ -92,14 +96,25 @@ class ServingTensors:
         """Ops of layer i's attention block (`routed` None) or FFN block for micro-batch m of
         `tokens` tokens, `routed` rows of which reach this die's experts; the dispatch / combine
         receive buffers are named `dispatch.m` / `combine.m`."""
-        layer = self.layers[i]
-        return tuple(_attn_ops(self, layer, m, tokens) if routed is None else _ffn_ops(self, layer, m, tokens, routed))
+        key = (self._kind[i], m, tokens, routed)
+        ops = self._blocks.get(key)
+        if ops is None:
+            layer = self.layers[i]
+            if len(self._blocks) >= BLOCK_MEMO:
+                self._blocks.clear()
+            ops = self._blocks[key] = tuple(_attn_ops(self, layer, m, tokens) if routed is None
+                                            else _ffn_ops(self, layer, m, tokens, routed))
+        return ops
 
     def open_ops(self, tokens: int) -> Ops:
         return (("alloc", "residual", self.streams * tokens * self.hidden * self.act),)
 
     def logits_ops(self, rows: int) -> Ops:
-        return (("alloc", "logits", rows * self.vocab * FP32), ("free", "logits"))
+        key = ("logits", rows)
+        ops = self._blocks.get(key)
+        if ops is None:
+            ops = self._blocks[key] = (("alloc", "logits", rows * self.vocab * FP32), ("free", "logits"))
+        return ops
 
     def close_ops(self) -> Ops:
         return (("free", "residual"),)

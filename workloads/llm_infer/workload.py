@@ -12,16 +12,22 @@ from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
 from stratacl.metrics import percentile
 from stratacl.schemas.llm_infer import LlmInferConfig
-from stratacl.workload_api import RegistrationMechanism, RunContext, WorkloadResult
+from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.model import model_costs
 from workloads.common.routing import expert_weights
 from workloads.llm_infer.capacity import population, slo_capacity
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.fixed import run_fixed
 from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, IterationModel, bucket
-from workloads.llm_infer.memory import ServingDie, role_dies, serving_tensors
+from workloads.llm_infer.memory import (
+    ServingDie,
+    registers_user_buffers,
+    role_dies,
+    serving_tensors,
+)
 from workloads.llm_infer.requests import Requests, describe, generate, pool
-from workloads.llm_infer.serving import ServingSim, decode_batch_cap
+from workloads.llm_infer.scheduling import decode_batch_cap
+from workloads.llm_infer.serving import ServingSim
 from workloads.modelcost import ModelCosts
 
 GiB = 2**30
@@ -71,9 +77,9 @@ def serving_costs(mc: ModelCosts, cfg: LlmInferConfig, seed: int) -> ServingCost
 def validate_layout(cfg: LlmInferConfig, world: int) -> None:
     resolve_layout(cfg)
     lay = cfg.layout
-    for key in ("prefill_instances", "prefill_dp", "prefill_ep", "decode_instances", "decode_dp", "decode_ep"):
-        if getattr(lay, key) <= 0:
-            raise ConfigError(f"workload.layout.{key}", "must be positive")
+    if lay.decode_instances <= 0:  # the schema admits 0 for `total_dies` to fill in
+        raise ConfigError("workload.layout.decode_instances", "must be positive",
+                          "set it, or layout.total_dies to give the decode instances the dies left")
     for role in ("prefill", "decode"):
         if getattr(lay, f"{role}_dp") != getattr(lay, f"{role}_ep"):
             raise ConfigError(f"workload.layout.{role}_ep", "attention DP and MoE EP span the same dies of "
@@ -82,10 +88,6 @@ def validate_layout(cfg: LlmInferConfig, world: int) -> None:
     if dies > world:
         raise ConfigError("workload.layout", f"{dies} dies needed but the fabric has {world}",
                           "fewer or smaller instances, or a larger fabric")
-    s = cfg.scheduler
-    if s.prefill_token_budget <= 0 or s.decode_max_batch < 0 or not 0 <= s.mtp_acceptance <= 1:
-        raise ConfigError("workload.scheduler", "need prefill_token_budget > 0, decode_max_batch ≥ 0, "
-                          "0 ≤ mtp_acceptance ≤ 1")
     c = cfg.capacity
     if c.saturation and c.saturation_warmup_s >= c.saturation_duration_s:
         raise ConfigError("workload.capacity.saturation_warmup_s", "must be shorter than saturation_duration_s")
@@ -111,7 +113,7 @@ class Serving:
               until_s: float | None = None) -> tuple[ServingSim, list[ServingDie]]:
         ctx, cfg = self.ctx, self.cfg
         lib = ctx.libraries[library]
-        registers = lib.user_buffer_registration != RegistrationMechanism.none
+        registers = registers_user_buffers(lib)
         pre, dec = self.dies(library, "prefill", registers), self.dies(library, "decode", registers)
         kv = dec[0].plan.kv
         biggest = self.kv_tok * float((reqs.input_tokens + reqs.output_tokens).max()) if len(reqs) else 0.0
