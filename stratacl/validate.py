@@ -153,6 +153,10 @@ def figure(results: list[tuple[Row, float, float]], out: Path) -> Path:
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="y = x")
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="public measurement (TFLOPS or GB/s)",
            ylabel="harness (same unit)", title="Kernel model vs public kernel measurements")
+    from matplotlib.ticker import NullFormatter
+
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=6, loc="upper left")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
