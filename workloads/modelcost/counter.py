@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .flops import ATTENTION_PACKETS, attention_score_elems, cube_flop_fn
+from .flops import ATTENTION_PACKETS, attention_score_elems, cube_flop_fn, gemm_shapes
 
 aten = torch.ops.aten
 
@@ -48,6 +48,46 @@ _MOVE = {
 }
 
 
+# Ops a production stack runs as routing kernels (gathers, scatters, top-k selection, sorts and
+# the index bookkeeping of token permutes); in a MoE layer also the router's score functions.
+_ROUTING = {
+    getattr(aten, n)
+    for n in (
+        "topk", "sort", "argsort", "index", "index_select", "gather", "scatter", "scatter_", "scatter_add",
+        "scatter_add_", "scatter_reduce", "index_add", "index_add_", "index_put", "index_put_", "embedding",
+        "embedding_dense_backward", "masked_select", "nonzero", "bincount", "histc", "one_hot",
+        "repeat_interleave", "_unsafe_index", "index_copy", "index_copy_", "cumsum", "searchsorted",
+    )
+    if hasattr(aten, n)
+}
+_ROUTER_SCORES = {getattr(aten, n) for n in ("_softmax", "sigmoid", "_softmax_backward_data", "sigmoid_backward")
+                  if hasattr(aten, n)}
+
+# What kind of kernel an aten op belongs to (the `KernelClass` names; "attention" is the fused
+# attention kernel, its phase is the shape's).
+OP_CLASSES = ("gemm", "grouped_gemm", "attention", "elementwise", "routing")
+
+
+@dataclass
+class ClassTotals:
+    cube_flops: int = 0
+    vector_flops: int = 0
+    hbm_bytes: int = 0  # the ops' inputs + outputs (unfused)
+    gemms: dict[tuple[int, int, int], int] = field(default_factory=lambda: defaultdict(int))  # (m,n,k)->count
+    shapes_known: bool = True  # every cube op of the class had known matmul shapes
+
+    def add(self, other: ClassTotals) -> None:
+        self.cube_flops += other.cube_flops
+        self.vector_flops += other.vector_flops
+        self.hbm_bytes += other.hbm_bytes
+        for k, v in other.gemms.items():
+            self.gemms[k] += v
+        self.shapes_known = self.shapes_known and other.shapes_known
+
+    def gemm_list(self) -> list[tuple[int, int, int, int]]:
+        return sorted((m, n, k, c) for (m, n, k), c in self.gemms.items())
+
+
 @dataclass
 class OpTotals:
     cube_flops: int = 0
@@ -55,6 +95,7 @@ class OpTotals:
     hbm_bytes: int = 0
     ops: int = 0
     by_op: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    by_class: dict[str, ClassTotals] = field(default_factory=lambda: defaultdict(ClassTotals))
 
     def add(self, other: OpTotals) -> None:
         self.cube_flops += other.cube_flops
@@ -63,6 +104,20 @@ class OpTotals:
         self.ops += other.ops
         for k, v in other.by_op.items():
             self.by_op[k] += v
+        for k, c in other.by_class.items():
+            self.by_class[k].add(c)
+
+
+def op_class(packet, tag: str | None) -> str:  # noqa: ANN001
+    """The kernel class of a non-cube aten op under `tag`: in a MoE layer or the embedding,
+    routing (gathers, scatters, top-k, token permutes; in a MoE layer also the router's
+    softmax/sigmoid); everything else elementwise (norms, activations, casts, RoPE and its
+    cos/sin lookups, residuals, KV-cache writes)."""
+    if tag is None or not tag.startswith(("moe", "embedding")):
+        return "elementwise"
+    if packet in _ROUTING or (packet in _ROUTER_SCORES and tag.startswith("moe")):
+        return "routing"
+    return "elementwise"
 
 
 def _tensor_bytes(t: torch.Tensor) -> int:
@@ -110,18 +165,34 @@ class OpCounter(TorchDispatchMode):
             seen.add(id(t))
             nbytes += _tensor_bytes(t)
         cube = cube_flop_fn(packet)
+        vector = 0
         if cube is not None:
             flops = int(cube(*args, out_val=out, **kwargs))
+            cls = "attention" if packet in ATTENTION_PACKETS else (
+                "grouped_gemm" if str(packet) == "aten._grouped_mm" else "gemm")
+            part = tot.by_class[cls]
+            part.cube_flops += flops
             tot.cube_flops += flops
+            shapes = gemm_shapes(packet, args, out)
+            if shapes is None:
+                part.shapes_known = False
+            else:
+                for m, n, k, c in shapes:
+                    part.gemms[(m, n, k)] += c
             if packet in ATTENTION_PACKETS:
                 q, k = (args[1], args[2]) if "backward" in str(packet) else (args[0], args[1])
-                tot.vector_flops += attention_score_elems(q, k)
+                vector = attention_score_elems(q, k)
             if str(packet) == "aten._grouped_mm" and args[1].dim() == 3 and ins[0].dim() == 2:
                 # Only the experts that receive rows have their weights read.
                 w = args[1]
                 hit = _expected_distinct(w.shape[0], args[0].shape[0]) / w.shape[0]
                 nbytes -= int(_tensor_bytes(w) * (1.0 - hit))
-        elif packet not in _MOVE:
-            # Elementwise ops: one op per output element; reductions/sorts: per input element.
-            tot.vector_flops += max(math.prod(t.shape) for t in ins + outs)
+        else:
+            part = tot.by_class[op_class(packet, self.tag)]
+            if packet not in _MOVE:
+                # Elementwise ops: one op per output element; reductions/sorts: per input element.
+                vector = max(math.prod(t.shape) for t in ins + outs)
+        part.vector_flops += vector
+        tot.vector_flops += vector
+        part.hbm_bytes += nbytes
         tot.hbm_bytes += nbytes
