@@ -23,3 +23,15 @@ class MoeMode(StrEnum):
 
     ht = "ht"  # normal/high-throughput kernels: receivers learn a packed layout from a count exchange
     ll = "ll"  # low-latency kernels: fixed per-expert receive slots (counts travel with the data)
+
+
+class KernelClass(StrEnum):
+    """What a compute kernel is (`Op.kernel`), which picks its achieved-throughput model
+    (stratacl/kernel_model.py); "" on an op = not stated: a generic kernel of its core kind."""
+
+    gemm = "gemm"  # dense matmul
+    grouped_gemm = "grouped_gemm"  # MoE experts, contiguous or masked groups
+    attention_prefill = "attention_prefill"
+    attention_decode = "attention_decode"
+    elementwise = "elementwise"  # norms, RoPE, casts, activations, quant/dequant
+    routing = "routing"  # router softmax/top-k, token permute/unpermute, gathers
