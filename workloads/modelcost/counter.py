@@ -16,6 +16,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from workloads.common.cost import Part
+
 from .flops import ATTENTION_PACKETS, attention_score_elems, cube_flop_fn, gemm_shapes
 
 aten = torch.ops.aten
@@ -96,8 +98,10 @@ class OpTotals:
     ops: int = 0
     by_op: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     by_class: dict[str, ClassTotals] = field(default_factory=lambda: defaultdict(ClassTotals))
+    attention_io: int = 0  # q, K, V, output bytes at the attention interface (fused-kernel traffic)
 
     def add(self, other: OpTotals) -> None:
+        self.attention_io += other.attention_io
         self.cube_flops += other.cube_flops
         self.vector_flops += other.vector_flops
         self.hbm_bytes += other.hbm_bytes
@@ -137,7 +141,20 @@ class OpCounter(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.tag: str | None = None
+        self.in_attention = False  # inside a layer's attention interface (eager/sdpa): one kernel
         self.totals: dict[str, OpTotals] = defaultdict(OpTotals)
+
+    def __enter__(self):  # noqa: ANN204
+        self.active = True
+        return super().__enter__()
+
+    def __exit__(self, *exc):  # noqa: ANN002, ANN204
+        self.active = False
+        return super().__exit__(*exc)
+
+    def attention_io(self, *tensors: torch.Tensor) -> None:
+        if self.tag is not None and getattr(self, "active", False):
+            self.totals[self.tag].attention_io += sum(_tensor_bytes(t) for t in {id(t): t for t in tensors}.values())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -168,7 +185,7 @@ class OpCounter(TorchDispatchMode):
         vector = 0
         if cube is not None:
             flops = int(cube(*args, out_val=out, **kwargs))
-            cls = "attention" if packet in ATTENTION_PACKETS else (
+            cls = "attention" if packet in ATTENTION_PACKETS or self.in_attention else (
                 "grouped_gemm" if str(packet) == "aten._grouped_mm" else "gemm")
             part = tot.by_class[cls]
             part.cube_flops += flops
@@ -188,7 +205,7 @@ class OpCounter(TorchDispatchMode):
                 hit = _expected_distinct(w.shape[0], args[0].shape[0]) / w.shape[0]
                 nbytes -= int(_tensor_bytes(w) * (1.0 - hit))
         else:
-            part = tot.by_class[op_class(packet, self.tag)]
+            part = tot.by_class["attention" if self.in_attention else op_class(packet, self.tag)]
             if packet not in _MOVE:
                 # Elementwise ops: one op per output element; reductions/sorts: per input element.
                 vector = max(math.prod(t.shape) for t in ins + outs)
@@ -196,3 +213,16 @@ class OpCounter(TorchDispatchMode):
         tot.vector_flops += vector
         part.hbm_bytes += nbytes
         tot.hbm_bytes += nbytes
+
+
+def class_parts(totals: OpTotals, attention_kind: str = "attention_prefill") -> dict[str, Part]:
+    """The measured work of one tag by kernel class, each with its unfused bytes (its ops' inputs
+    and outputs) and its matmul shapes (none when a cube op's shapes were not known). The fused
+    attention kernel is named by the shape's phase (`attention_kind`)."""
+    out = {}
+    for cls, c in totals.by_class.items():
+        kind = attention_kind if cls == "attention" else cls
+        nbytes = totals.attention_io if cls == "attention" and totals.attention_io else c.hbm_bytes
+        out[kind] = Part(kind, float(c.cube_flops), float(c.vector_flops), float(nbytes),
+                         tuple(c.gemm_list()) if c.shapes_known else ())
+    return out
