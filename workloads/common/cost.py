@@ -143,6 +143,21 @@ class Cost:
             out = replace(out, parts=_merge(self.parts, other.parts, op))
         return out.clip()
 
+    def less_bytes(self, nbytes: float, kernels: tuple[str, ...] = ("grouped_gemm", "gemm")) -> Cost:
+        """`nbytes` fewer HBM bytes (never below 0), taken from the parts of `kernels` in that order
+        (weights a caller re-adds per die); no parts: from the triple."""
+        if not self.parts:
+            return Cost(self.cube_flops, self.vector_flops, max(self.hbm_bytes - nbytes, 0.0))
+        left, parts = float(nbytes), {p.kernel: p for p in self.parts}
+        for k in kernels:
+            p = parts.get(k)
+            if p is not None and left > 0:
+                take = min(left, p.hbm_bytes)
+                parts[k] = replace(p, hbm_bytes=p.hbm_bytes - take)
+                left -= take
+        out = tuple(parts.values())
+        return Cost(self.cube_flops, self.vector_flops, sum(p.hbm_bytes for p in out), out)
+
     def only(self, *kernels: str) -> Cost:
         """The part of this cost that runs as the given kernel classes (no parts: zero)."""
         parts = tuple(p for p in self.parts if p.kernel in kernels)
