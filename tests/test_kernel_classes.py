@@ -7,13 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import compose_run
-from test_kernel_wiring import TRAIN, _infer, _train
+from test_kernel_wiring import _infer, _train
 
 from stratacl.vocab import KernelClass
 from workloads.common import kernels
 from workloads.common.cost import Cost, Part, gemm_flops
 from workloads.common.kernels import emit_gemms, split_parts
-from workloads.common.model import model_costs
 from workloads.modelcost import ModelCosts, load_model_yaml
 from workloads.modelcost.attention import AttnCall, AttnStructure, core_cost, token_sums
 
@@ -176,4 +175,3 @@ def test_model_costs_cache_key_names_the_parts_version(tmp_path) -> None:  # noq
     b = ModelCosts(load_model_yaml("llama3_8b"), cache_dir=str(tmp_path))
     again = b.costs_for_shape(64, phase="prefill")  # read from disk: parts come back as tuples
     assert again == first and again["dense_mlp"].parts and isinstance(again["dense_mlp"].parts[0][4], tuple)
-    del model_costs, TRAIN

@@ -29,7 +29,13 @@ from stratacl.metrics import union_length
 from stratacl.schemas.interference import InterferenceConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.common.kernels import Kernel, add_kernels, apply_stream_limits, split_cost, stream_limits
+from workloads.common.kernels import (
+    Kernel,
+    add_kernels,
+    apply_stream_limits,
+    split_cost,
+    stream_limits,
+)
 from workloads.llm_train.blocks import ModelPlan, SubBlock, Unit
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.model import build_plan
