@@ -64,6 +64,41 @@ class SdmaConfig:
 
 
 @dataclass
+class KernelClassConfig:
+    """Achieved throughput of one kernel class on a die (stratacl/kernel_model.py). Defaults are the
+    ideal kernel (the old roofline): full peak, full HBM rate, no tile effects."""
+
+    # fraction of the die's compute peak the class attains, by the format its matmuls run in
+    # (bf16, fp8, int8, ...; "any" = every format not listed; none = 1)
+    compute_fraction: dict[str, float] = knob(factory=dict, gt=0, le=1)
+    hbm_fraction: float = knob(1.0, gt=0, le=1)  # fraction of the die's HBM rate it attains
+    # output tile sizes the kernel chooses from (it takes the pair with the least padded, wave-
+    # quantised work, as DeepGEMM's heuristic does); [] = no tile/wave effects
+    tile_m: list[int] = knob(factory=list, ge=1)
+    tile_n: list[int] = knob(factory=list, ge=1)
+    k_fill: float = knob(0.0, ge=0)  # pipeline fill per tile, in elements of k (prologue/epilogue)
+    # ramp of the whole kernel on the device (first loads in flight, last tiles' epilogue): added
+    # to its time alone, beside the launch the host pays
+    fill_us: float = knob(0.0, ge=0)
+
+
+@dataclass
+class KernelModelConfig:
+    """Kernel-level facts of a die: what stratacl/kernel_model.py prices compute with. The defaults
+    are the ideal kernel (100 % of peak, no launch cost, no re-reads)."""
+
+    launch_us: float = knob(0.0, ge=0)  # per kernel, paid once before it runs
+    # cube cores (core groups) a kernel needs to reach the die's HBM rate; fewer reach a share
+    hbm_saturation_cores: float = knob(1.0, gt=0)
+    # on-chip buffer the die shares operand panels through (GPU L2, Ascend L2): GEMM operands are
+    # re-read from HBM once per output block whose panels fit in it
+    onchip_buffer_MiB: float = knob(1.0e9, gt=0)
+    # by KernelClass value, plus generic_cube / generic_vector / generic_mixed for kernels whose
+    # class is not stated; a class not listed is priced as the ideal kernel
+    classes: dict[str, KernelClassConfig] = field(default_factory=dict)
+
+
+@dataclass
 class DieConfig:
     cube_cores: int = knob(MISSING, ge=1)
     vector_cores: int = knob(MISSING, ge=1)
@@ -80,6 +115,7 @@ class DieConfig:
     # the die and its driver, paid once per graph a step splits into (LibraryModel.step_host_overhead_s)
     graph_launch_us: float = knob(MISSING, ge=0)
     sdma: SdmaConfig = field(default_factory=SdmaConfig)
+    kernel: KernelModelConfig = field(default_factory=KernelModelConfig)
 
 
 class Fidelity(StrEnum):
