@@ -163,6 +163,10 @@ def test_gemm_shapes_scale_with_routed_rows() -> None:
     both = c + c
     assert gemm_flops(both.parts[0].gemms) == pytest.approx(2 * c.cube_flops)
     assert (both - c).parts[0].gemms == c.parts[0].gemms
+    # a weight gradient contracts over the rows: they scale k, not m
+    wgrad = Part("grouped_gemm", 2.0 * 7 * 8 * 100 * 4, 0, 0, ((7, 8, 100.0, 4, 1),))
+    assert emit_gemms(wgrad.scale(0.5).gemms) == ((7, 8, 50, 4),)
+    assert emit_gemms(wgrad.gemms, 0.25) == ((7, 8, 25, 4),)
     lerp = c.lerp(c.scale(3.0), 0.25)
     assert gemm_flops(lerp.parts[0].gemms) == pytest.approx(lerp.cube_flops)
 

@@ -21,21 +21,31 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-Gemm = tuple[float, int, int, int]  # (m, n, k, count); m may be fractional until emitted
+# (m, n, k, count), or (m, n, k, count, 1) when the rows a kernel's work follows (tokens, routed rows)
+# run along k, not m (a weight gradient contracts over them); the row dimension may be fractional
+# until emitted
+Gemm = tuple
 
 
 def gemm_flops(gemms: Iterable[tuple]) -> float:
     """Σ 2·m·n·k·count."""
-    return float(sum(2.0 * m * n * k * c for m, n, k, c in gemms))
+    return float(sum(2.0 * g[0] * g[1] * g[2] * g[3] for g in gemms))
+
+
+def scale_rows(g: tuple, k: float) -> tuple:
+    """A matmul with its row dimension (m, or k for a weight gradient) times k."""
+    if len(g) > 4 and g[4]:
+        return (g[0], g[1], g[2] * k, g[3], 1)
+    return (g[0] * k, *g[1:])
 
 
 def fit_gemms(gemms: tuple[Gemm, ...], flops: float) -> tuple[Gemm, ...]:
-    """The shapes with every row count m scaled so that they do `flops` (n, k, count kept)."""
+    """The shapes with every row dimension (`scale_rows`) scaled so that they do `flops`."""
     total = gemm_flops(gemms)
     if flops <= 0 or total <= 0:
         return ()
     k = flops / total
-    return tuple((m * k, n, kk, c) for m, n, kk, c in gemms)
+    return tuple(scale_rows(g, k) for g in gemms)
 
 
 def _diff_gemms(a: tuple[Gemm, ...], b: tuple[Gemm, ...], flops: float) -> tuple[Gemm, ...]:

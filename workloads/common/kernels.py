@@ -168,19 +168,23 @@ def split_cost(layer_type: str, cost: LayerCostLike, fused: Iterable[str] = INFE
 
 
 def emit_gemms(gemms: Iterable[tuple[float, int, int, int]], k: float = 1.0) -> tuple[tuple[int, int, int, int], ...]:
-    """Whole-row matmul shapes of `gemms` scaled by `k` (the rows a rank runs): each entry's rows
-    m·count·k rounded to an integer and spread over its `count` as evenly as integers allow
-    (`ragged`); entries left with no rows dropped."""
+    """Whole-row matmul shapes (m, n, k, count) of `gemms` scaled by `k` (the rows a rank runs):
+    each entry's rows (m, or k for a weight gradient: `cost.scale_rows`) times count times `k`,
+    rounded to an integer and spread over its `count` as evenly as integers allow; entries left
+    with no rows dropped."""
     out: dict[tuple[int, int, int], int] = {}
-    for m, n, kk, c in gemms:
+    for gm in gemms:
+        m, n, kk, c = gm[:4]
         c = int(c)
-        rows = int(round(float(m) * c * k))
-        if rows <= 0 or n <= 0 or kk <= 0 or c <= 0:
+        in_k = len(gm) > 4 and bool(gm[4])  # rows along k (weight gradient)
+        rows = int(round(float(kk if in_k else m) * c * k))
+        other = m if in_k else kk
+        if rows <= 0 or n <= 0 or other <= 0 or c <= 0:
             continue
         q, r = divmod(rows, c)
-        for mm, g in ((q + 1, r), (q, c - r)):
-            if mm > 0 and g > 0:
-                key = (mm, int(n), int(kk))
+        for rr, g in ((q + 1, r), (q, c - r)):
+            if rr > 0 and g > 0:
+                key = (int(other), int(n), rr) if in_k else (rr, int(n), int(other))
                 out[key] = out.get(key, 0) + g
     return tuple(sorted((m, n, kk, c) for (m, n, kk), c in out.items()))
 

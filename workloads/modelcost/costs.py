@@ -74,8 +74,8 @@ class LayerCost:
         return Cost(float(self.cube_flops), float(self.vector_flops), sum(p.hbm_bytes for p in parts), parts)
 
     def gemms(self) -> tuple[tuple[int, int, int, int], ...]:
-        """Every matmul of the layer (projections, experts, attention core)."""
-        return tuple(g for p in self.parts for g in p[4])
+        """Every matmul of the layer (projections, experts, attention core) as (m, n, k, count)."""
+        return tuple(tuple(g[:4]) for p in self.parts for g in p[4])
 
 
 _ATTN_ROLES = ("attention", "norms")  # roles a decoder layer's attention representative holds

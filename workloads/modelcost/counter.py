@@ -75,7 +75,7 @@ class ClassTotals:
     cube_flops: int = 0
     vector_flops: int = 0
     hbm_bytes: int = 0  # the ops' inputs + outputs (unfused)
-    gemms: dict[tuple[int, int, int], int] = field(default_factory=lambda: defaultdict(int))  # (m,n,k)->count
+    gemms: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (m,n,k[,1]) -> count
     shapes_known: bool = True  # every cube op of the class had known matmul shapes
 
     def add(self, other: ClassTotals) -> None:
@@ -86,8 +86,8 @@ class ClassTotals:
             self.gemms[k] += v
         self.shapes_known = self.shapes_known and other.shapes_known
 
-    def gemm_list(self) -> list[tuple[int, int, int, int]]:
-        return sorted((m, n, k, c) for (m, n, k), c in self.gemms.items())
+    def gemm_list(self) -> list[tuple]:
+        return sorted((*key[:3], c, *key[3:]) for key, c in self.gemms.items())
 
 
 @dataclass
@@ -194,8 +194,8 @@ class OpCounter(TorchDispatchMode):
             if shapes is None:
                 part.shapes_known = False
             else:
-                for m, n, k, c in shapes:
-                    part.gemms[(m, n, k)] += c
+                for g in shapes:
+                    part.gemms[(*g[:3], *g[4:])] += g[3]
             if packet in ATTENTION_PACKETS:
                 q, k = (args[1], args[2]) if "backward" in str(packet) else (args[0], args[1])
                 vector = attention_score_elems(q, k)

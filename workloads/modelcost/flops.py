@@ -111,7 +111,7 @@ ATTENTION_PACKETS = {
 
 # ---- matmul shapes ---------------------------------------------------------------------------
 # A matmul D[m×n] = A[m×k]·B[k×n] run `count` times is (m, n, k, count); 2·m·n·k·count FLOPs.
-Gemm = tuple[int, int, int, int]
+Gemm = tuple  # (m, n, k, count), or (m, n, k, count, 1): rows along k (workloads.common.cost.Gemm)
 
 
 def ragged(total: int, groups: int) -> list[tuple[int, int]]:
@@ -131,9 +131,9 @@ def _grouped_shapes(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]
         return [(m, b[2], a[1], g) for m, g in ragged(a[0], b[0])]
     if len(a) == 3 and len(b) == 3:
         return [(a[1], b[2], a[2], a[0])]
-    if len(a) == 2 and len(b) == 2:
+    if len(a) == 2 and len(b) == 2:  # rows along k: marked (m, n, k, count, 1)
         groups = out[0] if len(out) == 3 else 1
-        return [(a[0], b[1], k, g) for k, g in ragged(a[1], groups)]
+        return [(a[0], b[1], k, g, 1) for k, g in ragged(a[1], groups)]
     if len(a) == 3 and len(b) == 2:
         return [(out[-2], out[-1], a[2], math.prod(out[:-2]))]
     raise ValueError(f"_grouped_mm: unexpected operand ranks {a} x {b}")
@@ -175,4 +175,4 @@ def gemm_shapes(packet: Any, args: tuple, out: Any) -> list[Gemm] | None:
 
 def gemm_flops(gemms: Any) -> int:
     """Σ 2·m·n·k·count."""
-    return sum(2 * m * n * k * c for m, n, k, c in gemms)
+    return sum(2 * g[0] * g[1] * g[2] * g[3] for g in gemms)
