@@ -3,33 +3,49 @@
 The engine prices three kernel kinds on a die's core groups (1 AIC + 2 AIV on a 910C; see
 `stratacl/compute.py`): a *cube* kernel runs on the AICs, a *vector* kernel on the AIVs, a *mixed*
 kernel pairs each AIC with its AIVs in every block, so it loses whole groups when a communication
-kernel holds vector cores. This module turns the model-cost measurement of one layer type (cube
-FLOPs c, vector FLOPs v, fused HBM bytes b_f = weights + layer I/O + KV, unfused HBM bytes b_u =
-every op's inputs and outputs; `workloads/modelcost`) into kernels by one written rule:
+kernel holds vector cores. Every kernel also states what it does (`Op.kernel`, a `KernelClass`) and, when it runs matmuls,
+their shapes (`Op.gemms`, (m, n, k, count) per rank), so the core prices it at the throughput
+such a kernel achieves (stratacl/kernel_model.py).
 
-1. c = 0: one vector kernel (v, b_f) — routers' softmax/top-k, norms, element-wise ops, embedding
-   gathers;
+A measured cost (`Cost.parts`, from `workloads/modelcost`: every aten op of the layer type
+classified by the counter) becomes one kernel per kernel class (`split_parts`):
+
+* gemm (projections, dense MLP, shared experts, router, LM head; DLRM's MLPs and interaction bmm)
+  and grouped_gemm (routed experts: `_grouped_mm`) → cube kernels carrying the fused traffic
+  (weights + layer I/O; the routed experts' weights on the grouped GEMM);
+* attention_prefill / attention_decode (the fused attention kernel, by the shape's phase: the
+  sdpa/eager attention interface or the closed-form production core; QKᵀ and PV shapes) → a
+  mixed kernel (CANN FlashAttentionScore / FusedInferAttentionScore: QKᵀ and PV on the cube
+  units, the softmax on the vector units of the same block) carrying the KV read/write, at least
+  its q/K/V/output traffic;
+* elementwise (norms, RoPE, casts, activations, residuals, quant/dequant) and routing (router
+  softmax/top-k, token permute/unpermute, gathers: in MoE layers and the embedding) → vector
+  kernels, the unfused passes production runs, each charged the bytes its own ops read and write
+  (the counter's unfused count b_u of that class: eager PyTorch's op granularity);
+* in a deployment that fuses the MoE layer (`INFERENCE_FUSED`: W8A8 serving's CANN
+  npu_grouped_matmul_swiglu_quant) the element-wise work runs inside the grouped GEMM: one mixed
+  grouped_gemm kernel with its FLOPs and bytes; its routing stays a pass of its own.
+
+A cost with no breakdown (hand-built triples, the optimizer, DLRM's embedding bags) follows the
+older rule on cube FLOPs c, vector FLOPs v, fused bytes b_f (`split`):
+
+1. c = 0: one vector kernel (v, b_f) — routing for embedding gathers and routers
+   (`ROUTING_TYPES`), element-wise otherwise;
 2. v = 0: one cube kernel (c, b_f);
-3. the layer type is fused in the deployment: one mixed kernel (c, v, b_f) — flash attention / MLA
-   (CANN FlashAttentionScore / FusedInferAttentionScore: QKᵀ and PV on the cube units, the softmax
-   on the vector units of the same block) and, in W8A8 inference, the routed experts as one fused
-   grouped matmul with dequantisation, SwiGLU and quantisation (CANN
-   npu_grouped_matmul_swiglu_quant);
-4. otherwise: a cube kernel (c, b_f) followed by a vector kernel (v, max(0, b_u − b_f)) — dense
-   GEMMs (dense MLP, shared experts, LM head, bf16 training's grouped matmul) on the AICs, their
-   activation and norm work as separate AIV kernels that write and re-read the intermediates the
-   fused byte count leaves out.
+3. the layer type is fused in the deployment: one mixed kernel (c, v, b_f);
+4. otherwise: a cube kernel (c, b_f) followed by a vector kernel (v, max(0, b_u − b_f)).
 
 Fused sets per deployment: `INFERENCE_FUSED` (attention + MoE experts: llm_infer),
 `TRAINING_FUSED` (attention only: TorchTitan's bf16 MoE runs grouped_mm and the SwiGLU as separate
 kernels: llm_train), `DLRM_FUSED` (none: TorchRec's dense MLPs are nn.Linear GEMMs followed by
 separate activation kernels, the pairwise interaction a batched matmul; FBGEMM's table-batched
-embedding bags have no matmul, so rule 1 makes them vector kernels). A workload passes its own set
-when its deployment fuses differently.
+embedding bags have no matmul: routing kernels). A workload passes its own set when its deployment
+fuses differently.
 
-`add_cost` is the one way a workload puts a cost into a trace: the rule's kernels, the matmul
-format on the kernels that run matmuls, extra bytes (e.g. the expert weights a die holds) on the
-kernel that carries the fused traffic, and always at least one op to depend on.
+`add_cost` is the one way a workload puts a cost into a trace: the kernels, the matmul format on
+the kernels that run matmuls, the shapes scaled with the work a rank gets (`emit_gemms`: routed
+rows scale m, or k for a weight gradient; a per-rank scale by its mean), extra bytes (e.g. the
+expert weights a die holds) on the main kernel (`MAIN`), and always at least one op to depend on.
 
 Per-stream core limits (`Trace.limit_stream`) are a layout knob: `stream_limits("cloudmatrix_tbo",
 (a, b))` gives CloudMatrix-Infer's decode micro-batch split, 16 AIC + 32 AIV for stream `a` and

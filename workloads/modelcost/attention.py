@@ -50,6 +50,15 @@ element, the convention `counter.py` uses for fused attention kernels):
 * Indexer (DeepGEMM-style MQA logits over the causal range, then top-k): cube 2·H_I·d_I,
   vector H_I (ReLU, weighted head sum) + 1 (top-k selection) per scored key.
 
+Matmul shapes (`CoreCost.gemms`, (m, n, k, count)): QKᵀ as (q_len, kv_len, d_qk, B·H) and PV as
+(q_len, d_v, kv_len, B·H) per sequence batch; when queries visit different key counts (causal,
+windowed, selected) the visited keys are spread over the queries as evenly as integers allow
+(rows with ⌈keys/q⌉ and with ⌊keys/q⌋ keys), so Σ 2·m·n·k·count equals the cube FLOPs exactly. MLA
+absorbed: the per-token absorption (tokens, r, d_nope, H) and up-projection (tokens, d_v, r, H), the
+latent MQA as QKᵀ over r + d_rope and PV over r per query head (heads share the one latent KV
+head: a kernel may pack them into rows). Expanded: `kv_b_proj` (keys, H·(d_nope + d_v), r, B), then
+MHA. Indexer: (q, scored keys, index_head_dim, B·H_I). Backward: the forward's matmuls twice.
+
 HBM bytes. Unfused: the kernel's ops' inputs + outputs (the counter's convention): indexer
 logits (q_I, index keys, head weights in; fp32 logits out), top-k (logits in, int32 indices
 out), attention (q, the KV entries it touches, out), MLA absorption / expansion matmuls.

@@ -4,6 +4,13 @@ Bytes are the sum of each op's distinct input and output tensor bytes: the traff
 op round-tripped HBM (no fusion), an upper bound. View/metadata ops and bare allocations
 touch no memory and are skipped. Ops are attributed to the tag that is current when they
 dispatch (set by module hooks in `measure.py`).
+
+Per tag the totals are also kept by kernel class (`op_class`: gemm, grouped_gemm, attention —
+every op inside a layer's attention interface, eager or sdpa —, elementwise, routing), each with
+its FLOPs, unfused bytes and the matmul shapes its cube ops ran (`flops.gemm_shapes`: mm, addmm,
+bmm, baddbmm — einsum and matmul reach the dispatcher as these —, `_grouped_mm` with its rows
+split evenly over the groups, and the CPU flash-attention kernels' QKᵀ/PV); a cube op whose
+shapes are not known there clears its class's `shapes_known`.
 """
 
 from __future__ import annotations
