@@ -79,8 +79,7 @@ class KernelHooks:
 
     # ---- install / remove ---------------------------------------------------------------
     def __enter__(self) -> KernelHooks:
-        if not self.records:
-            return self
+        # the interface is wrapped in every mode: its ops are the attention kernel's (counter)
         impl = self.model.config._attn_implementation
         self._impl = impl
         self._saved_local = ALL_ATTENTION_FUNCTIONS._local_mapping.get(impl)
