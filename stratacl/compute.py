@@ -1,4 +1,4 @@
-"""Lowering of compute and local-copy ops: a roofline on the die's AI cores and HBM (the compute hub).
+"""Lowering of compute and local-copy ops on the die's AI cores and HBM (the compute hub).
 
 Kernel kinds (docs/architecture.md; Ascend split architecture, a core group = 1 cube core + its vector cores):
 - ``cube``: matmul on the AIC only; loads the die's cube capacity with FLOPs / cube peak.
@@ -12,12 +12,17 @@ Kernel kinds (docs/architecture.md; Ascend split architecture, a core group = 1 
   slowed by held AIVs.
 
 A kernel launches on at most `block_dim` cores (AIC / AIV / groups, as Ascend C counts blockDim)
-and at most what its stream's core limit allows (`Trace.stream_cores`); on c of C cores its compute
-cannot take less than t·C/c (a rate cap), and it uses only c/C of the die's capacity, leaving the
-rest to kernels of other streams. HBM is loaded as bytes / bandwidth at the same time, so alone a
-kernel takes max(compute, memory); beside communication it slows when a transfer holds cores it
-needs or a copy takes HBM bandwidth. Per-rank vectors use the slowest rank: an SPMD op ends when
-its last rank does. Communication ops are not lowered here (`stratacl.comm`).
+and at most what its stream's core limit allows (`Trace.stream_cores`). The achieved-throughput
+kernel model (stratacl/kernel_model.py, the die's `fabric.die.kernel` facts) prices it on those c
+of C cores: its compute part (attainable fraction of the format's peak, tile padding and wave
+quantisation over c cores) scales with c, its memory part (its HBM bytes plus tile re-reads, at
+the class's attainable HBM fraction) reaches the die's HBM rate with `hbm_saturation_cores`. The
+phase loads its cores for the compute part at the share c/C it runs on and HBM with its bytes at
+the die's rate, with a minimum time of max(compute part, memory part) + ramp on its cores (a rate
+cap), so it leaves the rest of the die to kernels of other streams, and beside communication it
+slows when a transfer holds cores it needs or a copy takes HBM bandwidth. A launch delay precedes
+it. Per-rank vectors use the slowest rank: an SPMD op ends when its last rank does.
+Communication ops are not lowered here (`stratacl.comm`).
 
 Local copies (`memcpy`: device-to-device) run on the SDMA engines when the die has them — runtime
 memcpy tasks are SDMA tasks (HCCL fault guide: "SDMA memory copy task", taskType Memcpy) — so they

@@ -26,8 +26,8 @@ an ASSUMPTION knob). The defaults are the ideal kernel, i.e. the old roofline. P
   extra = count · (A · (⌈n/s_n⌉ − 1) + B · (⌈m/s_m⌉ − 1)); an operand pair that fits is read once.
   Attention (FlashAttention's K/V re-read): every query block of tile_m rows streams all of K
   (QKᵀ's k×n operand) and V (PV's); the g query blocks of a head that run in the same wave share
-  one pass through the on-chip buffer, g = min(cores, ⌊B / (tile_n · k · e)⌋) (each block in flight
-  keeps its current K/V tile resident), so per matmul
+  one pass through the on-chip buffer, g = min(cores, ⌊B / (tile_n · d · e)⌋) (each block in flight
+  keeps its current K/V tile of tile_n rows × head_dim d resident; d = QKᵀ's k), so per matmul
   extra = count · k · n · e · (⌈⌈m / tile_m⌉ / g⌉ − 1); with the buffer holding one tile, g = 1 and
   K/V is read once per query block.
   The extra bytes are HBM load, so communication sharing HBM slows compute by mechanism.
@@ -142,9 +142,11 @@ class KernelModel:
             return 0.0
         e = ELEMENT_BYTES.get(op.dtype, 2.0)
         extra = 0.0
+        # attention: the K/V tile in flight is tile_n × head_dim, head_dim = k of QKᵀ (the first)
+        g = self.sharing(op, tile, op.gemms[0][2], cores) if op.kernel in ATTENTION else 1
         for m, n, k, c in op.gemms:
             if op.kernel in ATTENTION:  # K / V again for every pass of query blocks
-                extra += c * k * n * e * (-(-(-(-m // tm)) // self.sharing(op, tile, k, cores)) - 1)
+                extra += c * k * n * e * (_cdiv(_cdiv(m, tm), g) - 1)
                 continue
             side = self.buffer_bytes / (2.0 * k * e)  # rows of A = columns of B whose panels fit
             s_m = max(tm, math.floor(side / tm) * tm)
@@ -179,6 +181,10 @@ class KernelModel:
         t_m = (hbm + extra) / (kc.hbm_fraction * self.hbm_Bps * share)
         return KernelTime(t_c, t_m, hbm + extra, extra, factor, waves, eff, tile, kc.fill_us * 1e-6,
                           self.launch_s)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def kernel_model(fabric) -> KernelModel:  # noqa: ANN001 - stratacl.fabric.Fabric

@@ -13,8 +13,8 @@ The harness value is the row's FLOPs (TFLOPS rows) or bytes (GB/s rows) over the
 time alone — max(compute part, memory part) + ramp — without the launch, which the sources'
 device-side timers do not see. Error = harness / public − 1.
 
-`--fit` refits the free parameters of each calibrated class on its calibration rows only and
-prints them (what conf/fabric/*.yaml cites); it never reads check rows.
+`--fit` (needs scipy) refits the free parameters of each calibrated class on its calibration rows
+only and prints them (what conf/fabric/*.yaml cites); it never reads check rows.
 """
 
 from __future__ import annotations
@@ -204,12 +204,10 @@ def fit(rows: list[Row]) -> dict[tuple[str, str], dict[str, float]]:
         if not cal:
             continue
         base = fabric_preset(fab_name)
-        lo = {"k_fill": 0.0, "fill_us": 0.0}
-
-        def loss(x: np.ndarray, names=names, cal=cal, base=base) -> float:  # noqa: ANN001
+        def loss(x: np.ndarray, names=names, cal=cal, base=base, kernel=kernel) -> float:  # noqa: ANN001
             vals = {n: float(v) for n, v in zip(names, x, strict=True)}
-            if any(v <= lo.get(n, 0.0) - 1e-12 for n, v in vals.items()) or any(
-                    vals[n] > 1.0 for n in vals if "fraction" in n):
+            # fractions in (0, 1]; k_fill and fill_us ≥ 0
+            if any(v < 0 or ("fraction" in n and not 0 < v <= 1.0) for n, v in vals.items()):
                 return 1e9
             fab = _with(base, kernel, vals)
             return sum(np.log(harness_value(r, fab) / r.measured) ** 2 for r in cal)
@@ -238,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = evaluate(rows)
     print(report(results))
-    print(f"\nfigure: {figure(results, args.out)}")
+    try:
+        print(f"\nfigure: {figure(results, args.out)}")
+    except ImportError:
+        print("\nfigure skipped: needs matplotlib (pip install matplotlib)")
     return 0
 
 

@@ -634,7 +634,7 @@ def test_mixed_kernel_on_a_limited_stream_replays_the_same(tmp_path, cm384) -> N
     t0 = Replay(trace, lib).run().makespan_s
     assert Replay(back, lib).run().makespan_s == t0
     defaults = Op(id=0, kind="compute", ranks=(0,))
-    for field in ("vector_flops", "dtype", "block_dim", "moe_mode", "stream_cores"):
+    for field in ("vector_flops", "dtype", "block_dim", "moe_mode", "stream_cores", "kernel", "gemms"):
         lossy = import_chakra(tmp_path)
         if field == "stream_cores":
             lossy.stream_cores = {}

@@ -26,6 +26,13 @@ from stratacl.fabric import Fabric
 from stratacl.trace import Trace
 
 
+@pytest.fixture(scope="module")
+def cm384(cm384_ideal):  # noqa: ANN001, ANN201
+    """These tests check the engine's sharing with closed forms that price compute as the ideal
+    kernel (roofline); the achieved-throughput kernel model is tested in test_kernel_model.py."""
+    return cm384_ideal
+
+
 def _one(lib, coll: str, n: int, size: float, buffer: str = "buf"):  # noqa: ANN001, ANN202
     tr = Trace(world_size=n)
     tr.add_family("g", [range(n)])

@@ -13,6 +13,13 @@ from stratacl.engine.replay import simulate
 from stratacl.memory import GiB, MemEvent, MiB, RegistrationCost, RegistrationOnAllocation
 from stratacl.trace import Trace
 
+
+@pytest.fixture(scope="module")
+def cm384(cm384_ideal):  # noqa: ANN001, ANN201
+    """These tests check the engine's sharing with closed forms that price compute as the ideal
+    kernel (roofline); the achieved-throughput kernel model is tested in test_kernel_model.py."""
+    return cm384_ideal
+
 US = 1e-6
 C31 = 342.8 * US  # 8 + 31 × 10.8 µs: one registration with the 31 peers of a 32-rank group
 

@@ -76,18 +76,16 @@ def mla_decode(b, s_q, h_q, kv, kv_elt):
 
 def flashmla():
     rows = []
-    g, f, h = mla_decode(128, 1, 16, 8192, 576 * 2)
-    rows.append({"id": "flashmla_dense_decode_memory_bound", "group": "h800 bf16 attention_decode",
-                 "role": "calibrate", "fabric": "hgx_h800", "kernel": "attention_decode", "format": "bf16",
-                 "core": "cube", "gemms": g, "flops": f, "hbm_bytes": h, "measured": 3000.0, "unit": "GBps",
-                 "source": FLASHMLA, "note": "'up to 3000 GB/s memory-bound'; shape ASSUMED (not stated): "
-                 "batch 128, 1 query token, 16 heads (TP 8), kv 8192, BF16 latent KV"})
-    g, f, h = mla_decode(128, 2, 128, 8192, 576 * 2)
-    rows.append({"id": "flashmla_dense_decode_compute_bound", "group": "h800 bf16 attention_decode",
-                 "role": "calibrate", "fabric": "hgx_h800", "kernel": "attention_decode", "format": "bf16",
-                 "core": "cube", "gemms": g, "flops": f, "hbm_bytes": h, "measured": 660.0, "unit": "TFLOPS",
-                 "source": FLASHMLA, "note": "'up to 660 TFLOPS compute-bound'; shape ASSUMED (not stated): "
-                 "batch 128, 2 query tokens (MTP), 128 heads, kv 8192"})
+    for name, shape, value, unit, stated in (
+            ("memory_bound", (128, 1, 16), 3000.0, "GBps", "'up to 3000 GB/s memory-bound'; shape ASSUMED "
+             "(not stated): batch 128, 1 query token, 16 heads (TP 8), kv 8192, BF16 latent KV"),
+            ("compute_bound", (128, 2, 128), 660.0, "TFLOPS", "'up to 660 TFLOPS compute-bound'; shape "
+             "ASSUMED (not stated): batch 128, 2 query tokens (MTP), 128 heads, kv 8192")):
+        g, f, h = mla_decode(*shape, 8192, 576 * 2)
+        rows.append({"id": f"flashmla_dense_decode_{name}", "group": "h800 bf16 attention_decode",
+                     "role": "calibrate", "fabric": "hgx_h800", "kernel": "attention_decode", "format": "bf16",
+                     "core": "cube", "gemms": g, "flops": f, "hbm_bytes": h, "measured": value, "unit": unit,
+                     "source": FLASHMLA, "note": stated})
     # token-level sparse decode: each query token attends its own top-2048 tokens; FP8 KV cache
     # stored as 656 B per token (FlashMLA's FP8 format: 512 FP8 + scales + 64 BF16 RoPE dims)
     b, s_q, h_q, topk = 128, 2, 128, 2048
