@@ -32,7 +32,7 @@ from .fakemodel import (
 from .measure import PHASES, Measured, make_shape, measure_shape
 from .sizes import ROLES, count_by_role, count_layer_by_role
 
-CACHE_VERSION = "modelcost-4"  # 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes
+CACHE_VERSION = "modelcost-5"  # 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes; 5: chain-fused pass bytes
 ATTENTION_CORE_FORMAT = "bf16"  # scores/values over the KV cache: bf16 in W8A8 and FP8 stacks
 
 
@@ -472,9 +472,11 @@ def _parts(tot, core: CoreCost | None, phase: str, fused: int, kv: float,  # noq
       grouped GEMM, the rest (projection / MLP / shared-expert / router weights and the layer's
       input and output) on the dense GEMM — a share whose kernel is absent goes to the first
       present of grouped_gemm, gemm, attention, routing, elementwise;
-    * each unfused pass (elementwise: norms, RoPE, casts, activations, quant/dequant; routing:
-      router softmax/top-k, token permutes, gathers) the bytes its own ops read and write,
-      measured (the counter's unfused count b_u restricted to the class);
+    * each pass (elementwise: norms, RoPE, casts, activations, quant/dequant; routing: router
+      softmax/top-k, token permutes, gathers) the bytes it reads and writes when each chain of
+      its ops runs as one kernel (CANN's fused operators npu_rms_norm, npu_rotary_mul,
+      npu_swiglu, npu_dynamic_quant; torch.compile in training): the counter's `chain_bytes`,
+      measured — at most the unfused count b_u of the class;
     * the attention kernel at least its measured input/output (q, K/V, output: flash attention's
       traffic; in decode the KV read, which then is not counted twice);
     * a layer with no matmul (the embedding gather) keeps the fused traffic alone, split over its
@@ -483,7 +485,7 @@ def _parts(tot, core: CoreCost | None, phase: str, fused: int, kv: float,  # noq
     So the parts' bytes sum to hbm_bytes_fused + the passes' measured bytes + the attention
     kernel's I/O beyond the KV traffic."""
     att = _attention_kind(phase)
-    parts = class_parts(tot, att)
+    parts = class_parts(tot, att, chains=True)
     if core is not None:
         p = parts.get(att, Part(att))
         parts[att] = Part(att, p.cube_flops + core.cube_flops, p.vector_flops + core.vector_flops,

@@ -82,6 +82,9 @@ class ClassTotals:
     cube_flops: int = 0
     vector_flops: int = 0
     hbm_bytes: int = 0  # the ops' inputs + outputs (unfused)
+    # pass classes: the traffic if each chain of element-wise / routing ops of the tag ran as one
+    # kernel: inputs from outside the chain read, outputs used outside it (or never) written
+    chain_bytes: int = 0
     gemms: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (m,n,k[,1]) -> count
     shapes_known: bool = True  # every cube op of the class had known matmul shapes
 
@@ -89,6 +92,7 @@ class ClassTotals:
         self.cube_flops += other.cube_flops
         self.vector_flops += other.vector_flops
         self.hbm_bytes += other.hbm_bytes
+        self.chain_bytes += other.chain_bytes
         for k, v in other.gemms.items():
             self.gemms[k] += v
         self.shapes_known = self.shapes_known and other.shapes_known
@@ -135,6 +139,13 @@ def _tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def _storage(t: torch.Tensor) -> int | None:
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None
+
+
 def _expected_distinct(groups: int, rows: int) -> float:
     """Expected number of groups (experts) hit when `rows` rows land uniformly on `groups`."""
     if groups <= 0:
@@ -150,6 +161,9 @@ class OpCounter(TorchDispatchMode):
         self.tag: str | None = None
         self.in_attention = False  # inside a layer's attention interface (eager/sdpa): one kernel
         self.totals: dict[str, OpTotals] = defaultdict(OpTotals)
+        # storage -> [tag, class, bytes, tensor, used in its chain] of pass-op outputs not yet
+        # known to be written
+        self._pending: dict[int, list] = {}
 
     def __enter__(self):  # noqa: ANN204
         self.active = True
@@ -157,7 +171,39 @@ class OpCounter(TorchDispatchMode):
 
     def __exit__(self, *exc):  # noqa: ANN002, ANN204
         self.active = False
+        for tag, cls, nbytes, _, used in self._pending.values():
+            if not used:  # never used again (a result): written out; used only in its chain: on chip
+                self.totals[tag].by_class[cls].chain_bytes += nbytes
+        self._pending.clear()
         return super().__exit__(*exc)
+
+    def _chain(self, cls: str, ins: list, outs: list) -> None:
+        """Chain-fused traffic (`ClassTotals.chain_bytes`) of one op: a pass op reads only inputs
+        no pass op of its tag produced and leaves its outputs pending; any other consumer (a
+        matmul, the attention kernel, another tag's op) makes a pending output written."""
+        is_pass = cls in ("elementwise", "routing")
+        tag = self.tag
+        part = self.totals[tag].by_class[cls] if is_pass else None
+        seen: set[int] = set()
+        for t in ins:
+            key = _storage(t)
+            if key is None or key in seen:
+                continue
+            seen.add(key)
+            hit = self._pending.get(key)
+            if hit is not None and is_pass and hit[0] == tag:
+                hit[4] = True
+                continue  # on chip inside the chain
+            if hit is not None:
+                self.totals[hit[0]].by_class[hit[1]].chain_bytes += hit[2]
+                del self._pending[key]
+            if is_pass:
+                part.chain_bytes += _tensor_bytes(t)
+        if is_pass:
+            for t in outs:
+                key = _storage(t)
+                if key is not None:
+                    self._pending[key] = [tag, cls, _tensor_bytes(t), t, False]
 
     def attention_io(self, *tensors: torch.Tensor) -> None:
         if self.tag is not None and getattr(self, "active", False):
@@ -220,16 +266,20 @@ class OpCounter(TorchDispatchMode):
         tot.vector_flops += vector
         part.hbm_bytes += nbytes
         tot.hbm_bytes += nbytes
+        self._chain(next(k for k, v in tot.by_class.items() if v is part), ins, outs)
 
 
-def class_parts(totals: OpTotals, attention_kind: str = "attention_prefill") -> dict[str, Part]:
+def class_parts(totals: OpTotals, attention_kind: str = "attention_prefill", chains: bool = False) -> dict[str, Part]:
     """The measured work of one tag by kernel class, each with its unfused bytes (its ops' inputs
-    and outputs) and its matmul shapes (none when a cube op's shapes were not known). The fused
-    attention kernel is named by the shape's phase (`attention_kind`)."""
+    and outputs; `chains`: the element-wise and routing classes with their chain-fused bytes) and
+    its matmul shapes (none when a cube op's shapes were not known). The fused attention kernel is
+    named by the shape's phase (`attention_kind`)."""
     out = {}
     for cls, c in totals.by_class.items():
         kind = attention_kind if cls == "attention" else cls
         nbytes = totals.attention_io if cls == "attention" and totals.attention_io else c.hbm_bytes
+        if chains and cls in ("elementwise", "routing"):
+            nbytes = c.chain_bytes
         out[kind] = Part(kind, float(c.cube_flops), float(c.vector_flops), float(nbytes),
                          tuple(c.gemm_list()) if c.shapes_known else ())
     return out
