@@ -122,9 +122,20 @@ def test_routing_skew_is_seeded_and_decays(small) -> None:  # noqa: ANN001
 
 
 def test_ep_buffers_are_allocated_when_the_kernel_group_before_them_starts(small) -> None:  # noqa: ANN001
-    """Splitting a kernel group into cube and vector ops does not move the allocation point of the
-    routed all-to-all buffers: the op before the all-to-all, or the first (cube) op of its group."""
+    """Splitting a kernel group into its kernels (routing pass, GEMMs, element-wise pass) does not
+    move the allocation point of the routed all-to-all buffers: the first op of the group before
+    the all-to-all (router + shared experts, or the experts)."""
     _, _, _, trace = small
     allocs = [trace.buffers[name] for name in {op.buffer for op in trace.ops if op.comm == "ep"}]
     groups = [trace.ops[a] for (a,) in allocs if trace.ops[a].kind == "compute"]
-    assert groups and all(op.core == "cube" and trace.ops[op.id + 1].name == f"{op.name}.vec" for op in groups)
+    suffixes = (".route", ".gemm", ".grouped", ".attn", ".vec")
+
+    def base(name: str) -> str:
+        return next((name[: -len(s)] for s in suffixes if name.endswith(s)), name)
+
+    assert groups
+    for op in groups:
+        group = base(op.name)
+        assert group.endswith((".router", ".experts"))
+        assert base(trace.ops[op.id - 1].name) != group  # the group's first kernel
+        assert trace.ops[op.id + 1].name.startswith(group)  # more kernels of the group follow

@@ -29,7 +29,13 @@ from stratacl.metrics import union_length
 from stratacl.schemas.interference import InterferenceConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.common.kernels import Kernel, add_kernels, apply_stream_limits, split, stream_limits
+from workloads.common.kernels import (
+    Kernel,
+    add_kernels,
+    apply_stream_limits,
+    split_cost,
+    stream_limits,
+)
 from workloads.llm_train.blocks import ModelPlan, SubBlock, Unit
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.model import build_plan
@@ -59,13 +65,13 @@ def sub_kernels(sub: SubBlock, phase: str, work: LayerWork, fused: list[str]) ->
     the experts at the mean rows an EP rank receives (uniform routing: its tokens × top-k)."""
     cost = sub.bwd if phase == "bwd" else sub.fwd
     if not sub.routed:
-        return [(sub.name, split(sub.name, cost.cube_flops, cost.vector_flops, cost.hbm_bytes, fused=fused))]
+        return [(sub.name, split_cost(sub.name, cost, fused=fused))]
     rows = work.plan.tokens // work.layout.tp * work.plan.top_k
     row = sub.row_bwd if phase == "bwd" else sub.row_fwd
     assert row is not None
     experts = row.scale(rows)
-    out = [("router_shared", split("shared_experts", cost.cube_flops, cost.vector_flops, cost.hbm_bytes, fused=fused)),
-           ("experts", split("moe", experts.cube_flops, experts.vector_flops, experts.hbm_bytes, fused=fused))]
+    out = [("router_shared", split_cost("shared_experts", cost, fused=fused)),
+           ("experts", split_cost("moe", experts, fused=fused))]
     return out[::-1] if phase == "bwd" else out
 
 

@@ -119,7 +119,7 @@ class ServingCosts:
         pl = self.placement[phase]
         e_m = self.experts // self.measure_ep[phase]
         measured_w = e_m * self.expert_bytes + self.shared_bytes
-        var = Cost(cost.cube_flops, cost.vector_flops, max(cost.hbm_bytes - measured_w, 0.0))
+        var = cost.less_bytes(measured_w)  # off the grouped (then dense) GEMM kernel, kernel classes kept
         local_shared = tokens * self.shared_weight if pl.shared_local else 0.0
         ref = tokens * self.top_k + local_shared
         scale = (rows + local_shared) / ref if ref > 0 else np.ones(pl.ep)

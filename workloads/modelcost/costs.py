@@ -10,11 +10,12 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from transformers import PretrainedConfig
 
-from workloads.common.cost import Cost
+from workloads.common.cost import Cost, Part
 from workloads.common.quant import Formats, TensorClass, weight_class
 from workloads.common.routing import RoutingModel
 
 from .attention import ATTENTION_KEY, ATTENTION_MODES, CoreCost, core_cost
+from .counter import class_parts
 from .diskcache import DiskCache
 from .errors import CostInputError
 from .fakemodel import (
@@ -31,7 +32,7 @@ from .fakemodel import (
 from .measure import PHASES, Measured, make_shape, measure_shape
 from .sizes import ROLES, count_by_role, count_layer_by_role
 
-CACHE_VERSION = "modelcost-3"  # 3: per-class numeric formats
+CACHE_VERSION = "modelcost-5"  # 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes; 5: chain-fused pass bytes
 ATTENTION_CORE_FORMAT = "bf16"  # scores/values over the KV cache: bf16 in W8A8 and FP8 stacks
 
 
@@ -50,6 +51,13 @@ class LayerCost:
     hbm_bytes_fused: int
     weight_bytes: int
     activation_bytes_out: int
+    # the work by kernel class: (kernel, cube, vector, bytes charged, ((m, n, k, count), ...));
+    # see `_parts`
+    parts: tuple[tuple, ...] = ()
+
+    def __post_init__(self) -> None:  # from the disk cache: lists back to tuples
+        object.__setattr__(self, "parts", tuple(
+            (p[0], p[1], p[2], p[3], tuple(tuple(int(x) for x in g) for g in p[4])) for p in self.parts))
 
     @property
     def flops(self) -> int:
@@ -57,8 +65,17 @@ class LayerCost:
 
     @property
     def cost(self) -> Cost:
-        """The cost triple workloads schedule: cube, vector FLOPs and the fused HBM estimate."""
-        return Cost(float(self.cube_flops), float(self.vector_flops), float(self.hbm_bytes_fused))
+        """The cost workloads schedule: cube and vector FLOPs, and by kernel class (`parts`) the
+        fused HBM estimate on the matmul and attention kernels plus the unfused passes' own
+        bytes (so its bytes are hbm_bytes_fused + the passes')."""
+        parts = tuple(Part(k, float(c), float(v), float(b), tuple(g)) for k, c, v, b, g in self.parts)
+        if not parts:
+            return Cost(float(self.cube_flops), float(self.vector_flops), float(self.hbm_bytes_fused))
+        return Cost(float(self.cube_flops), float(self.vector_flops), sum(p.hbm_bytes for p in parts), parts)
+
+    def gemms(self) -> tuple[tuple[int, int, int, int], ...]:
+        """Every matmul of the layer (projections, experts, attention core) as (m, n, k, count)."""
+        return tuple(tuple(g[:4]) for p in self.parts for g in p[4])
 
 
 _ATTN_ROLES = ("attention", "norms")  # roles a decoder layer's attention representative holds
@@ -270,30 +287,34 @@ class ModelCosts:
     def _weights(self, tp: int, ep: int, layer_type: str, expert_rows: int) -> tuple[int, int]:
         """(all shard weight bytes, bytes a fused kernel reads: only experts that get rows), each
         weight class in its format (`self.formats`)."""
+        return self._weights3(tp, ep, layer_type, expert_rows)[:2]
+
+    def _weights3(self, tp: int, ep: int, layer_type: str, expert_rows: int) -> tuple[int, int, int]:
+        """`_weights` and the routed experts' share of the bytes read (the grouped GEMM's)."""
         shard = self.shard_model(tp, ep)
         r = self._ratio(weight_class(layer_type))
         if layer_type == "embedding":
             b = int(_param_bytes(base_model(shard).embed_tokens) * r)
-            return b, b
+            return b, b, 0
         if layer_type == "lm_head":
             b = int(_param_bytes(shard.lm_head) * r) + _param_bytes(base_model(shard).norm)
-            return b, b
+            return b, b, 0
         layer = rep_layer(shard, self._layout.reps[layer_type])
         if layer_type.startswith("attention"):
             b = int(_param_bytes(layer.self_attn) * r)
-            return b, b
+            return b, b, 0
         total = _param_bytes(layer.mlp)
         if not is_moe(layer.mlp):
             b = int(total * r)
-            return b, b
+            return b, b, 0
         experts = _param_bytes(layer.mlp.experts)
         shared_mod = getattr(layer.mlp, "shared_experts", None) or getattr(layer.mlp, "shared_expert", None)
         shared = _param_bytes(shared_mod) if shared_mod is not None else 0
         rest = total - experts - shared  # router (and its bias) stays in the model's dtype
         e_local = layer.mlp.experts.gate_up_proj.shape[0]
         hit = e_local * (1.0 - (1.0 - 1.0 / e_local) ** expert_rows)
-        return (int(rest + (experts + shared) * r),
-                int(rest + shared * r + experts * r * hit / e_local))
+        routed = int(experts * r * hit / e_local)
+        return int(rest + (experts + shared) * r), int(rest + shared * r) + routed, routed
 
     def _ratio(self, cls: str) -> float:
         return self.formats.ratio(cls, self.dtype_bytes)
@@ -359,13 +380,16 @@ class ModelCosts:
             if tot is None:
                 raise CostInputError(f"layer_type: {t!r} saw no ops at {shape} (model structure not recognised)")
             core = cores.get(t)
-            w_all, w_read = self._weights(tp, ep, t, m.expert_rows)
+            w_all, w_read, w_routed = self._weights3(tp, ep, t, m.expert_rows)
             acts = io.act_in.get(t, 0) + io.act_out.get(t, 0)
             if shape.phase == "train_bwd":
                 fused = 2 * w_read + 2 * acts
+                kv, routed = 0.0, 2 * w_routed
             else:
                 kv_read = m.kv_read.get(t, 0) - (core.kv_unread_bytes if core else 0)
-                fused = w_read + acts + (max(kv_read, 0) + m.kv_write.get(t, 0)) * self._ratio("kv_cache")
+                kv = (max(kv_read, 0) + m.kv_write.get(t, 0)) * self._ratio("kv_cache")
+                fused = w_read + acts + kv
+                routed = w_routed
             out[t] = LayerCost(
                 cube_flops=tot.cube_flops + (core.cube_flops if core else 0),
                 vector_flops=tot.vector_flops + (core.vector_flops if core else 0),
@@ -373,6 +397,7 @@ class ModelCosts:
                 hbm_bytes_fused=int(fused),
                 weight_bytes=w_all,
                 activation_bytes_out=io.act_out.get(t, 0),
+                parts=_parts(tot, core, shape.phase, int(fused), kv, routed),
             )
         return out
 
@@ -398,12 +423,17 @@ class ModelCosts:
         self, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1, ep: int = 1,
         seq_len: int | None = None,
     ) -> dict[str, Cost]:
-        """The core work (cube and vector FLOPs; its bytes stay with the layer) of each
-        `core_split_types` type with a closed-form core at this shape. It is part of the layer's
-        cost: the projections are the layer's cost minus it."""
-        cores = self.attention_cores(tokens, context, phase, tp, ep, seq_len)
-        return {t: Cost(float(c.cube_flops), float(c.vector_flops))
-                for t in self.core_split_types() if (c := cores.get(t)) is not None}
+        """The attention kernel of each `core_split_types` type at this shape (its part of the
+        layer's cost: FLOPs, the KV traffic it carries, its QKᵀ/PV shapes). The projections are
+        the layer's cost minus it."""
+        costs = self.costs_for_shape(tokens, context, phase, tp, ep, seq_len)
+        att = _attention_kind(phase)
+        out = {}
+        for t in self.core_split_types():
+            core = costs[t].cost.only(att)
+            if core.cube_flops > 0:
+                out[t] = core
+        return out
 
     def layer_cost(
         self, layer_type: str, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1,
@@ -426,6 +456,61 @@ class ModelCosts:
                 rows.append({**s, "layer_type": t, **asdict(c),
                              "intensity_flop_per_byte": round(c.flops / max(c.hbm_bytes_fused, 1), 1)})
         return pd.DataFrame(rows)
+
+
+def _attention_kind(phase: str) -> str:
+    return "attention_decode" if phase == "decode" else "attention_prefill"
+
+
+def _parts(tot, core: CoreCost | None, phase: str, fused: int, kv: float,  # noqa: ANN001
+           routed: float) -> tuple[tuple, ...]:
+    """A layer type's work by kernel class (counter.class_parts; the closed-form attention core
+    joins the attention class) with the bytes each kernel is charged:
+
+    * the fused traffic (weights + layer I/O + KV: `hbm_bytes_fused`) on the matmul and attention
+      kernels: the KV read/write on the attention kernel, the routed experts' weights on the
+      grouped GEMM, the rest (projection / MLP / shared-expert / router weights and the layer's
+      input and output) on the dense GEMM — a share whose kernel is absent goes to the first
+      present of grouped_gemm, gemm, attention, routing, elementwise;
+    * each pass (elementwise: norms, RoPE, casts, activations, quant/dequant; routing: router
+      softmax/top-k, token permutes, gathers) the bytes it reads and writes when each chain of
+      its ops runs as one kernel (CANN's fused operators npu_rms_norm, npu_rotary_mul,
+      npu_swiglu, npu_dynamic_quant; torch.compile in training): the counter's `chain_bytes`,
+      measured — at most the unfused count b_u of the class;
+    * the attention kernel at least its measured input/output (q, K/V, output: flash attention's
+      traffic; in decode the KV read, which then is not counted twice);
+    * a layer with no matmul (the embedding gather) keeps the fused traffic alone, split over its
+      kernels in proportion to their measured bytes.
+
+    So the parts' bytes sum to hbm_bytes_fused + the passes' measured bytes + the attention
+    kernel's I/O beyond the KV traffic."""
+    att = _attention_kind(phase)
+    parts = class_parts(tot, att, chains=True)
+    if core is not None:
+        p = parts.get(att, Part(att))
+        parts[att] = Part(att, p.cube_flops + core.cube_flops, p.vector_flops + core.vector_flops,
+                          p.hbm_bytes + core.hbm_bytes, (p.gemms + core.gemms) if (p.gemms or not p.cube_flops) else ())
+    parts = {k: p for k, p in parts.items() if not p.empty}
+    matmul = [k for k in ("grouped_gemm", "gemm", att) if k in parts and parts[k].cube_flops > 0]
+    charged: dict[str, float] = {}
+    if matmul:
+        share = {att: kv, "grouped_gemm": routed}
+        share["gemm"] = max(fused - kv - routed, 0.0)
+        order = ["grouped_gemm", "gemm", att, "routing", "elementwise"]
+        for k, b in share.items():
+            dest = k if k in matmul else next(x for x in order if x in parts)
+            charged[dest] = charged.get(dest, 0.0) + b
+        for k in ("elementwise", "routing"):
+            if k in parts:
+                charged[k] = charged.get(k, 0.0) + parts[k].hbm_bytes
+        if att in parts:  # the attention kernel reads q and K/V and writes its output: at least
+            charged[att] = max(charged.get(att, 0.0), parts[att].hbm_bytes)  # its measured I/O
+    elif parts:
+        u = sum(p.hbm_bytes for p in parts.values())
+        for k, p in parts.items():
+            charged[k] = fused * (p.hbm_bytes / u if u > 0 else 1.0 / len(parts))
+    return tuple((k, int(p.cube_flops), int(p.vector_flops), int(round(charged.get(k, 0.0))), p.gemms)
+                 for k, p in parts.items())
 
 
 __all__ = ["PHASES", "LayerCost", "ModelCosts"]
