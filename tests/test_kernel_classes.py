@@ -54,22 +54,22 @@ def test_moe_grouped_gemm_rows_split_over_the_experts() -> None:
 
 
 def test_attention_core_shapes_follow_the_closed_form() -> None:
-    """MHA with q_len 4 after 60 cached tokens (causal: keys 61..64 per query): QKᵀ and PV of
-    (rows, kv, d, B·H) with Σ rows·kv = the visited keys; decode (q_len 1) is exactly
-    (1, kv_len, head_dim, B·H) and (1, head_dim, kv_len, B·H)."""
+    """GQA (8 query heads, 2 KV heads: groups of 4 stacked into rows) with q_len 4 after 60 cached
+    tokens (causal: keys 61..64 per query): QKᵀ and PV of (rows·4, kv, d, B·2) with Σ rows·kv = the
+    visited keys; decode (q_len 1) is exactly (4, kv_len, head_dim, B·2) and (4, head_dim, kv_len, B·2)."""
     s = AttnStructure(None, 0, None)
     call = AttnCall(heads=8, kv_heads=2, d_qk=64, d_v=64, window=None, shared_kv=False)
     dec = core_cost(s, call, "decode", n_seq=3, q_len=1, context=100, dtype_bytes=2)
-    assert set(dec.gemms) == {(1, 101, 64, 24), (1, 64, 101, 24)}
+    assert set(dec.gemms) == {(4, 101, 64, 6), (4, 64, 101, 6)}
     pre = core_cost(s, call, "prefill", n_seq=2, q_len=4, context=60, dtype_bytes=2)
     visited = token_sums(s, None, 60, 4).visited
     assert visited == 61 + 62 + 63 + 64
     qk = [g for g in pre.gemms if g[2] == 64 and g[1] != 64]
-    assert sum(m * n for m, n, _, _ in qk) == visited and all(c == 16 for *_, c in pre.gemms)
+    assert sum(m * n for m, n, _, _ in qk) == 4 * visited and all(c == 4 for *_, c in pre.gemms)
     assert gemm_flops(pre.gemms) == pre.cube_flops and gemm_flops(dec.gemms) == dec.cube_flops
     # windowed keys: 3 queries with at most 5 keys each
     win = core_cost(s, AttnCall(8, 2, 64, 64, 5, False), "prefill", n_seq=1, q_len=3, context=10, dtype_bytes=2)
-    assert set(win.gemms) == {(3, 5, 64, 8), (3, 64, 5, 8)}
+    assert set(win.gemms) == {(12, 5, 64, 2), (12, 64, 5, 2)}
 
 
 def _check_classes(tr) -> None:  # noqa: ANN001
@@ -195,7 +195,7 @@ def test_gemm_shapes_scale_with_routed_rows() -> None:
 
 def test_model_costs_cache_key_names_the_parts_version(tmp_path) -> None:  # noqa: ANN001
     from workloads.modelcost import costs as mc_costs
-    assert mc_costs.CACHE_VERSION == "modelcost-5"
+    assert mc_costs.CACHE_VERSION == "modelcost-6"
     a = ModelCosts(load_model_yaml("llama3_8b"), cache_dir=str(tmp_path))
     first = a.costs_for_shape(64, phase="prefill")
     b = ModelCosts(load_model_yaml("llama3_8b"), cache_dir=str(tmp_path))

@@ -50,8 +50,9 @@ element, the convention `counter.py` uses for fused attention kernels):
 * Indexer (DeepGEMM-style MQA logits over the causal range, then top-k): cube 2·H_I·d_I,
   vector H_I (ReLU, weighted head sum) + 1 (top-k selection) per scored key.
 
-Matmul shapes (`CoreCost.gemms`, (m, n, k, count)): QKᵀ as (q_len, kv_len, d_qk, B·H) and PV as
-(q_len, d_v, kv_len, B·H) per sequence batch; when queries visit different key counts (causal,
+Matmul shapes (`CoreCost.gemms`, (m, n, k, count)): QKᵀ as (q_len·g, kv_len, d_qk, B·H/g) and PV as
+(q_len·g, d_v, kv_len, B·H/g) per sequence batch, g the query heads sharing one KV head, which the
+kernels stack into rows (GQA groups; all H for MLA's latent MQA and the indexer); when queries visit different key counts (causal,
 windowed, selected) the visited keys are spread over the queries as evenly as integers allow
 (rows with ⌈keys/q⌉ and with ⌊keys/q⌋ keys), so Σ 2·m·n·k·count equals the cube FLOPs exactly. MLA
 absorbed: the per-token absorption (tokens, r, d_nope, H) and up-projection (tokens, d_v, r, H), the
@@ -249,15 +250,23 @@ class _Part:
     gemms: tuple[tuple[int, int, int, int], ...] = ()
 
 
-def _qk_pv(keys: int, q_len: int, d_qk: int, d_v: int, batch_heads: int) -> tuple[tuple[int, int, int, int], ...]:
+def _qk_pv(keys: int, q_len: int, d_qk: int, d_v: int, batch_heads: int,
+           pack: int = 1) -> tuple[tuple[int, int, int, int], ...]:
     """QKᵀ and PV of `q_len` queries visiting `keys` keys in all (per sequence and head): queries
     with kv keys each as (rows, kv, d_qk, B·H) and (rows, d_v, kv, B·H), the keys spread over the
     queries as evenly as integers allow (causal and windowed ranges differ per query; the
-    shapes keep the total exact)."""
+    shapes keep the total exact). `pack`: query heads that share one KV head, which production
+    kernels stack into the rows of one matmul (FlashMLA's `get_mla_metadata(cache_seqlens,
+    s_q * h_q // h_kv, h_kv)`; FlashAttention's GQA packing): rows × pack, count ÷ pack."""
     out = []
     for kv, rows in ragged(keys, q_len):
-        out += [(rows, kv, d_qk, batch_heads), (rows, d_v, kv, batch_heads)]
+        out += [(rows * pack, kv, d_qk, batch_heads // pack), (rows * pack, d_v, kv, batch_heads // pack)]
     return tuple(out)
+
+
+def _heads_per_kv(heads: int, kv_heads: int) -> int:
+    """Query heads per KV head (GQA group); 1 when they do not divide evenly."""
+    return heads // kv_heads if kv_heads > 0 and heads % kv_heads == 0 else 1
 
 
 def _mha(call: AttnCall, ts: TokenSums, n_seq: int, q_len: int, dt: int) -> _Part:
@@ -267,7 +276,7 @@ def _mha(call: AttnCall, ts: TokenSums, n_seq: int, q_len: int, dt: int) -> _Par
     entry = call.kv_heads * (call.d_qk if call.shared_kv else call.d_qk + call.d_v) * dt
     hbm = n_seq * (q_bytes + ts.touched * entry + out_bytes)
     return _Part(n_seq * ts.visited * h * 2 * (call.d_qk + call.d_v), n_seq * ts.visited * h, hbm, entry,
-                 _qk_pv(ts.visited, q_len, call.d_qk, call.d_v, n_seq * h))
+                 _qk_pv(ts.visited, q_len, call.d_qk, call.d_v, n_seq * h, _heads_per_kv(h, call.kv_heads)))
 
 
 def _mla_absorbed(mla: Mla, ts: TokenSums, n_seq: int, q_len: int, dt: int) -> _Part:
@@ -283,7 +292,7 @@ def _mla_absorbed(mla: Mla, ts: TokenSums, n_seq: int, q_len: int, dt: int) -> _
     # absorption W_UK (nope -> r) and up-projection W_UV (r -> v) per head, then MQA over the
     # latent: scores over r + rope, values over r (one shared KV head; stated per query head)
     gemms = ((tokens, r, mla.nope, h), (tokens, mla.v, r, h),
-             *_qk_pv(ts.visited, q_len, r + mla.rope, r, n_seq * h))
+             *_qk_pv(ts.visited, q_len, r + mla.rope, r, n_seq * h, pack=h))
     return _Part(cube, n_seq * ts.visited * h, hbm, entry, tuple(g for g in gemms if g[0] > 0))
 
 
@@ -321,7 +330,8 @@ def core_cost(s: AttnStructure, call: AttnCall, phase: str, n_seq: int, q_len: i
     if ix is not None:
         scored = n_seq * ts.scored
         cube += scored * 2 * ix.heads * ix.dim
-        gemms += tuple((rows, kv, ix.dim, n_seq * ix.heads) for kv, rows in ragged(ts.scored, q_len))
+        # the indexer's heads score one shared key each (MQA logits): packed into rows like attention
+        gemms += tuple((rows * ix.heads, kv, ix.dim, n_seq) for kv, rows in ragged(ts.scored, q_len))
         vector += scored * (ix.heads + 1)
         index_keys = (context + q_len) // ix.rate
         tokens = n_seq * q_len
