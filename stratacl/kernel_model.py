@@ -12,7 +12,8 @@ an ASSUMPTION knob). The defaults are the ideal kernel, i.e. the old roofline. P
   efficiency is units / (waves · c); a GEMM with c + 1 tiles takes two waves. The kernel picks the
   tile pair with the least padded, wave-quantised work (DeepGEMM's block-size heuristic). Blocks:
   GEMMs and grouped GEMMs: every output tile of every matmul; attention (QKᵀ and PV fused in one
-  kernel): the first matmul's tiles; prefill attention walks all of the KV length in one block (one
+  kernel): the tiles of each group of query rows once (its QKᵀ; the PV of the same rows adds none,
+  and ragged key counts split the queries into several row groups); prefill attention walks all of the KV length in one block (one
   block per query tile and head), decode attention splits the KV length over blocks (split-KV).
   The compute part scales with the cores: t = FLOPs · (padded work / exact work) / wave eff. /
   (fraction · peak · c / C).
@@ -118,13 +119,15 @@ class KernelModel:
         for tm in kc.tile_m:
             for tn in kc.tile_n:
                 units, work = 0, 0.0
-                for i, (m, n, k, c) in enumerate(op.gemms):
+                blocks: set[tuple[int, int]] = set()  # fused: (rows, count) groups already counted
+                for m, n, k, c in op.gemms:
                     mb, nb = -(-m // tm), -(-n // tn)
                     work += 2.0 * mb * tm * nb * tn * (k + kc.k_fill) * c
                     if not fused:
                         units += c * mb * nb
-                    elif i == 0:
-                        units = c * mb * (1 if whole_n else nb)
+                    elif (m, c) not in blocks:  # the fused kernel's later matmuls of these rows
+                        blocks.add((m, c))      # (PV after QKᵀ, down after gate/up) add no block
+                        units += c * mb * (1 if whole_n else nb)
                 waves = -(-units // cores)
                 eff = units / (waves * cores)
                 # DeepGEMM's choice: fewest waves, then the fullest last wave, then the least padded

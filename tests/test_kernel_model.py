@@ -62,6 +62,23 @@ def test_waves_count_over_the_cores_the_kernel_gets() -> None:
     assert alone(lower_compute(op, fab)) == pytest.approx(2 * t_tile, rel=1e-12)
 
 
+def test_fused_attention_blocks_count_every_row_group_once() -> None:
+    """A decode attention kernel whose keys split the queries into ragged row groups (gemms of
+    (rows, kv, d, count) and (rows, d, kv, count) per group) runs blocks for every group's query
+    tiles × KV splits (split-KV: ⌈kv / 64⌉) — its PV matmul adds none: 3·129 + 125·129 + 3·6·1 =
+    16,530 blocks on 24 cores, 689 waves, whichever group comes first (counting the first group
+    alone made neighbouring contexts price up to 6.6× apart)."""
+    cls = KernelClassConfig(compute_fraction={"bf16": 1.0}, tile_m=[64], tile_n=[64])
+    fab = fabric_with(KernelModelConfig(classes={"attention_decode": cls}))
+    groups = ((11, 8193, 3), (12, 8193, 125), (383, 64, 3))  # (rows, keys, count)
+    gemms = tuple(g for m, kv, c in groups for g in ((m, kv, 64, c), (m, 64, kv, c)))
+    for order in (gemms, gemms[2:] + gemms[:2]):
+        op = Op(id=0, kind="compute", ranks=(0,), core="mixed", kernel="attention_decode", gemms=order,
+                flops=(sum(2.0 * m * n * k * c for m, n, k, c in order),))
+        kt = kernel_model(fab).price(op, 1.0, fab.cube_flops, fab.vector_flops, "bf16")
+        assert (kt.waves, kt.wave_efficiency) == (689, pytest.approx(16530 / (689 * 24)))
+
+
 def test_padding_to_whole_tiles() -> None:
     fab = fabric_with(KernelModelConfig(classes={"gemm": TILED}))
     k = 1024
