@@ -219,6 +219,7 @@ def test_prefill_continues_a_chunked_prompt_while_other_dies_take_new_ones(env: 
 def _fixed(env: Env, batch: int, prompt: int = 512, context: int = 1024) -> Env:
     env.w.mode = "fixed"
     env.w.fixed.decode_batch_per_die, env.w.fixed.prefill_tokens_per_die, env.w.fixed.context = batch, prompt, context
+    env.w.fixed.prompt_tokens = prompt  # one whole prompt per prefill iteration
     return env
 
 

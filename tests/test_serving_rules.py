@@ -24,6 +24,7 @@ from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.fixed import run_fixed
 from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.memory import role_dies, serving_tensors
+from workloads.llm_infer.workload import serving_costs
 
 DP = 4  # the test layout's decode and prefill dies per instance
 MOE_LAYERS = 2  # the tiny model: 3 layers, the first dense
@@ -133,10 +134,12 @@ def test_graph_launch_cost_reaches_the_fixed_mode_figures(env: Env) -> None:
     step's one graph launch (stratacl: no operator needs the host); prefill keeps its."""
     w = copy.deepcopy(env.w)
     w.mode, w.fixed.decode_batch_per_die, w.fixed.context, w.fixed.prefill_tokens_per_die = "fixed", 8, 1024, 512
+    w.fixed.prompt_tokens = 512
+    costs = serving_costs(env.mc, w, 0)
     steps, prefill = {}, set()
     for us in (0.0, 700.0, 1e6):
         ctx = _with_launch(env, "stratacl", us)
-        m = run_fixed(ctx, w, env.costs, IterationModel(ctx, env.costs, w), env.kv_tok).metrics["stratacl"]
+        m = run_fixed(ctx, w, costs, IterationModel(ctx, costs, w), env.kv_tok).metrics["stratacl"]
         steps[us] = m["decode_step_s"]
         prefill.add(m["prefill_iter_s"])
     launches = 1

@@ -157,11 +157,13 @@ class ServingMode(StrEnum):
 
 @dataclass
 class FixedShapeConfig:
-    """Shapes of `mode=fixed` (per die)."""
+    """Shapes of `mode=fixed` (per die); `workload.requests` plays no part in fixed mode."""
 
     decode_batch_per_die: int = knob(48, ge=1)  # sequences per die in a decode step
     context: int = knob(4096, ge=1)  # cached tokens per decoding sequence
     prefill_tokens_per_die: int = knob(4096, ge=1)  # prompt tokens per die in a prefill iteration
+    # tokens of one prompt (each prompt's attention spans it); prefill_tokens_per_die holds whole prompts
+    prompt_tokens: int = knob(4096, ge=1)
 
 
 @dataclass

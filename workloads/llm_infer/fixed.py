@@ -42,6 +42,11 @@ KEYS = ["decode_tok_per_s_per_npu", "decode_tpot_s", "decode_step_s", "decode_ex
 def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: IterationModel,
               kv_tok: float) -> WorkloadResult:
     f = cfg.fixed
+    if f.prompt_tokens > f.prefill_tokens_per_die:
+        raise ConfigError("workload.fixed.prompt_tokens",
+                          f"a {f.prompt_tokens}-token prompt does not fit the {f.prefill_tokens_per_die} tokens "
+                          "of a fixed prefill iteration (fixed mode prefills whole prompts)",
+                          "raise workload.fixed.prefill_tokens_per_die or lower prompt_tokens")
     s = cfg.scheduler
     dies_per_npu = ctx.fabric.dies_per_npu
     per_step = rules.emitted_tokens_per_step(s)  # tokens per sequence and decode step
@@ -86,7 +91,8 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
     table = metric_table(metrics, ctx.baseline, KEYS)
     shapes = (f"decode batch {f.decode_batch_per_die}/die (bucket {bucket(BATCH_BUCKETS, f.decode_batch_per_die)}), "
               f"context {f.context} (bucket {bucket(CONTEXT_BUCKETS, f.context)}); prefill "
-              f"{f.prefill_tokens_per_die} tokens/die (bucket {bucket(PREFILL_BUCKETS, f.prefill_tokens_per_die)})")
+              f"{f.prefill_tokens_per_die} tokens/die (bucket {bucket(PREFILL_BUCKETS, f.prefill_tokens_per_die)}) "
+              f"in {f.prompt_tokens}-token prompts (workload.fixed; workload.requests is not read)")
     notes = [f"fixed shapes: {shapes}; MTP acceptance {per_step - 1:g}; model {cfg.model.preset or cfg.model.model_type} "
              f"quant '{cfg.model.quant or 'native'}'; KV {kv_tok:.0f} B/token; {iters.simulated} traces simulated"]
     return WorkloadResult(rows=pd.DataFrame(rows), metrics=metrics, table=table, notes=notes)

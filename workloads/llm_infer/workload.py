@@ -11,7 +11,7 @@ from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
 from stratacl.metrics import percentile
-from stratacl.schemas.llm_infer import LlmInferConfig
+from stratacl.schemas.llm_infer import LlmInferConfig, ServingMode
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.model import model_costs
 from workloads.common.routing import expert_weights
@@ -70,7 +70,9 @@ def serving_costs(mc: ModelCosts, cfg: LlmInferConfig, seed: int) -> ServingCost
     """Per-die costs on the configured layout; an EPLB placement balances the run's expert popularity."""
     e = int(mc.moe_info().get("n_routed_experts", 0))
     shares = expert_weights(e, cfg.skew, cfg.zipf_s, seed=seed) if e else None
-    return ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, cfg.requests.input_mean,
+    # a prefill's attention spans one prompt: the fixed shape's in fixed mode, the mean request's serving
+    prompt = cfg.fixed.prompt_tokens if cfg.mode == ServingMode.fixed else cfg.requests.input_mean
+    return ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, prompt,
                         layout=cfg.layout, shares=shares)
 
 
@@ -245,13 +247,13 @@ def run(ctx: RunContext) -> WorkloadResult:
     ctx.progress(1)
     costs = serving_costs(mc, cfg, ctx.seed)
     kv_tok = float(mc.kv_bytes_per_token())
-    reqs = generate(cfg.requests, ctx.seed)
     lay = cfg.layout
     first_decode = lay.prefill_instances * lay.prefill_dp  # decode instances follow the prefill ones
     iters = IterationModel(ctx, costs, cfg, kv_bytes_per_token=kv_tok,
                            decode_dies=tuple(range(first_decode, first_decode + lay.decode_dp)))
-    if cfg.mode == "fixed":
-        return run_fixed(ctx, cfg, costs, iters, kv_tok)
+    if cfg.mode == ServingMode.fixed:
+        return run_fixed(ctx, cfg, costs, iters, kv_tok)  # no requests: workload.requests is not read
+    reqs = generate(cfg.requests, ctx.seed)
     serving = Serving(ctx, cfg, costs, iters, kv_tok)
     req_frames, iter_frames, slo_frames, metrics, timelines, notes = [], [], [], {}, {}, []
     for library in ctx.libraries:
