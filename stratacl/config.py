@@ -112,7 +112,7 @@ class DieConfig:
     vector_core_move_GBps: float = knob(MISSING, gt=0)  # bytes/s one vector core moves to a remote die
     cores_shared: bool = False  # GPUs: SMs do both matmul and communication (holds hit both)
     # host launching one captured graph of a model step (ACL graph / CUDA graph): a runtime fact of
-    # the die and its driver, paid once per graph a step splits into (LibraryModel.step_host_overhead_s)
+    # the die and its driver, paid once per captured step (LibraryModel.step_graph_launch_s)
     graph_launch_us: float = knob(MISSING, ge=0)
     sdma: SdmaConfig = field(default_factory=SdmaConfig)
     kernel: KernelModelConfig = field(default_factory=KernelModelConfig)

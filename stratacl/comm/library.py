@@ -38,7 +38,7 @@ from stratacl.comm import partition
 from stratacl.comm.datapath import data_path_model, staging_bytes
 from stratacl.comm.families import FAMILIES
 from stratacl.comm.movers import MOVERS
-from stratacl.comm.registration import RegistrationState, library_registration_cost
+from stratacl.comm.registration import RegistrationState
 from stratacl.config import (
     Algorithm,
     ExpansionMode,
@@ -118,7 +118,7 @@ class LibraryModel:
 
     def registration_cost(self) -> RegistrationCost:
         """Registering one buffer with `peers` peers: base + peers * per-peer mapping."""
-        return library_registration_cost(self.cfg)
+        return RegistrationCost(base_us=self.cfg.register_base_us, per_peer_us=self.cfg.register_per_peer_us)
 
     def die_memory(self, capacity_bytes: float, peers: int, *, expandable_segments: bool = True,
                    va_base: int = 1 << 40) -> DieMemory:

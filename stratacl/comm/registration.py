@@ -16,15 +16,9 @@ trace has buffers and the ops that allocate them, not addresses.
 
 from __future__ import annotations
 
-from stratacl.config import LibraryConfig
 from stratacl.memory.on_alloc import RegistrationOnAllocation
-from stratacl.memory.registration_cache import JitRegistrationCache, RegistrationCost
+from stratacl.memory.registration_cache import JitRegistrationCache
 from stratacl.trace import REGISTERED
-
-
-def library_registration_cost(cfg: LibraryConfig) -> RegistrationCost:
-    """Registering one buffer under this library: base + one mapping per peer."""
-    return RegistrationCost(base_us=cfg.register_base_us, per_peer_us=cfg.register_per_peer_us)
 
 
 class RegistrationState:
