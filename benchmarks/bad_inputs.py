@@ -113,7 +113,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
     for preset in ("llama3_8b", "mixtral_8x7b", "qwen3_moe", "deepseek_v3", "deepseek_v32"):
         c.append(("model presets", [*INF, f"workload.model.preset={preset}"]))
     for preset in ("llama3_8b", "qwen3_moe"):
-        c.append(("model presets", [*TRAIN, f"workload.model={preset}"]))
+        c.append(("model presets", [*TRAIN, f"workload.model.preset={preset}"]))
     # Chakra import of corrupt files and bad prefixes
     c.append(("chakra", ["chakra", "import", str(tmp / "nodir"), str(tmp / "o.parquet")]))
     etdir = tmp / "et"

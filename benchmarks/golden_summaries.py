@@ -39,9 +39,10 @@ def cases() -> list[tuple[str, list[str], bool]]:
 
 def run_case(out: Path, name: str, overrides: list[str], multirun: bool) -> float:
     target = out / name
-    cmd = [sys.executable, "-m", "stratacl.run", *overrides, "output.progress=false"]
+    cmd = [sys.executable, "-m", "stratacl.run", *(["--multirun"] if multirun else []), *overrides,
+           "output.progress=false"]
     if multirun:
-        cmd += ["--multirun", f"hydra.sweep.dir={target}"]
+        cmd += [f"hydra.sweep.dir={target}"]
     else:
         cmd += [f"hydra.run.dir={target}"]
     t0 = time.perf_counter()
@@ -68,8 +69,12 @@ def _flat(d: object, prefix: str = "") -> dict[str, object]:
     return {prefix.rstrip("."): d}
 
 
-def compare(out: Path, ref: Path) -> int:
+def compare(out: Path, ref: Path, only: list[str] | None = None) -> int:
+    """Print the summaries that differ from `ref`'s manifest (within the cases in `only`)."""
     mine, theirs = manifest(out), json.loads((ref / "manifest.json").read_text())
+    if only:
+        mine = {k: v for k, v in mine.items() if k.split("/")[0] in only}
+        theirs = {k: v for k, v in theirs.items() if k.split("/")[0] in only}
     differ = 0
     for key in sorted(set(mine) | set(theirs)):
         if mine.get(key) == theirs.get(key):
@@ -101,7 +106,7 @@ def main() -> int:
         wall = run_case(args.out, name, overrides, multirun)
         print(f"{name}: {wall:.1f} s", flush=True)
     (args.out / "manifest.json").write_text(json.dumps(manifest(args.out), indent=1))
-    return compare(args.out, args.compare) if args.compare else 0
+    return compare(args.out, args.compare, args.only) if args.compare else 0
 
 
 if __name__ == "__main__":

@@ -52,13 +52,15 @@ comm_priority, comm_size, comm_src, comm_dst, comm_tag, pg_name; `et_feeder_node
 are namespaced and written only when they differ from the default, so a trace without them exports
 as before:
 
-| harness field | where | default on import when absent (e.g. a schema-2 file) |
+| harness field | where | default on import when absent (e.g. a schema-2 or -3 file) |
 |---|---|---|
 | `core` (cube / vector / mixed) | node `stratacl_core` (string) | cube |
 | `vector_flops` (mixed kernels) | node `stratacl_vector_flops` (double, per rank); also in `num_ops` | 0 |
 | `dtype` (matmul format, picks the cube peak) | node `stratacl_dtype` (string) | "" (bf16) |
 | `block_dim` (cores the kernel launches on) | node `stratacl_block_dim` (int64) | 0 (all) |
 | `moe_mode` (dispatch / combine kernels) | node `stratacl_moe_mode` (string) | "" |
+| `kernel` (kernel class, picks the kernel model) | node `stratacl_kernel` (string) | "" (generic; schema ≤ 3) |
+| `gemms` (per-rank matmul shapes (m, n, k, count)) | node `stratacl_gemms` (int64 list, 4 per matmul) | () (schema ≤ 3) |
 | `Trace.stream_cores` (per-stream AIC, AIV limits) | GlobalMetadata `stratacl_stream_cores` (JSON) | none |
 
 Documented losses:
@@ -101,10 +103,11 @@ import numpy as np
 from stratacl.errors import ConfigError, HarnessError, TraceError
 from stratacl.trace import Op, Trace, family_of, stream_predecessors
 
-SCHEMA = "stratacl-chakra-3"  # 3: + kernel format, vector FLOPs, block_dim, MoE mode, stream core limits
+SCHEMA = "stratacl-chakra-4"  # 4: + kernel class and GEMM shapes; 3: + kernel format, vector FLOPs,
+# block_dim, MoE mode, stream core limits
 # schemas this import reads: 2 (ASTRA-sim's comm_size meaning, group ids from 1, stratacl_nbytes)
-# lacks only schema 3's optional attributes, which then take the Op / Trace defaults
-READS = ("stratacl-chakra-2", SCHEMA)
+# and 3 lack only the later optional attributes, which then take the Op / Trace defaults
+READS = ("stratacl-chakra-2", "stratacl-chakra-3", SCHEMA)
 INSTALL = 'pip install protobuf && pip install --no-deps "mlc-chakra>=1.0,<2"'
 ET_VERSION = "1.0.0"
 _ET_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et$")
@@ -367,6 +370,10 @@ def _compute_attrs(op: Op, pos: int) -> dict[str, object]:
         a["stratacl_dtype"] = op.dtype
     if op.block_dim:
         a["stratacl_block_dim"] = op.block_dim
+    if op.kernel:
+        a["stratacl_kernel"] = op.kernel
+    if op.gemms:
+        a["stratacl_gemms"] = tuple(int(x) for g in op.gemms for x in g)
     return a
 
 
@@ -519,6 +526,11 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
             op.core = str(a["stratacl_core"])
             op.dtype = str(a.get("stratacl_dtype", ""))
             op.block_dim = int(a.get("stratacl_block_dim", 0))  # type: ignore[call-overload]
+            op.kernel = str(a.get("stratacl_kernel", ""))
+            flat = [int(x) for x in a.get("stratacl_gemms", [])]  # type: ignore[union-attr]
+            if len(flat) % 4:
+                raise TraceError(f"op {op_id}: stratacl_gemms has {len(flat)} values, not 4 per matmul")
+            op.gemms = tuple(tuple(flat[i:i + 4]) for i in range(0, len(flat), 4))  # type: ignore[misc]
         elif kind == "memcpy":
             op.nbytes = _vec([float(first[r]["tensor_size"]) / 2 for r in op_ranks])  # type: ignore[arg-type]
         elif kind == "collective":

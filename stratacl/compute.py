@@ -1,4 +1,4 @@
-"""Lowering of compute and local-copy ops: a roofline on the die's AI cores and HBM (the compute hub).
+"""Lowering of compute and local-copy ops on the die's AI cores and HBM (the compute hub).
 
 Kernel kinds (docs/architecture.md; Ascend split architecture, a core group = 1 cube core + its vector cores):
 - ``cube``: matmul on the AIC only; loads the die's cube capacity with FLOPs / cube peak.
@@ -12,12 +12,17 @@ Kernel kinds (docs/architecture.md; Ascend split architecture, a core group = 1 
   slowed by held AIVs.
 
 A kernel launches on at most `block_dim` cores (AIC / AIV / groups, as Ascend C counts blockDim)
-and at most what its stream's core limit allows (`Trace.stream_cores`); on c of C cores its compute
-cannot take less than t·C/c (a rate cap), and it uses only c/C of the die's capacity, leaving the
-rest to kernels of other streams. HBM is loaded as bytes / bandwidth at the same time, so alone a
-kernel takes max(compute, memory); beside communication it slows when a transfer holds cores it
-needs or a copy takes HBM bandwidth. Per-rank vectors use the slowest rank: an SPMD op ends when
-its last rank does. Communication ops are not lowered here (`stratacl.comm`).
+and at most what its stream's core limit allows (`Trace.stream_cores`). The achieved-throughput
+kernel model (stratacl/kernel_model.py, the die's `fabric.die.kernel` facts) prices it on those c
+of C cores: its compute part (attainable fraction of the format's peak, tile padding and wave
+quantisation over c cores) scales with c, its memory part (its HBM bytes plus tile re-reads, at
+the class's attainable HBM fraction) reaches the die's HBM rate with `hbm_saturation_cores`. The
+phase loads its cores for the compute part at the share c/C it runs on and HBM with its bytes at
+the die's rate, with a minimum time of max(compute part, memory part) + ramp on its cores (a rate
+cap), so it leaves the rest of the die to kernels of other streams, and beside communication it
+slows when a transfer holds cores it needs or a copy takes HBM bandwidth. A launch delay precedes
+it. Per-rank vectors use the slowest rank: an SPMD op ends when its last rank does.
+Communication ops are not lowered here (`stratacl.comm`).
 
 Local copies (`memcpy`: device-to-device) run on the SDMA engines when the die has them — runtime
 memcpy tasks are SDMA tasks (HCCL fault guide: "SDMA memory copy task", taskType Memcpy) — so they
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 from stratacl.errors import TraceError
 from stratacl.fabric import Fabric, R
+from stratacl.kernel_model import kernel_model
 from stratacl.phases import Phase
 from stratacl.trace import Op
 
@@ -66,31 +72,28 @@ def rank_sum(op: Op, values: tuple[float, ...]) -> float:
 
 
 def lower_compute(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> list[Phase]:
-    flops = max(op.flops)
-    hbm = max(op.hbm_bytes)
-    loads: list[tuple[str, int, float]] = []
-    cube_peak = fabric.cube_peak(op.dtype)  # the matmuls' numeric format picks the die's peak
-    if op.core == "mixed":
-        t_group = max(flops / cube_peak, max(op.vector_flops) / fabric.vector_flops)
-        if t_group > 0:
-            loads += [("all", R["cube"], t_group), ("all", R["vec"], t_group)]
-        t_core = t_group
-    else:
-        unit, peak = (R["cube"], cube_peak) if op.core == "cube" else (R["vec"], fabric.vector_flops)
-        t_core = flops / peak
-        if t_core > 0:
-            loads.append(("all", unit, t_core))
-    if hbm > 0:
-        loads.append(("all", R["hbm"], hbm / fabric.hbm_Bps))
-    if not loads:
+    """A kernel priced by the die's kernel model (stratacl/kernel_model.py) as one fluid phase:
+    its cores loaded for its compute part at the share it runs on, HBM loaded with its bytes (re-
+    reads included) at the die's rate, and a minimum time of max(compute part, memory part) on the
+    cores it gets; preceded by the kernel's launch."""
+    flops, vflops, hbm = max(op.flops), max(op.vector_flops), max(op.hbm_bytes)
+    if flops <= 0 and vflops <= 0 and hbm <= 0:
         return [Phase("compute", delay_s=op.fixed_time_s)] if op.fixed_time_s > 0 else []
-    min_t = op.fixed_time_s
-    if t_core > 0:
-        frac = core_fraction(op, fabric, limit)
-        if frac < 1.0:  # fewer cores: a rate cap, and only that share of the die's capacity
-            min_t = max(min_t, t_core / frac)
-    return [Phase("compute", loads=tuple(loads), min_time_s=min_t,
-                  hbm_bytes=rank_sum(op, op.hbm_bytes))]
+    frac = core_fraction(op, fabric, limit)
+    kt = kernel_model(fabric).price(op, frac, fabric.cube_peak(op.dtype), fabric.vector_flops,
+                                    fabric.cube_format(op.dtype))
+    loads: list[tuple[str, int, float]] = []
+    if kt.compute_s > 0:  # the cores it runs on are busy for its compute part: frac of the capacity
+        if op.core in ("cube", "mixed"):
+            loads.append(("all", R["cube"], kt.compute_s * frac))
+        if op.core in ("vector", "mixed"):
+            loads.append(("all", R["vec"], kt.compute_s * frac))
+    if kt.hbm_bytes > 0:
+        loads.append(("all", R["hbm"], kt.hbm_bytes / fabric.hbm_Bps))
+    min_t = max(op.fixed_time_s, kt.alone_s)
+    phase = Phase("compute", loads=tuple(loads), min_time_s=min_t,
+                  hbm_bytes=rank_sum(op, op.hbm_bytes) + kt.reread_bytes * len(op.ranks))
+    return [Phase("launch", delay_s=kt.launch_s), phase] if kt.launch_s > 0 else [phase]
 
 
 def lower_memcpy(op: Op, fabric: Fabric) -> list[Phase]:
@@ -119,7 +122,7 @@ class ComputeLowering:
     def lower(self, op: Op) -> list[Phase]:
         limit = self.stream_cores.get(op.stream, NO_LIMIT)
         key = (op.kind, op.ranks, op.nbytes, op.flops, op.hbm_bytes, op.core, op.fixed_time_s,
-               op.vector_flops, op.block_dim, limit, op.dtype)
+               op.vector_flops, op.block_dim, limit, op.dtype, op.kernel, op.gemms)
         hit = self._cache.get(key)
         if hit is None:
             if op.kind == "compute":

@@ -20,6 +20,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from stratacl.errors import ConfigError
 from stratacl.schemas.base import check_ranges, knob  # (the package registers the workload schemas)
+from stratacl.trace import COLLECTIVES, MOE_MODES
 
 # --------------------------------------------------------------------------- fabric
 
@@ -63,6 +64,41 @@ class SdmaConfig:
 
 
 @dataclass
+class KernelClassConfig:
+    """Achieved throughput of one kernel class on a die (stratacl/kernel_model.py). Defaults are the
+    ideal kernel (the old roofline): full peak, full HBM rate, no tile effects."""
+
+    # fraction of the die's compute peak the class attains, by the format its matmuls run in
+    # (bf16, fp8, int8, ...; "any" = every format not listed; none = 1)
+    compute_fraction: dict[str, float] = knob(factory=dict, gt=0, le=1)
+    hbm_fraction: float = knob(1.0, gt=0, le=1)  # fraction of the die's HBM rate it attains
+    # output tile sizes the kernel chooses from (it takes the pair with the least padded, wave-
+    # quantised work, as DeepGEMM's heuristic does); [] = no tile/wave effects
+    tile_m: list[int] = knob(factory=list, ge=1)
+    tile_n: list[int] = knob(factory=list, ge=1)
+    k_fill: float = knob(0.0, ge=0)  # pipeline fill per tile, in elements of k (prologue/epilogue)
+    # ramp of the whole kernel on the device (first loads in flight, last tiles' epilogue): added
+    # to its time alone, beside the launch the host pays
+    fill_us: float = knob(0.0, ge=0)
+
+
+@dataclass
+class KernelModelConfig:
+    """Kernel-level facts of a die: what stratacl/kernel_model.py prices compute with. The defaults
+    are the ideal kernel (100 % of peak, no launch cost, no re-reads)."""
+
+    launch_us: float = knob(0.0, ge=0)  # per kernel, paid once before it runs
+    # cube cores (core groups) a kernel needs to reach the die's HBM rate; fewer reach a share
+    hbm_saturation_cores: float = knob(1.0, gt=0)
+    # on-chip buffer the die shares operand panels through (GPU L2, Ascend L2): GEMM operands are
+    # re-read from HBM once per output block whose panels fit in it
+    onchip_buffer_MiB: float = knob(1.0e9, gt=0)
+    # by KernelClass value, plus generic_cube / generic_vector / generic_mixed for kernels whose
+    # class is not stated; a class not listed is priced as the ideal kernel
+    classes: dict[str, KernelClassConfig] = field(default_factory=dict)
+
+
+@dataclass
 class DieConfig:
     cube_cores: int = knob(MISSING, ge=1)
     vector_cores: int = knob(MISSING, ge=1)
@@ -75,7 +111,24 @@ class DieConfig:
     vector_TFLOPs: float = knob(MISSING, gt=0)
     vector_core_move_GBps: float = knob(MISSING, gt=0)  # bytes/s one vector core moves to a remote die
     cores_shared: bool = False  # GPUs: SMs do both matmul and communication (holds hit both)
+    # host launching one captured graph of a model step (ACL graph / CUDA graph): a runtime fact of
+    # the die and its driver, paid once per captured step (LibraryModel.step_graph_launch_s)
+    graph_launch_us: float = knob(MISSING, ge=0)
     sdma: SdmaConfig = field(default_factory=SdmaConfig)
+    kernel: KernelModelConfig = field(default_factory=KernelModelConfig)
+
+
+class Fidelity(StrEnum):
+    """How the network is modelled (FabricConfig.fidelity)."""
+
+    die_ports = "die_ports"  # a die's port carries each tier's bytes at that tier's measured β (fast)
+    switch = "switch"  # ports at their nominal rate shared by all flows + the switch's port groups
+
+
+class Routing(StrEnum):
+    """How the switch routes a node's inter-node bytes (SwitchConfig.routing)."""
+
+    spray = "spray"  # spread over all of the node's uplinks
 
 
 @dataclass
@@ -88,7 +141,7 @@ class SwitchConfig:
     l2_per_plane: int = knob(0, ge=0)
     l2_ports: int = knob(0, ge=0)
     link_GBps: float = knob(0.0, ge=0)  # one L1↔L2 link, per direction
-    routing: str = "spray"  # spray: a node's inter-node bytes spread over all its uplinks
+    routing: Routing = Routing.spray
 
 
 @dataclass
@@ -101,10 +154,8 @@ class FabricConfig:
     # per-die port rate per direction, by plane: the ceiling of every tier's achievable β on it
     port_GBps: dict[Plane, float] = knob(factory=dict, gt=0)
     die: DieConfig = field(default_factory=DieConfig)
-    # die_ports: a die's port carries each tier's bytes at that tier's measured β (fast);
-    # switch: ports at their nominal rate shared by all flows, each flow capped at its tier's β,
-    # plus the switch's node uplink/downlink port groups (stratacl/fabric_switch.py)
-    fidelity: str = "die_ports"
+    # switch: each flow also capped at its tier's β; the port groups in stratacl/fabric_switch.py
+    fidelity: Fidelity = Fidelity.die_ports
     switch: SwitchConfig = field(default_factory=SwitchConfig)
 
 
@@ -116,6 +167,14 @@ class DataPath(StrEnum):
     jit_register = "jit_register"
     pool = "pool"
     on_alloc = "on_alloc"
+
+
+class RegistrationMechanism(StrEnum):
+    """How user buffers become remotely accessible (what a data path implies, comm/datapath.py)."""
+
+    none = "none"  # not at all: staged copies through comm buffers, or a pre-registered pool
+    jit = "jit"  # at first use, cached (jit_register)
+    on_alloc = "on_alloc"  # when the allocator maps them (on_alloc)
 
 
 class JitMatch(StrEnum):
@@ -134,6 +193,19 @@ class Algorithm(StrEnum):
     auto = "auto"
     hccl = "hccl"  # HCCL's own A3 selection: hierarchical / grouped algorithms (comm/hierarchical.py)
     hierarchical = "hierarchical"  # intra-server (double) ring + inter-server level 1, at every size
+
+
+class HcclLevel1(StrEnum):
+    """HCCL_ALGO's level-1 (inter-server) algorithm of one operator (hicann/hccl docs/zh/user_guide/
+    hccl_env/HCCL_ALGO.md); comm/hierarchical.py runs them."""
+
+    ring = "ring"
+    nhr = "nhr"
+    nb = "nb"
+    rhd = "rhd"
+    pipeline = "pipeline"
+    pairwise = "pairwise"  # alltoall only
+    auto = "auto"  # HCCL's adaptive choice
 
 
 class Partitioning(StrEnum):
@@ -175,7 +247,7 @@ class LibraryConfig:
     # beyond the node over the NICs (DeepEP-style)
     plane: Plane = Plane.ub
     comm_cores: int = knob(24, ge=1)  # vector cores a communication kernel holds
-    comm_buffer_MB: float = knob(200.0, ge=0)  # staged: size of each registered comm buffer (HCCL_BUFFSIZE)
+    comm_buffer_MiB: float = knob(200.0, ge=0)  # staged: size of each comm buffer in MiB (HCCL_BUFFSIZE / NCCL_BUFFSIZE)
     comm_buffers: int = knob(2, ge=0)  # staged: buffers per communicator (in + out)
     launch_us: float = knob(0.0, ge=0)  # fixed per-operator launch overhead on the critical path
     copy_GBps: float = knob(0.0, ge=0)  # staged: device-to-device copy rate (0 = HBM-bound)
@@ -201,14 +273,20 @@ class LibraryConfig:
     stream_core_split: bool = True  # run with the workload's per-stream core limits (False: all cores)
     # algorithm=hccl: HCCL_ALGO's per-operator level-1 (inter-server) choice, e.g. {allreduce: ring,
     # alltoall: pairwise}; operators not listed use HCCL's adaptive choice
-    hccl_algo: dict[str, str] = field(default_factory=dict)
+    hccl_algo: dict[str, HcclLevel1] = field(default_factory=dict)
     # the host in the loop: operators ("coll" or "coll:mode") whose arguments the host must read
     # first (host arrays, a CPU wait for received counts): a device→host copy + host round trip
     # each, and a graph split in a captured step
     host_sync: list[str] = field(default_factory=list)
     host_roundtrip_us: float = knob(0.0, ge=0)  # device→host copy of the counts + host handling + relaunch
-    graph_launch_us: float = knob(0.0, ge=0)  # launching one captured graph (REFERENCE §2: 0.6-0.8 ms)
     moe_signal_rtts: float = knob(0.0, ge=0)  # dispatch/combine: extra round trips of remote-atomic signalling
+
+
+# knobs that moved, named in the compose-time error of an old override (stratacl/precheck.py)
+RENAMED_KNOBS = {
+    "comm_buffer_MB": "library.<name>.comm_buffer_MiB (the same number: HCCL_BUFFSIZE counts MiB)",
+    "graph_launch_us": "fabric.die.graph_launch_us (a runtime fact of the die, not of the library)",
+}
 
 
 # --------------------------------------------------------------------------- run
@@ -284,10 +362,8 @@ def validate_fabric(fab: FabricConfig) -> None:
                               f"{tier.beta_GBps} GB/s exceeds the {tier.plane} port rate "
                               f"{fab.port_GBps[tier.plane]} GB/s a die can drive",
                               f"lower it or raise fabric.port_GBps.{tier.plane}")
-    if fab.fidelity not in ("die_ports", "switch"):
-        raise ConfigError("fabric.fidelity", f"unknown fidelity '{fab.fidelity}'", "use die_ports or switch")
     sw = fab.switch
-    if fab.fidelity == "switch":
+    if fab.fidelity == Fidelity.switch:
         if sw.l1_per_node <= 0 or sw.l2_per_plane <= 0 or not sw.link_GBps > 0:
             raise ConfigError("fabric.switch", f"fabric '{fab.name}' has no switch model",
                               "set fabric.switch.l1_per_node, l2_per_plane, l2_ports, link_GBps "
@@ -296,8 +372,6 @@ def validate_fabric(fab: FabricConfig) -> None:
             raise ConfigError("fabric.switch.l2_ports", f"{sw.l2_ports} L2 ports cannot reach "
                               f"{topo.nodes // topo.supernodes} nodes of a supernode",
                               "one L2 port per node of the supernode")
-        if sw.routing != "spray":
-            raise ConfigError("fabric.switch.routing", f"unknown routing '{sw.routing}'", "use spray")
     if fab.die.sdma.engines and not fab.die.sdma.engine_GBps > 0:
         raise ConfigError("fabric.die.sdma.engine_GBps", "must be positive when engines > 0")
 
@@ -321,15 +395,9 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     if lib.comm_cores > fab.die.vector_cores:
         raise ConfigError(f"{where}.comm_cores", f"{lib.comm_cores} is outside 1..{fab.die.vector_cores}",
                           "use at most the die's vector cores")
-    if lib.data_path == DataPath.staged and not lib.comm_buffer_MB > 0:
-        raise ConfigError(f"{where}.comm_buffer_MB", f"must be positive, got {lib.comm_buffer_MB}",
+    if lib.data_path == DataPath.staged and not lib.comm_buffer_MiB > 0:
+        raise ConfigError(f"{where}.comm_buffer_MiB", f"must be positive, got {lib.comm_buffer_MiB}",
                           "staged libraries need a comm buffer")
-    if lib.mover == Mover.sdma and fab.die.sdma.engines <= 0:
-        raise ConfigError(f"{where}.mover", f"fabric '{fab.name}' has no SDMA engines",
-                          "use mover=vector_cores or a fabric with fabric.die.sdma.engines > 0")
-    if lib.mover == Mover.sdma and lib.trigger.value not in fab.die.sdma.launch_us:
-        raise ConfigError(f"{where}.trigger", f"no SDMA launch cost for trigger '{lib.trigger.value}'",
-                          f"add fabric.die.sdma.launch_us.{lib.trigger.value}")
     bad = [str(a) for a in lib.auto_candidates if a in (Algorithm.auto, Algorithm.pairwise)]
     if bad:
         raise ConfigError(f"{where}.auto_candidates", f"{bad} cannot be auto candidates",
@@ -337,14 +405,9 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     validate_expansion(name, lib, fab)
     for entry in lib.host_sync:
         coll, _, mode = entry.partition(":")
-        if coll not in ("allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "broadcast",
-                        "dispatch", "combine") or mode not in ("", "ht", "ll"):
+        if coll not in COLLECTIVES or mode not in MOE_MODES:
             raise ConfigError(f"{where}.host_sync", f"unknown operator '{entry}'",
                               "use a collective name, optionally with :ht or :ll (dispatch:ht)")
-    for op, algo in lib.hccl_algo.items():
-        if algo not in ("ring", "nhr", "nb", "rhd", "pipeline", "pairwise", "auto"):
-            raise ConfigError(f"{where}.hccl_algo.{op}", f"unknown level-1 algorithm '{algo}'",
-                              "use ring, nhr, nb, rhd, pipeline (alltoall: pairwise) or auto")
     for tier in lib.unit_KiB:
         if tier not in TIER_ORDER:
             raise ConfigError(f"{where}.unit_KiB.{tier}", f"unknown tier '{tier}'", f"use tiers {TIER_ORDER}")
@@ -382,15 +445,17 @@ def validate_expansion(name: str, lib: LibraryConfig, fab: FabricConfig) -> None
                                   f"(which moves with {mover.value}, trigger {trigger.value})",
                                   f"drop {where}.{key} or set {where}.expansion_mode=custom")
     if mover == Mover.sdma and fab.die.sdma.engines <= 0:
-        raise ConfigError(f"{where}.expansion_mode", f"expansion_mode={mode.value} moves data with SDMA but "
-                          f"fabric '{fab.name}' has none", "use expansion_mode=aiv or a fabric with SDMA engines")
+        key = "mover" if mode == ExpansionMode.custom else "expansion_mode"  # whichever chose SDMA
+        raise ConfigError(f"{where}.{key}", f"{key}={getattr(lib, key).value} moves data with SDMA but "
+                          f"fabric '{fab.name}' has no SDMA engines",
+                          "use mover=vector_cores (expansion_mode=aiv) or a fabric with fabric.die.sdma.engines > 0")
     if mover == Mover.sdma and trigger.value not in fab.die.sdma.launch_us:
         raise ConfigError(f"{where}.trigger", f"no SDMA launch cost for trigger '{trigger.value}'",
                           f"add fabric.die.sdma.launch_us.{trigger.value}")
     if mover == Mover.sdma and trigger.value not in fab.die.sdma.descriptor_us:
         raise ConfigError(f"{where}.trigger", f"no SDMA descriptor cost for trigger '{trigger.value}'",
                           f"add fabric.die.sdma.descriptor_us.{trigger.value}")
-    if not 0 < lib.sdma_submit_cores <= fab.die.vector_cores:
+    if lib.sdma_submit_cores > fab.die.vector_cores:
         raise ConfigError(f"{where}.sdma_submit_cores", f"{lib.sdma_submit_cores} is outside "
                           f"1..{fab.die.vector_cores}", "use at most the die's vector cores")
 

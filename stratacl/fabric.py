@@ -12,9 +12,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from stratacl.config import TIER_ORDER, FabricConfig, Plane, validate_fabric, world_size
+from stratacl.config import TIER_ORDER, FabricConfig, Fidelity, Plane, validate_fabric, world_size
 from stratacl.errors import ConfigError
 from stratacl.fabric_switch import SwitchModel
+from stratacl.vocab import NumericFormat
 
 # Per-die fluid resources. Ports are per direction and per plane (every plane of the Plane enum,
 # whether or not a fabric uses it: an unused port is never loaded); cores and DMA engines are held
@@ -26,7 +27,9 @@ R = {name: i for i, name in enumerate(RESOURCES)}
 # A matmul format the die has no cube peak for runs as the hardware would: its operands are
 # widened to the next wider format (fp4 -> fp8 -> bf16, int4 -> int8 -> bf16), e.g. FP8 weights
 # on the 910C, which has no FP8 cube format, are dequantised to bf16.
-FORMAT_FALLBACK = {"fp4": "fp8", "fp8": "bf16", "int4": "int8", "int8": "bf16", "fp16": "bf16", "fp32": "bf16"}
+_F = NumericFormat
+FORMAT_FALLBACK = {k.value: v.value for k, v in {_F.fp4: _F.fp8, _F.fp8: _F.bf16, _F.int4: _F.int8, _F.int8: _F.bf16,
+                                                 _F.fp16: _F.bf16, _F.fp32: _F.bf16}.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +88,12 @@ class Fabric:
         self.cube_cores = die.cube_cores
         self.core_move_Bps = die.vector_core_move_GBps * 1e9
         self.cores_shared = die.cores_shared
+        self.graph_launch_s = die.graph_launch_us * 1e-6  # one captured graph's launch by the host
         self.sdma_Bps = die.sdma.engines * die.sdma.engine_GBps * 1e9
         self.port_Bps = {p: r * 1e9 for p, r in cfg.port_GBps.items()}
         self.fidelity = cfg.fidelity
         self.switch = SwitchModel(cfg.switch, self.dies_per_node, self.port_Bps.get("ub", 0.0)) \
-            if cfg.fidelity == "switch" else None
+            if cfg.fidelity == Fidelity.switch else None
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
         # SDMA submission: seconds to write one descriptor per trigger, bytes one descriptor moves,
         # engine start-up after the first doorbell (stratacl/comm/sdma.py)

@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from stratacl.config import to_object, validate_run
+from stratacl.config import RENAMED_KNOBS, to_object, validate_run
 from stratacl.errors import ConfigError
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -56,6 +56,10 @@ def one_line(exc: BaseException) -> str:
     fix = "check the override's key and value (`python -m stratacl.run --cfg job` prints the config)"
     if "expected one of" in problem:
         fix = "use one of the listed values"
+    elif "is not a subclass of ModelRef" in problem:  # llm_train / interference named it flat before
+        fix = f"name the model as {field}.preset=<name>, one of {', '.join(options('model'))}"
+    elif (old := re.search(r"Key '(\w+)' not in", problem)) and old.group(1) in RENAMED_KNOBS:
+        fix = f"it moved: use {RENAMED_KNOBS[old.group(1)]}"
     elif "Key '" in problem and "not in struct" in problem:
         fix = "check the key's spelling; to add a new key use +key=value"
     return f"config field '{field}': {problem} — fix: {fix}"

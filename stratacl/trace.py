@@ -19,19 +19,25 @@ from pathlib import Path
 import numpy as np
 
 from stratacl.errors import TraceError
+from stratacl.vocab import KernelClass, MoeMode
 
 KINDS = ("compute", "collective", "p2p", "memcpy")
+# the collective vocabulary (Op.coll): the library lowering, the config checks and the workloads
+# import it from here
 COLLECTIVES = (
     "allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "broadcast", "dispatch",
     "combine",
 )
+EXCHANGES = ("alltoall", "alltoallv", "dispatch", "combine")  # every rank sends its own part to every peer
 # kernel kinds: cube-only (matmul on AIC), vector-only (AIV) or mixed (each block pairs one AIC
 # with its AIVs, e.g. fused attention); stratacl/compute.py prices them on the die's core groups
 CORES = ("cube", "vector", "mixed")
 # MoE dispatch/combine kernel families (DeepEP's naming): "ht" = normal/high-throughput kernels,
 # whose receivers learn a packed layout from a count exchange first; "ll" = low-latency kernels
 # with fixed per-expert receive slots (counts travel with the data)
-MOE_MODES = ("", "ht", "ll")
+MOE_MODES = ("", *(m.value for m in MoeMode))
+# compute kernel classes (Op.kernel); "" = not stated: priced as a generic kernel of its core kind
+KERNELS = ("", *(k.value for k in KernelClass))
 FORMAT_VERSION = 1
 _COMM_NAME = re.compile(r"^([A-Za-z_][\w.]*)\[(\d+)\]$")
 
@@ -66,6 +72,12 @@ class Op:
     vector_flops: Vec = (0.0,)
     block_dim: int = 0
     dtype: str = ""  # compute: numeric format of a cube op's matmuls ("" = bf16); picks the die's peak
+    # compute: what the kernel is (a KernelClass value, "" = not stated) and the matmuls it runs per
+    # rank as (m, n, k, count): D[m×n] = A[m×k]·B[k×n], `count` times (groups of a grouped GEMM,
+    # batch·heads of attention: (q_len, kv_len, head_dim, b·h) for QKᵀ, (q_len, head_dim, kv_len,
+    # b·h) for PV); they set its tile/wave quantisation and re-read traffic (stratacl/kernel_model.py)
+    kernel: str = ""
+    gemms: tuple[tuple[int, int, int, int], ...] = ()
     # collective: type, communicator family (or one communicator), bytes per rank (nccl-tests)
     coll: str = ""
     comm: str = ""
@@ -88,7 +100,8 @@ class Op:
 _VEC_FIELDS = ("flops", "hbm_bytes", "nbytes", "peer_bytes", "vector_flops")
 # columns added after format 1 was first written: traces saved before them load with these values
 # columns added after format 1 was first written, with the value older files mean
-_LATE_COLUMNS = {"vector_flops": [0.0], "block_dim": 0, "moe_mode": "", "dtype": ""}
+_LATE_COLUMNS = {"vector_flops": [0.0], "block_dim": 0, "moe_mode": "", "dtype": "", "kernel": "",
+                 "gemms": []}
 _INT_TUPLE_FIELDS = ("ranks", "deps", "src", "dst")
 
 
@@ -127,6 +140,8 @@ class Trace:
         for key in ("deps", "src", "dst"):
             if key in payload:
                 payload[key] = tuple(int(x) for x in payload[key])  # type: ignore[union-attr]
+        if "gemms" in payload:
+            payload["gemms"] = _as_gemms(payload["gemms"])
         self.ops.append(Op(id=op_id, kind=kind, ranks=tuple(int(r) for r in ranks), **payload))
         return op_id
 
@@ -228,6 +243,13 @@ class Trace:
             raise bad(f"vector_flops are for mixed kernels; a {op.core} kernel puts its FLOPs in flops")
         if op.block_dim < 0:
             raise bad(f"block_dim must be ≥ 0 (0 = all cores), got {op.block_dim}")
+        if op.kernel not in KERNELS:
+            raise bad(f"kernel '{op.kernel}' unknown (use one of {KERNELS[1:]} or '' for not stated)")
+        if (op.kernel or op.gemms) and op.kind != "compute":
+            raise bad("kernel and gemms describe compute kernels only")
+        for g in op.gemms:
+            if len(g) != 4 or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in g):
+                raise bad(f"gemms entry {tuple(g)} must be (m, n, k, count), positive integers")
         if op.kind == "collective":
             self._validate_collective(op, families, bad)
         if op.moe_mode not in MOE_MODES or (op.moe_mode and op.coll not in ("dispatch", "combine")):
@@ -273,6 +295,7 @@ class Trace:
             cols[key] = [list(v) for v in cols[key]]
         for key in _VEC_FIELDS:
             cols[key] = [list(v) for v in cols[key]]
+        cols["gemms"] = [[list(g) for g in v] for v in cols["gemms"]]
         return pd.DataFrame(cols)
 
     def save(self, path: str | Path) -> Path:
@@ -334,6 +357,7 @@ class Trace:
                     row[key] = tuple(int(x) for x in row[key])
                 for key in _VEC_FIELDS:
                     row[key] = tuple(float(x) for x in row[key])
+                row["gemms"] = _as_gemms(row["gemms"] or ())
                 op = Op(**{k: row[k] for k in expected})
                 bad = [k for k in text if not isinstance(getattr(op, k), str)]
                 if bad or not isinstance(op.id, int) or not isinstance(op.fixed_time_s, float):
@@ -349,6 +373,19 @@ def _as_vec(value: object) -> Vec:
     if isinstance(value, int | float | np.integer | np.floating):
         return (float(value),)
     return tuple(float(v) for v in np.asarray(value, dtype=float).ravel())
+
+
+def _as_gemms(value: object) -> tuple[tuple[int, int, int, int], ...]:
+    """(m, n, k, count) tuples as ints; a non-integral or wrongly sized entry is kept as it is so
+    validation names the op."""
+    out = []
+    for g in value:  # type: ignore[union-attr]
+        g = tuple(g)
+        try:
+            out.append(tuple(int(x) for x in g) if all(float(x).is_integer() for x in g) else g)
+        except (TypeError, ValueError, OverflowError):
+            out.append(g)
+    return tuple(out)  # type: ignore[return-value]
 
 
 def stream_predecessors(trace: Trace) -> list[list[int]]:

@@ -15,12 +15,15 @@ from typing import Any, Protocol
 import pandas as pd
 
 from stratacl.comm.library import LibraryModel
+from stratacl.config import RegistrationMechanism
 from stratacl.engine.replay import SimResult, simulate
 from stratacl.fabric import Fabric
 from stratacl.memory import DieMemory
 from stratacl.memory.communicators import Communicator
 from stratacl.progress import Progress
 from stratacl.trace import Trace
+
+__all__ = ["Library", "RegistrationMechanism", "RunContext", "WorkloadResult", "Workload"]
 
 
 class Library(Protocol):
@@ -45,8 +48,8 @@ class Library(Protocol):
         """Whether the library needs the device allocator's expandable segments off."""
 
     @property
-    def user_buffer_registration(self) -> str:
-        """"jit", "on_alloc" or "none": how user buffers get registered for remote access."""
+    def user_buffer_registration(self) -> RegistrationMechanism:
+        """How user buffers get registered for remote access: jit, on_alloc or none."""
 
     def die_memory(self, capacity_bytes: float, peers: int, *, expandable_segments: bool = True,
                    va_base: int = 1 << 40) -> DieMemory:
@@ -55,6 +58,17 @@ class Library(Protocol):
     @property
     def cost_depends_on_mapping(self) -> bool:
         """Whether remapping a user buffer changes the library's cost (registration-on-allocation)."""
+
+    def step_graph_launch_s(self, host_syncs: int) -> float:
+        """Graph launch of a step the deployment captures: the die's launch when the step holds no
+        host-synchronising operator; 0 when it holds `host_syncs` > 0 (it then runs eagerly)."""
+
+    def step_host_overhead_s(self, host_syncs: int) -> float:
+        """Host time of one model step holding `host_syncs` operators that need the host: its graph
+        launch and their round trips."""
+
+    def moe_step_host_overhead_s(self, moe_layers: int, moe_mode: str) -> float:
+        """`step_host_overhead_s` of a step with `moe_layers` dispatch + combine pairs in `moe_mode`."""
 
 
 @dataclass

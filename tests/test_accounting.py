@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import compose_run, make_library
+from helpers import make_library
 
 from stratacl.accounting import COMM_CATEGORIES, exposure
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
 from stratacl.trace import Trace
 
 
@@ -36,8 +35,8 @@ def test_exposed_is_window_minus_union_of_compute_and_while_ops_only_count_when_
     assert w.wire_s == 3.0 and w.comm_ops_s == 4.0
 
 
-def test_replay_exposure_of_serial_compute_then_collective() -> None:
-    fab = Fabric(compose_run().fabric)
+def test_replay_exposure_of_serial_compute_then_collective(cm384_ideal) -> None:  # noqa: ANN001
+    fab = cm384_ideal  # compute priced as the ideal kernel: 1 ms of cube work takes 1 ms
     lib = make_library(fab, "stratacl")
     tr = Trace(world_size=8)
     tr.add_family("world", [range(8)])

@@ -578,14 +578,15 @@ def kernel_trace() -> Trace:
     d = t.collective("dispatch", "ep", MiB, moe_mode="ll", deps=[a], name="disp", stream="mb0")
     # one chain, so that every kernel's time is on the critical path
     t.compute(range(4), flops=8e12, hbm_bytes=16 * MiB, core="cube", dtype="int8", stream="mb1", name="mm8",
-              deps=[d])
-    t.compute(range(4), flops=3e11, hbm_bytes=MiB, core="vector", block_dim=12, stream="mb1", name="norm")
+              deps=[d], kernel="grouped_gemm", gemms=((512, 4096, 7168, 2), (96, 7168, 2048, 1)))
+    t.compute(range(4), flops=3e11, hbm_bytes=MiB, core="vector", block_dim=12, stream="mb1", name="norm",
+              kernel="elementwise")
     t.compute(range(4), flops=1e12, hbm_bytes=MiB, name="plain")  # every new field at its default
     t.validate()
     return t
 
 
-KERNEL_FIELDS = ("core", "vector_flops", "dtype", "block_dim", "moe_mode", "flops")
+KERNEL_FIELDS = ("core", "vector_flops", "dtype", "block_dim", "moe_mode", "flops", "kernel", "gemms")
 
 
 @pytest.mark.parametrize("field", [*KERNEL_FIELDS, "stream_cores"])
@@ -615,7 +616,10 @@ def test_kernel_fields_use_chakras_fields_and_only_when_set(tmp_path) -> None:  
     assert attrs["fa"]["stratacl_vector_flops"] == 3.5e11 + 0.25
     assert attrs["mm8"]["stratacl_dtype"] == "int8" and attrs["norm"]["stratacl_block_dim"] == 12
     assert attrs["disp"]["stratacl_moe_mode"] == "ll"
-    new = {"stratacl_vector_flops", "stratacl_dtype", "stratacl_block_dim", "stratacl_moe_mode"}
+    assert attrs["mm8"]["stratacl_kernel"] == "grouped_gemm" and attrs["norm"]["stratacl_kernel"] == "elementwise"
+    assert list(attrs["mm8"]["stratacl_gemms"].values) == [512, 4096, 7168, 2, 96, 7168, 2048, 1]
+    new = {"stratacl_vector_flops", "stratacl_dtype", "stratacl_block_dim", "stratacl_moe_mode",
+           "stratacl_kernel", "stratacl_gemms"}
     assert new.isdisjoint(attrs["plain"]), attrs["plain"]
     assert {k for a in attrs.values() for k in a} >= new
 
@@ -630,7 +634,7 @@ def test_mixed_kernel_on_a_limited_stream_replays_the_same(tmp_path, cm384) -> N
     t0 = Replay(trace, lib).run().makespan_s
     assert Replay(back, lib).run().makespan_s == t0
     defaults = Op(id=0, kind="compute", ranks=(0,))
-    for field in ("vector_flops", "dtype", "block_dim", "moe_mode", "stream_cores"):
+    for field in ("vector_flops", "dtype", "block_dim", "moe_mode", "stream_cores", "kernel", "gemms"):
         lossy = import_chakra(tmp_path)
         if field == "stream_cores":
             lossy.stream_cores = {}
@@ -648,9 +652,9 @@ def test_schema_2_file_loads_with_defaults() -> None:
     assert read_et(folder / "old.0.et")[0]["schema"] == "stratacl-chakra-2"
     t = import_chakra(folder)
     assert t.stream_cores == {} and t.meta == {"workload": "schema2-fixture"}
-    assert [(o.name, o.kind, o.core, o.flops, o.vector_flops, o.dtype, o.block_dim, o.moe_mode)
-            for o in t.ops] == [
-        ("fused_attn", "compute", "mixed", (4e12,), (0.0,), "", 0, ""),
-        ("mm", "compute", "cube", (2e12,), (0.0,), "", 0, ""),
-        ("ar", "collective", "cube", (0.0,), (0.0,), "", 0, "")]
+    assert [(o.name, o.kind, o.core, o.flops, o.vector_flops, o.dtype, o.block_dim, o.moe_mode, o.kernel,
+             o.gemms) for o in t.ops] == [
+        ("fused_attn", "compute", "mixed", (4e12,), (0.0,), "", 0, "", "", ()),
+        ("mm", "compute", "cube", (2e12,), (0.0,), "", 0, "", "", ()),
+        ("ar", "collective", "cube", (0.0,), (0.0,), "", 0, "", "", ())]
     assert t.ops[2].deps == (0,) and t.ops[0].stream == "attn"

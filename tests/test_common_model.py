@@ -28,12 +28,14 @@ def test_preset_overrides_extend_the_presets() -> None:
     assert plain.hidden_size == 256
 
 
-def test_llm_train_keys_map_onto_a_reference() -> None:
-    cfg = LlmTrainConfig(model="llama3_8b", num_layers=5, model_overrides={"vocab_size": 2048}, dtype_bytes=4)
-    ref = model_ref(cfg)
+def test_llm_train_num_layers_cuts_its_model_reference() -> None:
+    model = ModelRef(preset="llama3_8b", overrides={"vocab_size": 2048}, dtype_bytes=4)
+    ref = model_ref(LlmTrainConfig(model=model, num_layers=5))
     assert ref == ModelRef(preset="llama3_8b", overrides={"vocab_size": 2048, "num_hidden_layers": 5},
                            dtype_bytes=4)
     assert hf_config(ref).num_hidden_layers == 5
+    assert model.overrides == {"vocab_size": 2048}  # the workload's own reference is left as it is
+    assert model_ref(LlmTrainConfig(model=model)) == model  # num_layers 0: the model's own depth
 
 
 @pytest.mark.parametrize(("ref", "field"), [
@@ -49,8 +51,8 @@ def test_bad_references_name_their_field(ref: ModelRef, field: str) -> None:
 
 def test_fields_follow_the_workloads_keys() -> None:
     with pytest.raises(ConfigError) as err:
-        hf_config(ModelRef(preset="nosuch"), field="workload.model_overrides", preset_field="workload.model")
-    assert err.value.field == "workload.model"
+        hf_config(ModelRef(preset="nosuch"), field="workload.overrides", preset_field="workload.preset")
+    assert err.value.field == "workload.preset"
 
 
 def test_costs_are_measured_once_per_reference_and_routing() -> None:

@@ -11,7 +11,6 @@ from stratacl.schemas.llm_train import SkewScheduleConfig
 from workloads.common.errors import CostInputError
 from workloads.common.routing import (
     RoutingModel,
-    by_rank,
     copies_matrix,
     dispatch_rows,
     expert_weights,
@@ -50,7 +49,11 @@ def test_expected_rank_load_matches_sampled_routing() -> None:
     choice = route(tokens, EP, N, 1, model.expert_share(N), rng)  # top_1: copies ∝ share exactly
     recv = copies_matrix(choice, EP, N, per_expert=True).sum(axis=0)
     np.testing.assert_allclose(recv / recv.mean(), load, rtol=0.05)
-    assert model.rows_on_rank(tokens, 1, N, EP) == int(np.ceil(tokens * load.max()))
+    # the hottest rank's expected rows: what the sampled hottest rank received from all EP ranks
+    assert model.rows_on_rank(tokens, 1, N, EP) == pytest.approx(recv.max(), rel=0.05)
+    assert model.rows_on_rank(tokens, 1, N, EP) > tokens  # above the mean under skew
+    # uniform routing: every rank processes exactly tokens × top_k rows (docstring of RoutingModel)
+    assert RoutingModel().rows_on_rank(tokens, TOP_K, N, EP) == tokens * TOP_K
 
 
 def test_dispatch_rows_conserve_tokens_and_follow_the_layer_placement() -> None:
@@ -60,7 +63,9 @@ def test_dispatch_rows_conserve_tokens_and_follow_the_layer_placement() -> None:
         np.testing.assert_array_equal(r.sum(axis=1), tokens * TOP_K)  # every rank routes all its rows
     share = zipf_shares(N, 1.0, np.random.default_rng([seed, layer, 0]))
     mean_recv = np.mean([r.sum(axis=0) for r in rows], axis=0)
-    np.testing.assert_allclose(mean_recv, EP * tokens * TOP_K * by_rank(share, EP), rtol=0.03)
+    per = N // EP  # rank j hosts the contiguous experts [j·per, (j + 1)·per)
+    rank_share = np.array([share[j * per:(j + 1) * per].sum() for j in range(EP)])
+    np.testing.assert_allclose(mean_recv, EP * tokens * TOP_K * rank_share, rtol=0.03)
     assert imbalance(rows[0]) >= 1.0
 
 

@@ -28,6 +28,7 @@ from stratacl import config as C
 from stratacl.config import Plane, RunConfig, validate_fabric, validate_run
 from stratacl.errors import ConfigError
 from stratacl.fabric import RESOURCES, Fabric
+from stratacl.precheck import one_line
 from stratacl.schemas.base import BOUND, Bound, WorkloadConfig, check_ranges
 
 WORKLOADS = sorted(p.stem for p in (ROOT / "conf" / "workload").glob("*.yaml"))
@@ -83,6 +84,9 @@ def test_out_of_range_numbers_name_their_field(overrides: list[str], field: str)
     ("fabric.tiers.node.plane=infiniband", "fabric.tiers.node.plane"),
     ("+fabric.port_GBps.nvlinkk=900", "fabric.port_GBps.nvlinkk"),
     ("library.hccl.plane=nvlnk", "library.hccl.plane"),
+    ("fabric.fidelity=packet", "fabric.fidelity"),
+    ("fabric.switch.routing=ecmp", "fabric.switch.routing"),
+    ("+library.hccl.hccl_algo.allreduce=tree", "library.hccl.hccl_algo.allreduce"),
     ("library.hccl.auto_candidates=[ring,tree]", "library.hccl.auto_candidates"),
 ])
 def test_unknown_choices_fail_at_compose_time(override: str, key: str) -> None:
@@ -112,10 +116,33 @@ def test_unknown_choice_fails_before_model_costs_load(tmp_path: Path) -> None:
     assert not (tmp_path / "run" / "summary.json").exists()
 
 
+@pytest.mark.parametrize("old, new", [
+    ("library.hccl.comm_buffer_MB=400", "library.<name>.comm_buffer_MiB"),
+    ("library.hccl.graph_launch_us=0", "fabric.die.graph_launch_us"),
+])
+def test_a_moved_knob_names_its_new_place(old: str, new: str) -> None:
+    with initialize_config_dir(config_dir=CONF, version_base=None), pytest.raises(
+            (HydraException, OmegaConfBaseException)) as err:
+        compose("config", overrides=[old])
+    line = one_line(err.value)
+    assert old.split("=")[0] in line and f"use {new}" in line
+
+
+@pytest.mark.parametrize("workload", ["llm_train", "interference"])
+def test_a_flat_model_name_points_to_the_model_reference(workload: str) -> None:
+    """llm_train and interference name their model as llm_infer does (workload.model.preset)."""
+    with initialize_config_dir(config_dir=CONF, version_base=None), pytest.raises(
+            (HydraException, OmegaConfBaseException)) as err:
+        compose("config", overrides=[f"workload={workload}", "workload.model=deepseek_v3"])
+    line = one_line(err.value)
+    assert "config field 'workload.model'" in line and "workload.model.preset=<name>" in line
+    assert "deepseek_v3" in line.split("fix:")[1]
+
+
 def test_cross_field_checks_remain() -> None:
     cases = [
         (["library.hccl.comm_cores=49"], "library.hccl.comm_cores"),  # 48 vector cores per die
-        (["library.hccl.comm_buffer_MB=0"], "library.hccl.comm_buffer_MB"),  # staged needs a buffer
+        (["library.hccl.comm_buffer_MiB=0"], "library.hccl.comm_buffer_MiB"),  # staged needs a buffer
         (["fabric.tiers.node.beta_GBps=197"], "fabric.tiers.node.beta_GBps"),  # above the 196 GB/s port
         (["fabric.die.sdma.engine_GBps=0"], "fabric.die.sdma.engine_GBps"),  # 4 engines at 0 GB/s
         (["library.hccl.auto_candidates=[ring,pairwise]"], "library.hccl.auto_candidates"),

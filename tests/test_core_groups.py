@@ -14,6 +14,13 @@ from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError, TraceError
 from stratacl.trace import Trace
 
+
+@pytest.fixture(scope="module")
+def cm384(cm384_ideal):  # noqa: ANN001, ANN201
+    """These tests check the engine's sharing with closed forms that price compute as the ideal
+    kernel (roofline); the achieved-throughput kernel model is tested in test_kernel_model.py."""
+    return cm384_ideal
+
 T = 1e-3  # a kernel's time alone on the whole die
 BETA_NODE = 170e9
 PRE_WIRE = 5e-6 + 0.7e-6 + 1.3e-6  # vector mover: launch + tier α + flag sync before the wire phase

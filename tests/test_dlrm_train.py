@@ -100,7 +100,12 @@ def test_dense_allreduce_equals_dense_parameter_bytes() -> None:
 
 def test_bottom_mlp_cost_matches_modelcost_piece() -> None:
     c = dense_costs(13, 26, 128, (512, 256, 128), (1024, 1024, 512, 256, 1), 1024, 2)
-    ref = mlp_cost([13, 512, 256, 128], 1024, phase="train_fwd", dtype_bytes=2)
+    # closed form: 2 FLOPs per multiply-add of each layer's weight matrix, per sample
+    assert c.bottom_fwd.cube_flops == 2 * 1024 * (13 * 512 + 512 * 256 + 256 * 128)
+    # the top MLP's input: the bottom output plus the 27·26/2 pairwise dot products
+    top_in = 128 + 27 * 26 // 2
+    assert c.top_fwd.cube_flops >= 2 * 1024 * (top_in * 1024 + 1024 * 1024 + 1024 * 512 + 512 * 256 + 256)
+    ref = mlp_cost([13, 512, 256, 128], 1024, phase="train_fwd", dtype_bytes=2)  # the model-cost piece agrees
     assert (c.bottom_fwd.cube_flops, c.bottom_fwd.hbm_bytes) == (ref["cube_flops"], ref["hbm_bytes"])
     assert c.top_bwd.cube_flops == pytest.approx(2 * c.top_fwd.cube_flops, rel=0.05)
 

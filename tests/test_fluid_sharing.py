@@ -9,6 +9,13 @@ from stratacl.config import DataPath, Mover
 from stratacl.engine.replay import simulate
 from stratacl.trace import Trace, stream_predecessors
 
+
+@pytest.fixture(scope="module")
+def cm384(cm384_ideal):  # noqa: ANN001, ANN201
+    """These tests check the engine's sharing with closed forms that price compute as the ideal
+    kernel (roofline); the achieved-throughput kernel model is tested in test_kernel_model.py."""
+    return cm384_ideal
+
 BETA_NODE = 170e9
 ALPHA_NODE = 5e-6 + 0.7e-6 + 1.3e-6  # launch + tier α + flag sync before the wire phase
 

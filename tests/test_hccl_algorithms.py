@@ -38,11 +38,13 @@ def test_double_ring_sends_half_over_sio(cm384) -> None:  # noqa: ANN001
     # one server: the reverse ring puts every die's second half on its SIO link, so the UB port
     # carries half of what a single ring puts on it
     lib = make_library(cm384, "hccl_zerocopy", algorithm=Algorithm.hierarchical)
-    single = hier.rings("allgather", 16, 64 * MiB, cm384.group_tiers(tuple(range(16))), cm384, "ub",
-                        [list(range(16))], "ring")
+    # a single ring all-gather sends (n − 1)/n·S per die over its UB port at the node tier's β
+    single_ub = 15 / 16 * 64 * MiB / BETA["node"]
     double = lib.wire_plan("allgather", 64 * MiB, tuple(range(16)))
-    assert double.tx_s["ub"] == pytest.approx(single.tx_s["ub"] / 2)
+    assert double.tx_s["ub"] == pytest.approx(single_ub / 2, rel=1e-12)
+    # the other half leaves on SIO, paced at the ring's UB hop (the SIO hop is faster, 210 GB/s)
     assert double.tx_s["sio"] == pytest.approx(double.tx_s["ub"])
+    assert double.send_bytes == pytest.approx(15 / 16 * 64 * MiB)  # both halves: the ring's bytes
 
 
 def test_hierarchical_allgather_moves_n_minus_1_chunks(cm384) -> None:  # noqa: ANN001

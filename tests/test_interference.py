@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 from helpers import make_library
 
 from stratacl.config import DataPath, ExpansionMode, Mover
 from stratacl.engine.replay import simulate
 from stratacl.schemas.interference import InterferenceConfig
+from stratacl.schemas.llm_train import TrainStepConfig
+from stratacl.schemas.model import ModelRef, QuantPreset
 from stratacl.trace import Trace
 from workloads.common.kernels import (
     INFERENCE_FUSED,
@@ -112,3 +116,17 @@ def test_stream_layout_limits_reach_the_trace(cm384) -> None:  # noqa: ANN001
     lib = make_library(cm384, "hccl", data_path=DataPath.pool, mover=Mover.vector_cores)
     res = simulate(tr, lib, check=True)
     assert res.max_violation < 1e-9
+
+
+def test_interference_plans_with_every_llm_train_model_field() -> None:
+    """The layer is planned from the interference config itself (llm_train's TrainStepConfig):
+    a quant preset reaches the layer's matmul formats (it was silently dropped before)."""
+    assert {f.name for f in fields(TrainStepConfig)} <= {f.name for f in fields(InterferenceConfig)}
+    from workloads import interference
+
+    small = dict(dies=8, fsdp=8, tp=1, ep=1, global_batch=8, seq_len=128, num_layers=1)
+    model = dict(preset="deepseek_v3", overrides={"first_k_dense_replace": 1})
+    plain = interference.layer_work(InterferenceConfig(**small, model=ModelRef(**model))).unit
+    w8 = interference.layer_work(InterferenceConfig(**small, model=ModelRef(**model, quant=QuantPreset.w8a8))).unit
+    assert {s.dtype for s in plain.subs} == {"bf16"}
+    assert {s.dtype for s in w8.subs} == {"int8"}

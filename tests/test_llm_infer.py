@@ -7,6 +7,7 @@ the cost measurements fast; the mechanisms are the same as for the default model
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import numpy as np
@@ -261,3 +262,27 @@ def test_cli_failures_name_the_field(tmp_path, override, field) -> None:  # noqa
     assert proc.returncode == 2, proc.stderr
     assert field in proc.stderr and "Traceback" not in proc.stderr
     assert not (out / "summary.json").exists()
+
+
+def test_fixed_mode_shapes_come_from_workload_fixed_alone(tmp_path) -> None:  # noqa: ANN001
+    """Fixed mode's prefill attention spans `workload.fixed.prompt_tokens` (it took the serving
+    trace's `requests.input_mean` before, 2048 by default): a longer prompt makes the same 1024-token
+    prefill iteration slower (one prompt's attention is quadratic in its length), `requests.input_mean`
+    moves nothing, and a prompt longer than the iteration is refused with the field named."""
+    from stratacl.run import run_overrides
+
+    base = [*OVERRIDES, "workload.mode=fixed", "library=[stratacl]", "baseline=stratacl",
+            "workload.fixed.decode_batch_per_die=4", "workload.fixed.context=256",
+            "workload.fixed.prefill_tokens_per_die=1024", "workload.capacity.saturation=false"]
+    figs = {}
+    for name, extra in {"short": ["workload.fixed.prompt_tokens=256"],
+                        "long": ["workload.fixed.prompt_tokens=1024"],
+                        "long_other_mean": ["workload.fixed.prompt_tokens=1024", "workload.requests.input_mean=64"]
+                        }.items():
+        rc, err = run_overrides([*base, *extra, f"hydra.run.dir={tmp_path / name}"], tmp_path / name)
+        assert rc == 0, err
+        figs[name] = json.loads((tmp_path / name / "summary.json").read_text())["libraries"]["stratacl"]
+    assert figs["long"]["prefill_iter_s"] > figs["short"]["prefill_iter_s"]
+    assert figs["long_other_mean"] == figs["long"]
+    rc, err = run_overrides([*base, "workload.fixed.prompt_tokens=2048"], tmp_path / "refused")
+    assert rc == 2 and "workload.fixed.prompt_tokens" in err and not (tmp_path / "refused" / "summary.json").exists()

@@ -25,7 +25,7 @@ def _prepare(extra: list[str]):  # noqa: ANN202
 @pytest.mark.parametrize("extra, field", [
     (["workload.fsdp=3"], "workload.fsdp"),                    # 3 × 4 ≠ 16 dies
     (["workload.ep=6"], "workload.ep"),                        # not a multiple of tp / divisor of dies
-    (["+workload.model_overrides.n_routed_experts=36"], "workload.ep"),  # 8 does not divide 36
+    (["+workload.model.overrides.n_routed_experts=36"], "workload.ep"),  # 8 does not divide 36
     (["workload.global_batch=6"], "workload.global_batch"),    # 6 sequences over fsdp 4
     (["workload.dies=1024", "workload.fsdp=256"], "workload.dies"),  # beyond 768 dies
 ])

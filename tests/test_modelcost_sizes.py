@@ -91,3 +91,24 @@ def test_config_json_and_missing(tmp_path):
         load_model_config(config_json=str(tmp_path / "nope.json"))
     with pytest.raises(ModelConfigError, match="model:"):
         load_model_yaml("no_such_model")
+
+
+def test_layer_params_public_api_closed_forms(v3):
+    """Per decoder layer on one EP shard: routed experts = experts per rank × 3 SwiGLU matrices of
+    hidden × moe_intermediate; dense FFN = 3 × hidden × intermediate; embedding and head vocab × hidden."""
+    c = v3.cfg
+    ep = 8
+    layers = v3.layer_params(tp=1, ep=ep)
+    assert len(layers) == c.num_hidden_layers == len(v3.layout.ffn)
+    expert = 3 * c.hidden_size * c.moe_intermediate_size
+    for kind, roles in zip(v3.layout.ffn, layers, strict=True):
+        if kind == "moe":
+            assert roles["moe_experts"] == c.n_routed_experts // ep * expert
+            assert roles["shared_experts"] == c.n_shared_experts * expert
+            assert roles["dense_mlp"] == 0
+        else:
+            assert roles["dense_mlp"] == 3 * c.hidden_size * c.intermediate_size
+            assert roles["moe_experts"] == roles["shared_experts"] == roles["router"] == 0
+    outer = v3.outer_params(tp=1, ep=ep)
+    assert outer["embedding"] == outer["lm_head"] == c.vocab_size * c.hidden_size
+    assert outer["final_norms"] == c.hidden_size  # one RMSNorm weight

@@ -8,6 +8,7 @@ import pytest
 from helpers import compose_run
 
 from stratacl.comm.library import LibraryModel
+from stratacl.compute import ComputeLowering
 from stratacl.config import validate_run
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
@@ -113,7 +114,27 @@ def test_run_prices_every_op_once_per_library_on_the_same_routing(result) -> Non
     assert list(by_lib) == ["cann_ep", "stratacl"]
     same = ["mode", "kind", "iteration", "recv_bytes_mean", "recv_bytes_max"]
     pd.testing.assert_frame_equal(by_lib["cann_ep"][same], by_lib["stratacl"][same])
-    assert (rows["time_s"] > 0).all()
+    # stratacl registers the buffers the gate allocates (on_alloc): 8 µs + 10.8 µs × 7 peers =
+    # 83.6 µs per buffer, jobs queued on the die's one registration worker in map order (dispatch,
+    # then combine), from the gate's start (the allocation). The first dispatch waits for what the
+    # gate's own time leaves of its job; the first combine, right after it, waits for the second
+    # job: it ends c after the first, so the combine waits c − (the dispatch's own time). The
+    # staged cann_ep never registers a user buffer.
+    c = 83.6e-6
+    strat0 = (rows["library"] == "stratacl") & (rows["iteration"] == 0)
+    first = strat0 & (rows["kind"] == "dispatch")
+    ctx = _ctx()
+    for mode, got in zip(ctx.cfg.workload.modes, rows.loc[first, "register_s"], strict=True):
+        tr, _ = moe.build_trace(ctx.cfg.workload, mode, 0)
+        gate = sum(p.standalone_s() for p in ComputeLowering(ctx.fabric).lower(tr.ops[0]))
+        assert 0 < gate < c
+        assert got == pytest.approx(c - gate, abs=0.2e-6)
+    for mode in ("ht", "ll"):
+        d = rows[first & (rows["mode"] == mode)].iloc[0]
+        comb = rows[strat0 & (rows["kind"] == "combine") & (rows["mode"] == mode)].iloc[0]
+        assert comb.register_s == pytest.approx(c - (d.time_s - d.register_s), rel=1e-9)
+    assert (rows.loc[~strat0, "register_s"] == 0).all()
+    assert (rows.loc[first, "time_s"] > rows.loc[first, "register_s"]).all()
     np.testing.assert_allclose(rows["busbw_GBps"], rows["recv_bytes_mean"] / rows["time_s"] / 1e9, rtol=1e-12)
 
 

@@ -14,14 +14,13 @@ from stratacl.schemas.model import ModelRef
 from stratacl.workload_api import RunContext
 from workloads.common.model import model_costs
 from workloads.common.placement import contiguous, copies, eplb
-from workloads.common.quant import FORMAT_BYTES, resolve
+from workloads.common.quant import resolve
 from workloads.common.routing import expert_weights, route
 from workloads.llm_infer.costs import ServingCosts, payload_bytes
 from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.memory import role_dies, serving_tensors, weight_bytes_per_die
 from workloads.llm_infer.tensors import ServingTensors
 from workloads.llm_infer.workload import serving_costs
-from workloads.modelcost.fakemodel import rep_layer
 
 TINY = {"num_hidden_layers": 3, "first_k_dense_replace": 1, "hidden_size": 256, "intermediate_size": 512,
         "moe_intermediate_size": 128, "n_routed_experts": 16, "num_experts_per_tok": 4, "n_group": 1,
@@ -37,16 +36,28 @@ def tiny(quant: str = "", formats: dict | None = None, **over: int):  # noqa: AN
 # ---------------------------------------------------------------------------- formats
 def test_weight_bytes_per_die_follow_each_class_format() -> None:
     bf, w8, w4 = tiny("bf16"), tiny("w8a8"), tiny("w4a8")
-    c = bf.param_counts(tp=1, ep=4)
-    n = {r: v["per_tp_ep_shard"] for r, v in c.items()}
-    bf16_bytes = 2 * sum(n.values())
+    # parameters on one die of EP4 (TP1), counted by hand from TINY's DeepSeek-V3 layout: 3 layers,
+    # layer 0 dense, layers 1-2 MoE with 16 routed experts (4 per die) and one shared expert
+    h, heads = 256, 4
+    attention = 3 * (h * 64 + 64  # MLA per layer: q_a_proj + q_a_layernorm (q_lora_rank 64)
+                     + 64 * heads * (32 + 16)  # q_b_proj: nope 32 + rope 16 per head
+                     + h * (64 + 16) + 64  # kv_a_proj_with_mqa (kv_lora_rank 64 + rope 16) + its norm
+                     + 64 * heads * (32 + 32)  # kv_b_proj: nope key + value per head
+                     + heads * 32 * h)  # o_proj
+    dense = 3 * h * 512  # gate, up, down of layer 0
+    experts = 2 * 4 * 3 * h * 128  # 2 MoE layers × 4 experts × (gate, up, down)
+    shared = 2 * 3 * h * 128
+    router = 2 * 16 * h
+    norms = 3 * 2 * h + h  # input + post-attention norm per layer, final norm
+    embed = head = 1024 * h
+    bf16_bytes = 2 * (attention + dense + experts + shared + router + norms + embed + head)
     assert weight_bytes_per_die(bf, 4) == pytest.approx(bf16_bytes)
-    # w8a8: experts, attention, dense MLP at 1 byte; embedding, LM head, norms, router at 2
-    one = n["moe_experts"] + n["shared_experts"] + n["attention"] + n["dense_mlp"]
+    # w8a8: experts, attention (its LoRA norms filed with it), dense MLP at 1 byte; embedding,
+    # LM head, norms, router at 2
+    one = experts + shared + attention + dense
     assert weight_bytes_per_die(w8, 4) == pytest.approx(bf16_bytes - one)
-    # w4a8: routed + shared experts at int4 with group scales
-    ex = n["moe_experts"] + n["shared_experts"]
-    assert weight_bytes_per_die(w4, 4) == pytest.approx(bf16_bytes - one + ex * (FORMAT_BYTES["int4"] - 1))
+    # w4a8: routed + shared experts at int4 with a bf16 scale per 128-weight group: 0.5 + 2/128 B
+    assert weight_bytes_per_die(w4, 4) == pytest.approx(bf16_bytes - one - (experts + shared) * (1 - (0.5 + 2 / 128)))
     # the layer costs read the narrower weights too: a weight-bound decode layer reads less
     moe_bf = bf.layer_cost("moe", 64, context=1024, phase="decode", ep=4).hbm_bytes_fused
     moe_w8 = w8.layer_cost("moe", 64, context=1024, phase="decode", ep=4).hbm_bytes_fused
@@ -69,6 +80,21 @@ def test_dispatch_payload_follows_the_activation_format() -> None:
         # the allocator's dispatch buffer holds what the trace sends (it assumed INT8 before)
         w.dispatch_scale_ratio = ratio
         assert serving_tensors(costs, w, "decode").dispatch_token == round(disp), quant
+
+
+def test_each_layer_type_takes_its_own_weight_class_format() -> None:
+    """Experts alone in INT8 (their weights and the activations entering them): the MoE layer's
+    matmuls and weights move, no other layer type's; the MoE layer holds one byte less per expert
+    parameter."""
+    base = tiny("bf16")
+    mixed = tiny("bf16", {"expert_weights": "int8", "activations": "int8"})
+    assert mixed.matmul_formats() == {t: ("int8" if t == "moe" else "bf16") for t in base.layer_types()}
+    n = base.param_counts(tp=1, ep=1)
+    per_layer = (n["moe_experts"]["per_tp_ep_shard"] + n["shared_experts"]["per_tp_ep_shard"]) \
+        // base.moe_info()["n_moe_layers"]
+    for t in base.layer_types():
+        drop = base.layer_cost(t, 64).weight_bytes - mixed.layer_cost(t, 64).weight_bytes
+        assert drop == (per_layer if t == "moe" else 0), t
 
 
 def test_matmuls_pick_the_die_peak_of_their_format() -> None:
@@ -117,8 +143,16 @@ def test_w8a8_deepseek_v3_fits_a_32_die_prefill_instance_and_bf16_does_not() -> 
     assert e.field == "workload.layout.prefill_ep"
     assert "does not fit a prefill die with 'cann_ep'" in e.problem
     need = float(e.problem.split("weights need ")[1].split(" GiB")[0])
-    bf16 = model_costs(ModelRef(preset="deepseek_v3", quant="bf16"))
-    assert need == pytest.approx(weight_bytes_per_die(bf16, 32) / 2**30, abs=0.05)  # 69.9 GiB > 64 GB HBM
+    # DeepSeek-V3's parameters on one die of EP32 (config.json: hidden 7168, 61 layers of which 3
+    # dense, 256 routed experts of intermediate 2048 → 8 per die, one shared expert, vocab 129280)
+    h = 7168
+    mla = (h * 1536 + 1536 + 1536 * 128 * (128 + 64)  # q_a_proj + q_a_layernorm + q_b_proj
+           + h * (512 + 64) + 512 + 512 * 128 * (128 + 128)  # kv_a_proj_with_mqa + kv_a_layernorm + kv_b_proj
+           + 128 * 128 * h)  # o_proj
+    expert = 3 * h * 2048
+    params = (2 * 129280 * h + 61 * mla + 3 * 3 * h * 18432 + 58 * (8 + 1) * expert  # routed + shared
+              + 58 * 256 * h + 61 * 2 * h + h)  # routers, layer norms, final norm
+    assert need == pytest.approx(2 * params / 2**30, abs=0.05)  # BF16: 69.9 GiB > 64 GB HBM
     assert "workload.fixed" in e.fix and "\n" not in str(e)
 
 
@@ -137,10 +171,7 @@ def test_allocator_weights_agree_with_the_closed_form(quant: str) -> None:
     st = ServingTensors(mc, 32, 7168)
     closed = weight_bytes_per_die(mc, 32)
     attn_fmt = mc.formats.bytes("attention_weights", mc.dtype_bytes)
-    lay = mc._layout
-    norms = sum(p.numel() for a in lay.attention for n, p in rep_layer(st.shard, lay.reps[a]).self_attn.named_parameters()
-                if "norm" in n)
-    assert norms == 61 * (1536 + 512)
+    norms = 61 * (1536 + 512)  # q_a_layernorm (q_lora_rank 1536) + kv_a_layernorm (kv_lora_rank 512) per layer
     assert sum(st.weight_tensors()) - closed == pytest.approx(norms * (mc.dtype_bytes - attn_fmt), abs=1)
     assert st.weight_tensors().count(256 * 7168 * mc.dtype_bytes) == 58  # each MoE layer's router, 2 B each
     if die is not None:  # the allocator: each tensor rounded up to 512 B, the placement scales nothing here

@@ -81,9 +81,18 @@ def test_low_latency_copies_conserve_token_copies() -> None:
     choice = _route(seed=1)
     ll = copies_matrix(choice, EP, EXPERTS, per_expert=True)
     assert ll.sum(axis=1) == pytest.approx(np.full(EP, TOKENS * TOP_K))
-    hosts = choice // (EXPERTS // EP)
-    expected = np.stack([np.bincount(hosts[s].ravel(), minlength=EP) for s in range(EP)])
-    np.testing.assert_array_equal(ll, expected)
+    per = EXPERTS // EP  # rank j hosts the contiguous experts [j·per, (j + 1)·per)
+    for j in range(EP):
+        on_j = (choice >= j * per) & (choice < (j + 1) * per)
+        np.testing.assert_array_equal(ll[:, j], on_j.sum(axis=(1, 2)))
+
+
+def test_copy_matrices_of_a_hand_worked_routing() -> None:
+    # 2 ranks × 4 experts (rank 0 hosts 0–1, rank 1 hosts 2–3), 2 tokens per rank, top-2
+    choice = np.array([[[0, 1], [1, 3]],    # rank 0: token 0 → rank 0 twice; token 1 → ranks 0, 1
+                       [[2, 3], [0, 2]]])   # rank 1: token 0 → rank 1 twice; token 1 → ranks 0, 1
+    np.testing.assert_array_equal(copies_matrix(choice, 2, 4, per_expert=True), [[3, 1], [1, 3]])
+    np.testing.assert_array_equal(copies_matrix(choice, 2, 4, per_expert=False), [[2, 1], [1, 2]])
 
 
 def test_high_throughput_copies_one_per_destination_rank() -> None:

@@ -101,12 +101,9 @@ def test_prefill_memory_runs_the_trace_micro_batches(env: Env, tbo: bool, tbo_mi
 # ----------------------------------------------------------------------------- graph launches
 
 def _with_launch(env: Env, preset: str, launch_us: float) -> RunContext:
-    """A context whose one library `preset` launches a graph in `launch_us` (wherever the knob lives)."""
+    """A context whose one library `preset` runs on a die that launches a graph in `launch_us`."""
     cfg = compose_run([*OVERRIDES, f"library=[{preset}]", f"baseline={preset}"])
-    if hasattr(cfg.fabric.die, "graph_launch_us"):
-        cfg.fabric.die.graph_launch_us = launch_us
-    else:
-        cfg.library[preset].graph_launch_us = launch_us
+    cfg.fabric.die.graph_launch_us = launch_us
     fab = Fabric(cfg.fabric)
     return RunContext(cfg=env.cfg, fabric=fab, libraries={preset: LibraryModel(preset, cfg.library[preset], fab)},
                       baseline=preset, seed=0)
@@ -114,17 +111,18 @@ def _with_launch(env: Env, preset: str, launch_us: float) -> RunContext:
 
 @pytest.mark.parametrize("preset, syncs", [("stratacl", 0), ("hccl", 2 * (MOE_LAYERS + 1))])
 def test_graph_capture_moves_the_decode_step_by_its_launches(env: Env, preset: str, syncs: int) -> None:
-    """A captured decode step launches one graph, plus one per host-synchronising operator (hccl:
-    every dispatch and combine, MTP layer included; 8 sequences: one micro-batch); the operators'
-    host round trips are in the trace either way. Together they are the library's step host
-    overhead. Prefill runs eagerly."""
+    """A captured decode step launches one graph (stratacl); a step holding host-synchronising
+    operators (hccl: every dispatch and combine, MTP layer included; 8 sequences: one micro-batch)
+    runs eagerly: no launch. The operators' host round trips are in the trace either way; with the
+    launch they are the library's step host overhead. Prefill runs eagerly."""
     ctx = _with_launch(env, preset, LAUNCH_S * 1e6)
     w_off = copy.deepcopy(env.w)
     w_off.scheduler.decode_graph_capture = False
     on, off = IterationModel(ctx, env.costs, env.w), IterationModel(ctx, env.costs, w_off)
     d_on, d_off = on.decode(preset, 8, 1024), off.decode(preset, 8, 1024)
-    assert d_on.time_s - d_off.time_s == pytest.approx((syncs + 1) * LAUNCH_S, rel=1e-9)
-    assert d_on.launch_s == pytest.approx((syncs + 1) * LAUNCH_S) and d_off.launch_s == 0.0
+    launches = 0 if syncs else 1
+    assert d_on.time_s - d_off.time_s == pytest.approx(launches * LAUNCH_S, rel=1e-9, abs=1e-15)
+    assert d_on.launch_s == pytest.approx(launches * LAUNCH_S) and d_off.launch_s == 0.0
     lib = ctx.libraries[preset]
     rtt = HOST_RTT_S if syncs else 0.0
     assert d_on.launch_s + syncs * rtt == pytest.approx(lib.moe_step_host_overhead_s(MOE_LAYERS + 1, "ll"))
@@ -133,18 +131,18 @@ def test_graph_capture_moves_the_decode_step_by_its_launches(env: Env, preset: s
 
 def test_graph_launch_cost_reaches_the_fixed_mode_figures(env: Env) -> None:
     """0, 700 and 10⁶ µs per launch give three different decode figures, apart by exactly the
-    step's launches (hccl, 8 sequences: 1 + 6 host-synchronising operators); prefill keeps its."""
+    step's one graph launch (stratacl: no operator needs the host); prefill keeps its."""
     w = copy.deepcopy(env.w)
     w.mode, w.fixed.decode_batch_per_die, w.fixed.context, w.fixed.prefill_tokens_per_die = "fixed", 8, 1024, 512
     w.fixed.prompt_tokens = 512
     costs = serving_costs(env.mc, w, 0)
     steps, prefill = {}, set()
     for us in (0.0, 700.0, 1e6):
-        ctx = _with_launch(env, "hccl", us)
-        m = run_fixed(ctx, w, costs, IterationModel(ctx, costs, w), env.kv_tok).metrics["hccl"]
+        ctx = _with_launch(env, "stratacl", us)
+        m = run_fixed(ctx, w, costs, IterationModel(ctx, costs, w), env.kv_tok).metrics["stratacl"]
         steps[us] = m["decode_step_s"]
         prefill.add(m["prefill_iter_s"])
-    launches = 1 + 2 * (MOE_LAYERS + 1)
+    launches = 1
     assert steps[700.0] - steps[0.0] == pytest.approx(launches * 700e-6, rel=1e-9)
     assert steps[1e6] - steps[0.0] == pytest.approx(launches * 1.0, rel=1e-9)
     assert len(prefill) == 1

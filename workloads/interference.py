@@ -27,10 +27,15 @@ import pandas as pd
 from stratacl.errors import ConfigError
 from stratacl.metrics import union_length
 from stratacl.schemas.interference import InterferenceConfig
-from stratacl.schemas.llm_train import LlmTrainConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.common.kernels import Kernel, add_kernels, apply_stream_limits, split, stream_limits
+from workloads.common.kernels import (
+    Kernel,
+    add_kernels,
+    apply_stream_limits,
+    split_cost,
+    stream_limits,
+)
 from workloads.llm_train.blocks import ModelPlan, SubBlock, Unit
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.model import build_plan
@@ -47,10 +52,7 @@ class LayerWork:
 
 def layer_work(cfg: InterferenceConfig) -> LayerWork:
     layout = Layout(cfg.dies, cfg.fsdp, cfg.tp, cfg.ep)
-    tcfg = LlmTrainConfig(model=cfg.model, num_layers=cfg.num_layers, model_overrides=dict(cfg.model_overrides),
-                          dies=cfg.dies, fsdp=cfg.fsdp, tp=cfg.tp, ep=cfg.ep, global_batch=cfg.global_batch,
-                          seq_len=cfg.seq_len, dtype_bytes=cfg.dtype_bytes)
-    plan = build_plan(tcfg, layout)
+    plan = build_plan(cfg, layout)
     decoders = [u for u in plan.units if u.decoder]
     if not -len(decoders) <= cfg.layer < len(decoders):
         raise ConfigError("workload.layer", f"layer {cfg.layer} outside the model's {len(decoders)} decoder layers",
@@ -63,13 +65,13 @@ def sub_kernels(sub: SubBlock, phase: str, work: LayerWork, fused: list[str]) ->
     the experts at the mean rows an EP rank receives (uniform routing: its tokens × top-k)."""
     cost = sub.bwd if phase == "bwd" else sub.fwd
     if not sub.routed:
-        return [(sub.name, split(sub.name, cost.cube_flops, cost.vector_flops, cost.hbm_bytes, fused=fused))]
+        return [(sub.name, split_cost(sub.name, cost, fused=fused))]
     rows = work.plan.tokens // work.layout.tp * work.plan.top_k
     row = sub.row_bwd if phase == "bwd" else sub.row_fwd
     assert row is not None
     experts = row.scale(rows)
-    out = [("router_shared", split("shared_experts", cost.cube_flops, cost.vector_flops, cost.hbm_bytes, fused=fused)),
-           ("experts", split("moe", experts.cube_flops, experts.vector_flops, experts.hbm_bytes, fused=fused))]
+    out = [("router_shared", split_cost("shared_experts", cost, fused=fused)),
+           ("experts", split_cost("moe", experts, fused=fused))]
     return out[::-1] if phase == "bwd" else out
 
 
@@ -91,7 +93,7 @@ def build_trace(cfg: InterferenceConfig, work: LayerWork, compute: bool, comm: b
         if comm:
             for fam, params in sizes:
                 buf = tr.add_buffer(f"{fam}.unsharded")
-                issued.append(tr.collective("allgather", fam, float(params * cfg.dtype_bytes), stream="fsdp_ag",
+                issued.append(tr.collective("allgather", fam, float(params * cfg.model.dtype_bytes), stream="fsdp_ag",
                                             deps=start_deps, buffer=buf, name=f"{phase}.{fam}_allgather"))
                 if phase == "bwd":
                     buf = tr.add_buffer(f"{fam}.grad")
@@ -188,8 +190,8 @@ def run(ctx: RunContext) -> WorkloadResult:
              "compute_alone_s", "comm_alone_s", "overlapped_s", "back_to_back_s", "step_vs_back_to_back"]
     table = rows.set_index("library")[shown].T.rename_axis("metric").reset_index()
     u = work.unit
-    notes = [f"layer {u.name}: {len(tr_c.ops)} kernels; FSDP all-gather {u.params * cfg.dtype_bytes / 1e6:.0f} MB "
-             f"(fsdp) + {u.expert_params * cfg.dtype_bytes / 1e6:.0f} MB (efsdp) per rank; "
+    notes = [f"layer {u.name}: {len(tr_c.ops)} kernels; FSDP all-gather {u.params * cfg.model.dtype_bytes / 1e6:.0f} MB "
+             f"(fsdp) + {u.expert_params * cfg.model.dtype_bytes / 1e6:.0f} MB (efsdp) per rank; "
              "targets (REFERENCE §3): hccl ≈ 25 %, hccl_zerocopy ≈ 13 % compute slowdown under overlap"]
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, notes=notes, table=table,
                           extra_rows={"kernels": pd.DataFrame(kernels)})

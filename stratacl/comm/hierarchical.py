@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from stratacl.comm import algorithms as alg
+from stratacl.config import HcclLevel1
 from stratacl.fabric import Fabric, Tier
 from stratacl.memory.allocator import KiB, MiB
 
@@ -54,7 +55,7 @@ AIV_AG_CROSSNODE = ((6, 1 * MiB), (16, 512 * KiB), (10**9, 32 * KiB))
 AIV_RS_CROSSNODE = ((6, 1 * MiB), (16, 512 * KiB), (10**9, 128 * KiB))
 DIRECT_FULLMESH_CONCURRENT = 8  # SDMA peers per round (alltoallv_direct_fullmesh.cc, 2025)
 
-LEVEL1 = ("ring", "nhr", "nb", "rhd", "pipeline")
+LEVEL1 = tuple(a.value for a in HcclLevel1 if a not in (HcclLevel1.pairwise, HcclLevel1.auto))
 
 
 @dataclass(frozen=True, slots=True)

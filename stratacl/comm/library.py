@@ -5,17 +5,19 @@ of phases:
 
     launch → [registration wait] → [copy in] → sync steps → wire → [copy out]
 
-- data path: `staged` copies user data into/out of the communicator's buffers (HBM traffic) in
-  rounds of the buffer size, each round re-running the algorithm's synchronised steps, optionally
-  pipelined in chunks; `jit_register` / `on_alloc` register user buffers (registration.py);
-  `pool` neither copies nor registers but holds HBM (`held_memory_bytes`).
-- algorithm: ring / HCCL mesh / one-step full-mesh / pairwise (algorithms.py), `auto` = the
-  fastest of them for this size and group on an idle fabric.
-- mover: `vector_cores` hold `comm_cores` cores for the transfer, which cannot finish before the
-  cores' makespan under the partitioning (partition.py); `sdma` moves data on DMA engines, cores
-  held only while a device trigger writes descriptors (sdma.py). `expansion_mode` (HCCL's AI_CPU /
-  AIV) picks mover and trigger. Staging copies run on the op's mover: SDMA memcpy tasks for SDMA
-  movers, the comm kernel's own vector cores otherwise; both load HBM.
+- data path (datapath.py, one class per `DataPath`): `staged` copies user data into/out of the
+  communicator's buffers (HBM traffic) in rounds of the buffer size, each round re-running the
+  algorithm's synchronised steps, optionally pipelined in chunks; `jit_register` / `on_alloc`
+  register user buffers (registration.py); `pool` neither copies nor registers but holds HBM.
+- algorithm family (families.py, one class per `Algorithm`): ring / rhd / mesh / one-step
+  full-mesh / pairwise (algorithms.py), HCCL's own selection (hierarchical.py), `auto` = the
+  fastest candidate for this size and group on an idle fabric.
+- mover (movers.py, one class per `Mover`): `vector_cores` hold `comm_cores` cores for the
+  transfer, which cannot finish before the cores' makespan under the partitioning (partition.py);
+  `sdma` moves data on DMA engines, cores held only while a device trigger writes descriptors
+  (sdma.py). `expansion_mode` (HCCL's AI_CPU / AIV) picks mover and trigger. Staging copies run
+  on the op's mover: SDMA memcpy tasks for SDMA movers, the comm kernel's own vector cores
+  otherwise; both load HBM.
 - stream core limits: a comm kernel on a limited stream holds at most the stream's vector cores.
 
 `LibraryRuntime` carries per-replay state (registrations) so the same trace replays per library.
@@ -32,48 +34,29 @@ import numpy as np
 
 from stratacl.comm import algorithms as alg
 from stratacl.comm import hierarchical as hier
-from stratacl.comm import partition, sdma
-from stratacl.comm.buffers import MiB, buffer_sizes_MiB
+from stratacl.comm import partition
+from stratacl.comm.datapath import data_path_model, staging_bytes
+from stratacl.comm.families import FAMILIES
+from stratacl.comm.movers import MOVERS
 from stratacl.comm.registration import RegistrationState
 from stratacl.config import (
-    TIER_ORDER,
     Algorithm,
-    DataPath,
     ExpansionMode,
     LibraryConfig,
-    Mover,
     Partitioning,
-    Trigger,
+    RegistrationMechanism,
     resolved_mover,
 )
 from stratacl.fabric import Fabric, R
 from stratacl.lowering import OpInfo
-from stratacl.memory import (
-    AllocatorConfig,
-    CachingAllocator,
-    DieMemory,
-    JitRegistrationCache,
-    RegistrationCost,
-    RegistrationOnAllocation,
-)
+from stratacl.memory import AllocatorConfig, CachingAllocator, DieMemory, RegistrationCost
 from stratacl.memory.communicators import Communicator
 from stratacl.phases import Phase, delay, merge_delays
 from stratacl.trace import Op, Trace
 
-# per-rank bytes into / out of the user buffers, from the nccl-tests size S and group size n
-_IN_OUT = {
-    "allreduce": (lambda s, n: s, lambda s, n: s),
-    "allgather": (lambda s, n: s / n, lambda s, n: s),
-    "reducescatter": (lambda s, n: s, lambda s, n: s / n),
-    "alltoall": (lambda s, n: s, lambda s, n: s),
-    "alltoallv": (lambda s, n: s, lambda s, n: s),
-    "broadcast": (lambda s, n: s, lambda s, n: s),
-    "dispatch": (lambda s, n: s, lambda s, n: s),
-    "combine": (lambda s, n: s, lambda s, n: s),
-}
-_EXCHANGES = ("alltoall", "alltoallv", "dispatch", "combine")
+__all__ = ["LibraryModel", "LibraryRuntime", "staging_bytes"]
+
 COUNT_BYTES = 4  # one int32 token count per peer in the MoE layout exchange
-DEFAULT_CCL_MiB = 200.0  # HCCL_BUFFSIZE default (REFERENCE §3; conf/library/hccl.yaml comm_buffer_MB)
 # Balanced partitioning cuts each peer's payload into units of a tier-specific size
 # (`unit_KiB`). A tier a library leaves unsized gets its finest configured unit; a library with
 # no units at all (validation allows it with the SDMA mover, where units only shape the reported
@@ -83,18 +66,15 @@ DEFAULT_UNIT_KiB = 256.0
 _CONCURRENT = ("fullmesh", "hccl:mesh", "hccl:direct_fullmesh", "direct_fullmesh", "mesh_aiv")
 
 
-def staging_bytes(coll: str, size: float, n: int) -> tuple[float, float]:
-    """Bytes a staged library copies in (user → comm buffer) and out, per rank."""
-    fin, fout = _IN_OUT[coll]
-    return fin(size, n), fout(size, n)
-
-
 class LibraryModel:
     def __init__(self, name: str, cfg: LibraryConfig, fabric: Fabric) -> None:
         self.name = name
         self.cfg = cfg
         self.fabric = fabric
         self.mover, self.trigger = resolved_mover(cfg)
+        self.path = data_path_model(cfg)  # what the data path decides (comm/datapath.py)
+        self.mover_model = MOVERS[self.mover](self, self.trigger)  # comm/movers.py
+        self.family = FAMILIES[cfg.algorithm](cfg)  # comm/families.py
 
     def core_limits(self, trace: Trace) -> dict[str, tuple[int, int]]:
         """Per-stream core limits the deployment runs with under this library (the trace's, or none
@@ -104,9 +84,7 @@ class LibraryModel:
     # ------------------------------------------------------------------ memory
     def comm_memory_bytes(self, communicators: int = 1) -> float:
         """HBM of staging buffers per rank for `communicators` communicators of the default size."""
-        if self.cfg.data_path == DataPath.staged:
-            return communicators * self.cfg.comm_buffers * self.cfg.comm_buffer_MB * MiB
-        return 0.0
+        return self.path.comm_memory_bytes(communicators)
 
     def held_memory_bytes(self, communicators: int = 1, context: str = "inference") -> float:
         """HBM per rank the library keeps outside the device allocator: comm buffers of
@@ -120,31 +98,27 @@ class LibraryModel:
         """HBM per rank of the communication buffers of the communicators it is in: a staged
         library holds `comm_buffers` buffers per communicator, each of the size the framework
         configures or of HCCL_BUFFSIZE raised to fit the fused MoE windows (comm/buffers.py)."""
-        if self.cfg.data_path != DataPath.staged or self.cfg.comm_buffers == 0:
-            return 0.0
-        sizes = buffer_sizes_MiB(comms, self.cfg.comm_buffer_MB)
-        return float(sum(sizes.values()) * self.cfg.comm_buffers * MiB)
+        return self.path.communicator_buffer_bytes(comms)
 
     @property
     def pool_bytes(self) -> float:
         """The pre-registered pool a pool library carves out of HBM (REFERENCE §3)."""
-        return self.cfg.pool_GB * 1e9 if self.cfg.data_path == DataPath.pool else 0.0
+        return self.path.pool_bytes()
 
     @property
     def forces_expandable_segments_off(self) -> bool:
         """A pre-registered pool needs PyTorch's expandable segments off (REFERENCE §3)."""
-        return self.cfg.data_path == DataPath.pool
+        return self.path.forces_expandable_segments_off
 
     @property
-    def user_buffer_registration(self) -> str:
-        """How user buffers become remotely accessible: "jit" (at first use, cached by address
-        range), "on_alloc" (when the allocator maps them) or "none" (staged copies / the pool)."""
-        return {DataPath.jit_register: "jit", DataPath.on_alloc: "on_alloc"}.get(self.cfg.data_path, "none")
+    def user_buffer_registration(self) -> RegistrationMechanism:
+        """How user buffers become remotely accessible: `jit` (at first use, cached by address
+        range), `on_alloc` (when the allocator maps them) or `none` (staged copies / the pool)."""
+        return self.path.registration
 
     def registration_cost(self) -> RegistrationCost:
         """Registering one buffer with `peers` peers: base + peers * per-peer mapping."""
-        return RegistrationCost(base_s=self.cfg.register_base_us * 1e-6,
-                                per_peer_s=self.cfg.register_per_peer_us * 1e-6)
+        return RegistrationCost(base_us=self.cfg.register_base_us, per_peer_us=self.cfg.register_per_peer_us)
 
     def die_memory(self, capacity_bytes: float, peers: int, *, expandable_segments: bool = True,
                    va_base: int = 1 << 40) -> DieMemory:
@@ -154,28 +128,12 @@ class LibraryModel:
         by `jit_cache_match`, or registration-on-allocation) for `peers` peers."""
         es = expandable_segments and not self.forces_expandable_segments_off
         alloc = CachingAllocator(AllocatorConfig(int(capacity_bytes), expandable_segments=es, va_base=va_base))
-        mech = self.user_buffer_registration
-        cost = self.registration_cost()
-        return DieMemory(alloc,
-                         on_alloc=RegistrationOnAllocation(cost, peers) if mech == "on_alloc" else None,
-                         jit=JitRegistrationCache(cost, peers, match=self.cfg.jit_cache_match.value)
-                         if mech == "jit" else None)
+        return DieMemory(alloc, **self.path.allocator_listeners(self.registration_cost(), peers))
 
     # ------------------------------------------------------------------ algorithm choice
     def candidates(self, coll: str) -> list[str]:
-        a = self.cfg.algorithm
-        if a == Algorithm.hccl or (a == Algorithm.hierarchical and coll in _EXCHANGES):
-            return ["hccl"]
-        if a == Algorithm.auto:
-            if coll in _EXCHANGES:
-                return ["fullmesh", "pairwise"] if "fullmesh" in (self.cfg.auto_candidates or ["fullmesh"]) \
-                    else ["pairwise"]
-            return list(self.cfg.auto_candidates) or ["ring", "mesh", "fullmesh"]
-        if coll in _EXCHANGES:
-            return ["fullmesh"] if a == Algorithm.fullmesh else ["pairwise"]
-        if a == Algorithm.pairwise:
-            return ["ring"]
-        return [a.value]
+        """Plans the configured algorithm family may run for `coll` (comm/families.py)."""
+        return self.family.candidates(coll)
 
     def wire_plan(self, coll: str, size: float, group: tuple[int, ...],
                   peer_bytes: tuple[float, ...] = (), algorithm: str | None = None,
@@ -191,26 +149,10 @@ class LibraryModel:
     @lru_cache(maxsize=65536)  # noqa: B019 - one model per run
     def _plan(self, coll: str, size: float, n: int, tkey: bytes, peer_bytes: tuple[float, ...],
               algorithm: str) -> alg.WirePlan:
-        tidx = np.frombuffer(tkey, dtype=np.int64).reshape(n, n)
-        plane = self.cfg.plane
         if n == 1:
             return alg.WirePlan(algorithm=algorithm, steps=0, latency_s=0.0)
-        if algorithm == "hccl":
-            choice = self.hccl_choice(coll, size, tidx)
-            return hier.hccl_plan(choice, coll, size, tidx, self.fabric, plane, peer_bytes)
-        if algorithm == "hierarchical" and coll in ("allreduce", "allgather", "reducescatter", "broadcast"):
-            c = self.hccl_choice(coll, size, tidx, rules=False)
-            return hier.hccl_plan(c, coll, size, tidx, self.fabric, plane, peer_bytes)
-        if algorithm == "rhd" and coll in ("allreduce", "allgather", "reducescatter") and n & (n - 1) == 0:
-            return alg.rhd(coll, n, size, tidx, self.fabric, plane)
-        if algorithm in ("ring", "rhd") and coll in ("allreduce", "allgather", "reducescatter", "broadcast"):
-            return alg.ring(coll, n, size, tidx, self.fabric, plane)
-        if algorithm in ("ring", "pairwise"):
-            return alg.pairwise(coll, n, size, tidx, self.fabric, plane, peer_bytes)
-        if algorithm == "mesh":
-            return alg.fullmesh(coll, n, size, tidx, self.fabric, plane, peer_bytes,
-                                steps_per_exchange=n - 1, algorithm="mesh")
-        return alg.fullmesh(coll, n, size, tidx, self.fabric, plane, peer_bytes)
+        tidx = np.frombuffer(tkey, dtype=np.int64).reshape(n, n)
+        return FAMILIES[Algorithm(algorithm)].plan(self, coll, size, tidx, peer_bytes)
 
     def hccl_choice(self, coll: str, size: float, tidx: np.ndarray, rules: bool = True) -> hier.HcclChoice:
         """HCCL's selection on A3 for this op on a communicator (tier matrix): server split from
@@ -221,13 +163,10 @@ class LibraryModel:
         servers, paired = (split[0], split[1]) if split else ([list(range(n))], False)
         op = {"alltoallv": "alltoall", "dispatch": "alltoall", "combine": "alltoall"}.get(coll, coll)
         cfg = self.cfg
-        # HCCL_BUFFSIZE is in MiB (200 by default; a zero-copy communicator still has HCCL's default
-        # CCL buffer for the selection's thresholds)
-        ccl = (cfg.comm_buffer_MB if cfg.data_path == DataPath.staged else DEFAULT_CCL_MiB) * MiB
         return hier.select(coll, size, n, len(servers), len(servers[0]), paired,
-                           aiv=cfg.expansion_mode == ExpansionMode.aiv,
-                           zerocopy=cfg.data_path != DataPath.staged,
-                           configured=cfg.hccl_algo.get(op, "auto"), ccl_bytes=ccl, rules=rules)
+                           aiv=cfg.expansion_mode == ExpansionMode.aiv, zerocopy=not self.path.stages,
+                           configured=cfg.hccl_algo.get(op, "auto"), ccl_bytes=self.path.ccl_bytes(),
+                           rules=rules)
 
     # ------------------------------------------------------------------ pricing
     def collective_phases(self, coll: str, size: float, group: tuple[int, ...],
@@ -265,13 +204,21 @@ class LibraryModel:
         hs = self.cfg.host_sync
         return coll in hs or (bool(moe_mode) and f"{coll}:{moe_mode}" in hs)
 
+    def step_graph_launch_s(self, host_syncs: int) -> float:
+        """Graph launch time of one model step (e.g. a decode iteration) the deployment captures as
+        a graph, whose work holds `host_syncs` operators that need the host. A fully device-driven
+        step is one captured graph: one launch, the die's `fabric.die.graph_launch_us` (0.6–0.8 ms
+        per graph, REFERENCE §2). A host-synchronising operator cannot be captured, so the step
+        could only run as host_syncs + 1 graphs, a launch each; the framework runs such a step
+        eagerly instead (the cheaper way: kernels launched one by one, asynchronously ahead of the
+        device, no graph launch). Not modelled: an eager step whose host launches fall behind the
+        device (short kernels)."""
+        return self.fabric.graph_launch_s if host_syncs == 0 else 0.0
+
     def step_host_overhead_s(self, host_syncs: int) -> float:
-        """Host-side cost of one model step (e.g. a decode iteration) whose graph has `host_syncs`
-        operators that need the host: a fully device-driven step is one captured graph (one
-        graph launch, REFERENCE §2: 0.6–0.8 ms); each host-synchronising operator splits the
-        graph — one more graph launch — and adds its device→host round trip."""
-        launch = self.cfg.graph_launch_us * 1e-6
-        return (host_syncs + 1) * launch + host_syncs * self.cfg.host_roundtrip_us * 1e-6
+        """Host time on one step's path: its graph launch (`step_graph_launch_s`) and the device→host
+        round trips of its `host_syncs` host-synchronising operators."""
+        return self.step_graph_launch_s(host_syncs) + host_syncs * self.cfg.host_roundtrip_us * 1e-6
 
     def moe_step_host_overhead_s(self, moe_layers: int, moe_mode: str) -> float:
         """`step_host_overhead_s` for a step with `moe_layers` dispatch + combine pairs."""
@@ -284,7 +231,7 @@ class LibraryModel:
         registers at map time, so a remap just before use can leave registration exposed; staged
         and pooled paths do not register user buffers, and JIT registration pays per new size
         whether or not the memory moved."""
-        return self.cfg.data_path == DataPath.on_alloc
+        return self.path.cost_depends_on_mapping
 
     def chosen_algorithm(self, coll: str, size: float, group: tuple[int, ...],
                          peer_bytes: tuple[float, ...] = (), cores: int | None = None) -> str:
@@ -319,15 +266,8 @@ class LibraryModel:
     def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan, cores: int | None = None) -> list[Phase]:
         cfg = self.cfg
         phases: list[Phase] = delay("launch", cfg.launch_us * 1e-6)
-        rounds, cin, cout = 1, 0.0, 0.0
         chunks = cfg.pipeline_chunks
-        if cfg.data_path == DataPath.staged and n > 1:
-            cin, cout = staging_bytes(coll, size, n)
-            if chunks == 1:  # unpipelined rounds of the buffer size each re-run the algorithm's steps
-                rounds = max(1, math.ceil(max(cin, cout) / (cfg.comm_buffer_MB * 1e6)))
-        elif coll in cfg.stage_anyway and n > 1:
-            frac = cfg.stage_anyway[coll]
-            cin, cout = (frac * b for b in staging_bytes(coll, size, n))
+        rounds, cin, cout = self.path.staging(coll, size, n)
         if cin > 0:  # with pipelining only the first chunk's copy is exposed
             phases.append(self._copy_phase(cin / chunks, n, cores))
         stages = plan.stages or (plan,)  # hierarchical plans: their stages in order
@@ -353,19 +293,15 @@ class LibraryModel:
         in-kernel), which it holds meanwhile."""
         fab = self.fabric
         min_t = nbytes / (self.cfg.copy_GBps * 1e9) if self.cfg.copy_GBps > 0 else 0.0
-        loads: tuple[tuple[str, int, float], ...] = (("all", R["hbm"], 2 * nbytes / fab.hbm_Bps),)
-        holds: tuple[tuple[str, int, float], ...] = ()
-        if self.mover == Mover.sdma:
-            loads += (("all", R["sdma"], nbytes / fab.sdma_Bps),)
-        else:
-            holds = self._core_holds(self._cores(cores))
-        return Phase("copy", loads=loads, holds=holds, min_time_s=min_t,
-                     hbm_bytes=2 * nbytes * n, copy_bytes=nbytes * n)
+        extra, holds = self.mover_model.copy_resources(nbytes, cores)
+        return Phase("copy", loads=(("all", R["hbm"], 2 * nbytes / fab.hbm_Bps), *extra), holds=holds,
+                     min_time_s=min_t, hbm_bytes=2 * nbytes * n, copy_bytes=nbytes * n)
 
-    def _cores(self, cores: int | None) -> int:
+    def kernel_cores(self, cores: int | None) -> int:
+        """Vector cores a comm kernel holds: `comm_cores`, or fewer under a stream limit `cores`."""
         return self.cfg.comm_cores if cores is None else min(cores, self.cfg.comm_cores)
 
-    def _core_holds(self, cores: float, frac: float = 1.0) -> tuple[tuple[str, int, float], ...]:
+    def core_holds(self, cores: float, frac: float = 1.0) -> tuple[tuple[str, int, float], ...]:
         """Vector cores a comm kernel holds (on GPUs the same SMs also run matmuls)."""
         fab = self.fabric
         held = cores / fab.vector_cores * frac
@@ -387,7 +323,7 @@ class LibraryModel:
             rate = min(fab.core_move_Bps, tier.beta_Bps)
             peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate, c + flag))
             units.append(self.cfg.unit_KiB.get(tier.name, finest) * 1024)
-        ncores = self._cores(cores)
+        ncores = self.kernel_cores(cores)
         if self.cfg.partitioning == Partitioning.balanced:
             return partition.balanced(peers, ncores, units, self.cfg.fanout_cap,
                                       self.cfg.refine_units_below, self.cfg.min_unit_KiB * 1024)
@@ -445,53 +381,12 @@ class LibraryModel:
         # senders read, receivers write, reductions read two operands and write one
         hbm = plan.send_bytes + plan.recv_bytes + 2 * plan.reduce_bytes + 2 * overlapped_copy
         loads.append(("all", R["hbm"], hbm / fab.hbm_Bps))
-        moved = max(plan.send_bytes, plan.recv_bytes)
         phases: list[Phase] = []
-        if self.mover == Mover.vector_cores:
-            holds = self._core_holds(self._cores(cores))
-            min_t = self.core_schedule(plan, cores).makespan_s
-            phases += delay("sync", sync_s)
-        else:
-            loads.append(("all", R["sdma"], moved / fab.sdma_Bps))
-            holds, min_t = self._sdma_submission(plan, loads, cores, phases, sync_s, agent_running)
+        holds, min_t = self.mover_model.transfer(plan, loads, cores, phases, sync_s, agent_running)
         phases.append(Phase("wire", loads=tuple(loads), holds=holds, min_time_s=max(min_t, pace),
                             wire_bytes=plan.group_wire_bytes, hbm_bytes=hbm * n,
                             copy_bytes=overlapped_copy * n))
         return phases
-
-    def _sdma_submission(self, plan: alg.WirePlan, loads: list[tuple[str, int, float]], cores: int | None,
-                         phases: list[Phase], sync_s: float,
-                         agent_running: bool = False) -> tuple[tuple[tuple[str, int, float], ...], float]:
-        """Append the SDMA start (trigger launch, every agent's first descriptor, engine start-up) and
-        the algorithm's synchronised steps to `phases`; return the wire phase's holds and minimum
-        time while the remaining descriptors are written (the transfer cannot end before them).
-
-        Device trigger (StrataCL §4.4): a step's readiness flags come first, then the vector cores
-        write that step's descriptors, holding the cores while they write — fully until their first
-        doorbells, then (a fluid average) over the engine start-up and the transfer. AI CPU / host
-        triggers (HCCL's AI_CPU expansion) queue the tasks ahead: writing overlaps the steps, and
-        holds no AI core.
-        """
-        fab = self.fabric
-        trig = self.trigger.value
-        units = {t: self.cfg.unit_KiB[name] * 1024 for t, name in enumerate(TIER_ORDER)
-                 if name in self.cfg.unit_KiB}
-        sub = sdma.submission(plan, fab, trig, min(self.cfg.sdma_submit_cores, self._cores(cores)), units)
-        start = (0.0 if agent_running else fab.sdma_launch_s[trig]) + sub.first_s + fab.sdma_startup_s
-        during = min(sub.rest_s, fab.sdma_startup_s)  # the agents go on writing while engines start
-        rest = sub.rest_s - during
-        if self.trigger == Trigger.device:
-            phases += delay("sync", sync_s)
-            if start > 0:  # (a zero-length activity would have nothing to integrate)
-                frac = (sub.first_s + during) / start
-                phases.append(Phase("launch", holds=self._core_holds(sub.agents, frac), min_time_s=start))
-            if rest <= 0:
-                return (), 0.0
-            wire_s = max(s for _, _, s in loads)
-            return self._core_holds(sub.agents, min(1.0, rest / wire_s) if wire_s > 0 else 1.0), rest
-        phases += delay("launch", start) + delay("sync", sync_s)
-        rest -= min(rest, sync_s)
-        return (), max(rest, 0.0)
 
     def p2p_phases(self, tier_index: int, nbytes: float, total_bytes: float,
                    cores: int | None = None, per_node: int = 1) -> list[Phase]:
@@ -502,10 +397,8 @@ class LibraryModel:
         plan = alg.WirePlan(algorithm="p2p", steps=1, latency_s=tier.alpha_s + tier.sync_s, tx_s=wire_s,
                             rx_s=dict(wire_s), send_bytes=nbytes, recv_bytes=nbytes, group_wire_bytes=total_bytes,
                             peers=1, peer_work=((nbytes, tier.index),))
-        staged = self.cfg.data_path == DataPath.staged or "p2p" in self.cfg.stage_anyway
-        frac = 1.0 if self.cfg.data_path == DataPath.staged else self.cfg.stage_anyway.get("p2p", 0.0)
         chunks = self.cfg.pipeline_chunks
-        copy = frac * nbytes if staged else 0.0
+        copy = self.path.p2p_copy_fraction() * nbytes
         phases = delay("launch", self.cfg.launch_us * 1e-6)
         if copy > 0:
             phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "src"))
@@ -597,7 +490,8 @@ class LibraryRuntime:
         self.model = model
         self.trace = trace
         self.fabric = model.fabric
-        self.registration = RegistrationState(model.cfg, trace.buffers)
+        self.registration = RegistrationState(model.path.allocator_listeners(model.registration_cost(), 0),
+                                              trace.buffers)
         self._cache: dict[tuple, tuple[list[Phase], int, OpInfo]] = {}
         self._limits = model.core_limits(trace)
         self._p2p_ends: dict[tuple, tuple[np.ndarray, tuple[float, ...], int]] = {}  # (src, dst) -> tiers, β, per node

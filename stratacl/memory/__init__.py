@@ -14,12 +14,12 @@ from stratacl.memory.allocator import (
     allocation_size,
     round_size,
 )
-from stratacl.memory.die import DieMemory
+from stratacl.memory.die import DieMemory, MemoryPeak
 from stratacl.memory.on_alloc import RegistrationJob, RegistrationOnAllocation
 from stratacl.memory.registration_cache import JitRegistrationCache, RegistrationCost
 
 __all__ = [
     "GiB", "KiB", "MiB", "AllocatorConfig", "AllocatorStats", "Block", "CachingAllocator", "DieMemory",
-    "JitRegistrationCache", "MemEvent", "OutOfMemoryError", "RegistrationCost", "RegistrationJob",
+    "JitRegistrationCache", "MemEvent", "MemoryPeak", "OutOfMemoryError", "RegistrationCost", "RegistrationJob",
     "RegistrationOnAllocation", "allocation_size", "round_size",
 ]

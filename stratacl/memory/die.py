@@ -1,22 +1,34 @@
 """One die's memory as a workload drives it: named tensors allocated and freed in order through
 a `CachingAllocator`, with the registration mechanism of the library's data path listening to it.
 
-A workload declares what each iteration allocates and frees (`run`), and asks, at a buffer's
-communication use, how long registration holds the collective up (`registration_wait_s`).
-Iterations that repeat one from the same allocator state replay from a memo: same addresses, no
-map events, no allocator work.
+A workload declares what each iteration allocates and frees (`run`), or asks what a whole
+sequence reserves at its peak (`peak`). Iterations that repeat one from the same allocator state
+replay from a memo: same addresses, no map events, no allocator work. The registration objects
+(`on_alloc`, `jit`) are the workload's to query at a buffer's communication use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from stratacl.memory.allocator import Block, CachingAllocator, OutOfMemoryError
+from stratacl.memory.allocator import Block, CachingAllocator, MemEvent, OutOfMemoryError
 from stratacl.memory.on_alloc import RegistrationOnAllocation
 from stratacl.memory.registration_cache import JitRegistrationCache
 
 Op = tuple  # ("alloc", name, nbytes) | ("free", name)
 _MEMO_MAX = 256
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """What a sequence of tensors made the allocator hold at its peaks (bytes)."""
+
+    reserved: float  # reserved at the peak: what the die must hold
+    allocated: float  # in tensors at the peak
+    fragmentation: float  # reserved peak - allocated peak
+    expandable_segments: bool
+    retries: int  # allocations that had to release the cache and retry
 
 
 class DieMemory:
@@ -31,6 +43,11 @@ class DieMemory:
         self._memo: dict[tuple, tuple] = {}
         self.memo_max = memo_max
         self.memo_hits = 0
+        self.maps = 0  # map events so far (a memo hit maps nothing)
+        allocator.subscribe(self._count)
+
+    def _count(self, ev: MemEvent) -> None:
+        self.maps += ev.kind == "map"
 
     def __getitem__(self, name: str) -> Block:
         return self.tensors[name]
@@ -38,23 +55,12 @@ class DieMemory:
     def alloc(self, name: str, nbytes: int, t: float = 0.0) -> Block:
         if name in self.tensors:
             raise ValueError(f"tensor {name!r} is already allocated")
-        b = self.allocator.malloc(nbytes, t)
+        b = self.allocator.malloc(int(nbytes), t)
         self.tensors[name] = b
         return b
 
     def free(self, name: str, t: float = 0.0) -> None:
         self.allocator.free(self.tensors.pop(name), t)
-
-    def registration_wait_s(self, name: str, t: float) -> float:
-        """Registration time a communication on tensor `name` waits for at time t: what is left of
-        its registration-on-allocation jobs, and/or a JIT registration on a cache miss."""
-        b = self.tensors[name]
-        wait = 0.0
-        if self.on_alloc is not None:
-            wait += self.on_alloc.wait_s(b.addr, b.requested, t)
-        if self.jit is not None:
-            wait += self.jit.lookup(b.addr, b.requested)
-        return wait
 
     def run(self, ops: Sequence[Op], t: float | Sequence[float] = 0.0) -> tuple[int, ...]:
         """Apply `ops` in order (times: one for all, or one per op); return the address of each
@@ -98,17 +104,13 @@ class DieMemory:
             self._memo[(sig, key_ops)] = (addrs_t, peak_alloc, peak_req, len(addrs))
         return addrs_t
 
-
-def replay_ops(alloc: CachingAllocator, ops: Iterable[tuple]) -> bool:
-    """Run ("alloc", name, bytes) / ("free", name) ops through `alloc` in order (no time, no
-    registration); False if it runs out of memory. For peak and fragmentation probes."""
-    live: dict[str, Block] = {}
-    try:
-        for op in ops:
-            if op[0] == "alloc":
-                live[op[1]] = alloc.malloc(int(op[2]))
-            else:
-                alloc.free(live.pop(op[1]))
-    except OutOfMemoryError:
-        return False
-    return True
+    def peak(self, ops: Sequence[Op]) -> MemoryPeak | None:
+        """Run `ops` from the current state (time 0); the allocator's peaks since it was created,
+        or None if the die runs out of memory (after the allocator's own cache release and retry)."""
+        try:
+            self.run(ops)
+        except OutOfMemoryError:
+            return None
+        s = self.allocator.stats
+        return MemoryPeak(float(s.reserved_bytes_peak), float(s.allocated_bytes_peak), float(s.fragmentation_bytes),
+                          self.allocator.cfg.expandable_segments, s.num_alloc_retries)

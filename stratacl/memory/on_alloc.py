@@ -1,13 +1,16 @@
 """Registration-on-allocation (StrataCL §4.1, REFERENCE §4): registration driven by the
 allocator's physical-memory events instead of by communication.
 
-Each `map` event (a new segment, or pages mapped into an expandable segment) starts an
-asynchronous registration job — phase 1: export the handle, broadcast metadata, every peer maps
-the range — that runs on the library's registration worker(s) in event order and costs
+Each map (a new segment, or pages mapped into an expandable segment) starts an asynchronous
+registration job — phase 1: export the handle, broadcast metadata, every peer maps the range —
+that runs on the library's registration worker(s) in the order the jobs arrive and costs
 `RegistrationCost.of(bytes, peers)`. At first communication use (phase 2) a buffer waits only for
 what is left of the jobs covering it; if that is more than registering the buffer itself would
-take, the barrier fallback registers it synchronously instead (worst case = JIT). Each `unmap`
+take, the barrier fallback registers it synchronously instead (worst case = JIT). Each unmap
 deregisters its range (asynchronous, nothing on the critical path).
+
+Two drivers, one queue: the allocator (`attach`: map/unmap events keyed by address range) and a
+trace replay, which knows buffers by name (`map_buffer` / `buffer_wait_s`, stratacl/comm/registration.py).
 
 So the remaps and their slack emerge from the allocator: weights, KV cache and warm-up map memory
 long before the first collective (≥ 2.6 s gap measured, REFERENCE §4); in steady state a batch
@@ -21,27 +24,23 @@ import heapq
 from bisect import bisect_right
 from typing import NamedTuple
 
-from stratacl.errors import ConfigError
 from stratacl.memory.allocator import CachingAllocator, MemEvent
 from stratacl.memory.registration_cache import RegistrationCost
 
 
 class RegistrationJob(NamedTuple):
-    addr: int
-    size: int
-    t_map: float  # when the allocator mapped the memory
+    key: int | str  # the mapped range's address (allocator) or the buffer's name (trace)
+    size: float  # bytes mapped
+    t_map: float  # when the memory was mapped
     start: float  # when a worker started registering it
     done: float  # when every peer had mapped it
 
 
 class RegistrationOnAllocation:
-    """Per-die registration-on-allocation state: registered ranges and when each becomes ready."""
+    """Per-die registration-on-allocation state: the worker queue, registered ranges (or buffers)
+    and when each becomes ready. `peers`: the peers an allocator-mapped range is registered with."""
 
     def __init__(self, cost: RegistrationCost, peers: int, workers: int = 1) -> None:
-        if peers < 0:
-            raise ConfigError("peers", f"must be >= 0, got {peers}", "the peers a rank maps")
-        if workers < 1:
-            raise ConfigError("workers", f"must be >= 1, got {workers}", "registration threads per die")
         self.cost = cost
         self.peers = peers
         self._workers = [0.0] * workers  # heap of the times the workers become free
@@ -49,24 +48,39 @@ class RegistrationOnAllocation:
         self._starts: list[int] = []
         self._ends: list[int] = []
         self._ready: list[float] = []
+        self._buffers: dict[str, tuple[float, float]] = {}  # name -> (bytes mapped, ready time)
         self.jobs: list[RegistrationJob] = []
-        self.deregistrations = 0
-        self.uses = 0  # wait_s calls
-        self.waits = 0  # uses that found their range not ready yet
-        self.wait_s_total = 0.0
         self.fallbacks = 0  # uses that registered synchronously (barrier fallback)
 
+    # ------------------------------------------------------------------ the mechanism
+    def _register(self, key: int | str, nbytes: float, t_map: float, peers: int) -> float:
+        """Queue the registration of memory mapped at `t_map` on the first free worker; its done time."""
+        start = max(t_map, heapq.heappop(self._workers))
+        done = start + self.cost.of(nbytes, peers)
+        heapq.heappush(self._workers, done)
+        self.jobs.append(RegistrationJob(key, nbytes, t_map, start, done))
+        return done
+
+    def _wait(self, ready: float, nbytes: float, t: float, peers: int) -> float:
+        """What a use at `t` of `nbytes` registered by `ready` waits: the rest of the job, or a
+        synchronous registration of the buffer if that is shorter (barrier fallback)."""
+        wait = ready - t
+        if wait <= 0:
+            return 0.0
+        fallback = self.cost.of(nbytes, peers)
+        if fallback < wait:
+            self.fallbacks += 1
+            return fallback
+        return wait
+
+    # ------------------------------------------------------------------ allocator-driven (addresses)
     def attach(self, allocator: CachingAllocator) -> RegistrationOnAllocation:
         allocator.subscribe(self.on_event)
         return self
 
     def on_event(self, ev: MemEvent) -> None:
         if ev.kind == "map":
-            free_at = heapq.heappop(self._workers)
-            start = max(ev.t, free_at)
-            done = start + self.cost.of(ev.size, self.peers)
-            heapq.heappush(self._workers, done)
-            self.jobs.append(RegistrationJob(ev.addr, ev.size, ev.t, start, done))
+            done = self._register(ev.addr, ev.size, ev.t, self.peers)
             i = bisect_right(self._starts, ev.addr)
             if (i > 0 and self._ends[i - 1] > ev.addr) or (i < len(self._starts) and self._starts[i] < ev.addr + ev.size):
                 raise AssertionError(f"map event over a mapped range at {ev.addr:#x}")
@@ -75,7 +89,6 @@ class RegistrationOnAllocation:
             self._ready.insert(i, done)
         elif ev.kind == "unmap":
             self._remove(ev.addr, ev.addr + ev.size)
-            self.deregistrations += 1
 
     def ready_at(self, addr: int, size: int) -> float:
         """When [addr, addr + size) is registered with every peer. KeyError if the allocator has
@@ -95,26 +108,9 @@ class RegistrationOnAllocation:
             pos = self._ends[i]
         return ready
 
-    def is_ready(self, addr: int, size: int, t: float) -> bool:
-        return self.ready_at(addr, size) <= t
-
     def wait_s(self, addr: int, size: int, t: float) -> float:
         """Registration time a communication using [addr, addr + size) at time t waits for."""
-        self.uses += 1
-        wait = self.ready_at(addr, size) - t
-        if wait <= 0:
-            return 0.0
-        self.waits += 1
-        fallback = self.cost.of(size, self.peers)
-        if fallback < wait:
-            self.fallbacks += 1
-            wait = fallback
-        self.wait_s_total += wait
-        return wait
-
-    def jobs_since(self, t: float) -> list[RegistrationJob]:
-        """Registrations started by memory mapped at or after t (the remaps of steady state)."""
-        return [j for j in self.jobs if j.t_map >= t]
+        return self._wait(self.ready_at(addr, size), size, t, self.peers)
 
     def _remove(self, lo: int, hi: int) -> None:
         i = bisect_right(self._ends, lo)  # first range ending after lo
@@ -134,3 +130,17 @@ class RegistrationOnAllocation:
         self._starts[i:j] = keep_s
         self._ends[i:j] = keep_e
         self._ready[i:j] = keep_r
+
+    # ------------------------------------------------------------------ trace-driven (buffer names)
+    def map_buffer(self, name: str, nbytes: float, t_map: float, peers: int) -> None:
+        """Buffer `name` needs `nbytes` mapped since `t_map`: if that is more than it has, the
+        allocator mapped the growth then (a segment growing in place), which queues a job."""
+        mapped, ready = self._buffers.get(name, (0.0, float("-inf")))
+        if nbytes > mapped:
+            done = self._register(name, nbytes - mapped, t_map, peers)
+            self._buffers[name] = (nbytes, max(ready, done))
+
+    def buffer_wait_s(self, name: str, nbytes: float, t: float, peers: int) -> float:
+        """As `wait_s`, for a buffer known by name (0 if never mapped: ready before the trace)."""
+        _, ready = self._buffers.get(name, (0.0, float("-inf")))
+        return self._wait(ready, nbytes, t, peers)

@@ -15,12 +15,14 @@ A registration is only valid while its memory stays mapped: entries overlapping 
 of the allocator are evicted (PyTorch's ProcessGroupNCCL deregisters segments before SEGMENT_FREE,
 `cacheAllocatorDeregisterHook`).
 
-`match="cover"` (NCCL) hits when any registration covers the range. The cache then keeps the
+`JitMatch.cover` (NCCL) hits when any registration covers the range. The cache then keeps the
 maximal registrations only (one inside a larger one is never the one a lookup needs), so entries
 are non-nested: sorted by start, their ends are sorted too, and a lookup or an insertion is a
-bisection. `match="exact"` hits only on the very range registered before — a cache keyed by
-(address, size), as the harness's buffer-keyed model (`stratacl/comm/registration.py`) assumes
-for HCCL's JIT path; use it where a library does not look for covering registrations.
+bisection. `JitMatch.exact` hits only on the very range registered before — a cache keyed by
+(address, size), as HCCL's JIT path is modelled.
+
+A trace has buffer names, not addresses: `lookup_buffer` keys the same cache by (buffer, size),
+a size change standing for a block placed anew (the trace-level runtime, stratacl/comm/registration.py).
 """
 
 from __future__ import annotations
@@ -28,35 +30,29 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass
 
-from stratacl.errors import ConfigError
-from stratacl.memory.allocator import CachingAllocator, MemEvent
+from stratacl.config import JitMatch
+from stratacl.memory.allocator import CachingAllocator, MemEvent, MiB
 
 
 @dataclass(frozen=True)
 class RegistrationCost:
-    """What registering `nbytes` with `peers` peers costs:
-    base_s + peers * (per_peer_s + per_page_s * pages), pages = ceil(nbytes / page_bytes).
+    """What registering `nbytes` with `peers` peers costs, in µs as the library config states it:
+    (base_us + peers * (per_peer_us + per_page_us * pages)) * 1e-6 s, pages = ceil(nbytes / page_bytes).
     base: export the handle and broadcast metadata; per peer: import and map (O(peers),
-    REFERENCE §3); per page: page-table entries each peer writes (0 unless known)."""
+    REFERENCE §3); per page: page-table entries each peer writes (0 unless known). The one
+    registration cost of the harness: the allocator-side mechanisms and the trace replay use it."""
 
-    base_s: float
-    per_peer_s: float
-    per_page_s: float = 0.0
-    page_bytes: int = 2 * 1024 * 1024  # ASSUMPTION: huge-page mapping granularity (2 MiB)
+    base_us: float
+    per_peer_us: float
+    per_page_us: float = 0.0
+    page_bytes: int = 2 * MiB  # ASSUMPTION: huge-page mapping granularity (2 MiB)
 
-    def __post_init__(self) -> None:
-        for name in ("base_s", "per_peer_s", "per_page_s"):
-            if getattr(self, name) < 0:
-                raise ConfigError(name, f"must be >= 0, got {getattr(self, name)}",
-                                  "registration costs are durations in seconds")
-        if self.page_bytes <= 0:
-            raise ConfigError("page_bytes", f"must be > 0, got {self.page_bytes}", "e.g. 2 MiB")
-
-    def of(self, nbytes: int, peers: int) -> float:
+    def of(self, nbytes: float, peers: int) -> float:
+        """Seconds to register `nbytes` with `peers` peers (0 for nothing or nobody)."""
         if peers <= 0 or nbytes <= 0:
-            return 0.0  # nothing to map for nobody
+            return 0.0
         pages = -(-nbytes // self.page_bytes)
-        return self.base_s + peers * (self.per_peer_s + self.per_page_s * pages)
+        return (self.base_us + peers * (self.per_peer_us + self.per_page_us * pages)) * 1e-6
 
 
 class JitRegistrationCache:
@@ -64,15 +60,8 @@ class JitRegistrationCache:
     returns the registration time on the critical path (0 on a hit) and caches the range."""
 
     def __init__(self, cost: RegistrationCost, peers: int, key_page_bytes: int = 4096,
-                 match: str = "cover") -> None:
-        if match not in ("cover", "exact"):
-            raise ConfigError("match", f"must be 'cover' or 'exact', got {match!r}",
-                              "cover: NCCL's registration cache; exact: keyed by (address, size)")
-        if peers < 0:
-            raise ConfigError("peers", f"must be >= 0, got {peers}", "the peers a rank maps")
-        if key_page_bytes <= 0 or key_page_bytes & (key_page_bytes - 1):
-            raise ConfigError("key_page_bytes", f"must be a power of two, got {key_page_bytes}",
-                              "the host page size, e.g. 4096")
+                 match: JitMatch = JitMatch.cover) -> None:
+        assert key_page_bytes > 0 and not key_page_bytes & (key_page_bytes - 1), "a power-of-two page"
         self.cost = cost
         self.peers = peers
         self.page = key_page_bytes
@@ -82,10 +71,10 @@ class JitRegistrationCache:
         self._exact: list[tuple[int, int]] = []  # exact: registered (start, end), sorted
         self._exact_set: set[tuple[int, int]] = set()
         self._max_len = 0
+        self._buffers: set[tuple[str, float]] = set()  # lookup_buffer: registered (buffer, size)
         self.hits = 0
         self.misses = 0
         self.evictions = 0
-        self.cost_s = 0.0  # total registration time charged
 
     def attach(self, allocator: CachingAllocator) -> JitRegistrationCache:
         allocator.subscribe(self.on_event)
@@ -102,7 +91,7 @@ class JitRegistrationCache:
         if size <= 0:
             return True
         beg, end = self._range(addr, size)
-        if self.match == "exact":
+        if self.match == JitMatch.exact:
             return (beg, end) in self._exact_set
         i = bisect_right(self._begs, beg) - 1
         return i >= 0 and self._ends[i] >= end
@@ -113,7 +102,7 @@ class JitRegistrationCache:
             self.hits += 1
             return 0.0
         beg, end = self._range(addr, size)
-        if self.match == "exact":
+        if self.match == JitMatch.exact:
             insort(self._exact, (beg, end))
             self._exact_set.add((beg, end))
             self._max_len = max(self._max_len, end - beg)
@@ -125,9 +114,18 @@ class JitRegistrationCache:
             self._begs[lo:hi] = [beg]
             self._ends[lo:hi] = [end]
         self.misses += 1
-        c = self.cost.of(end - beg, self.peers)
-        self.cost_s += c
-        return c
+        return self.cost.of(end - beg, self.peers)
+
+    def lookup_buffer(self, name: str, nbytes: float, peers: int) -> float:
+        """As `lookup`, for a buffer known by name only (a trace): a new (buffer, size) misses and
+        registers `nbytes` with `peers` peers; a repeat hits."""
+        key = (name, nbytes)
+        if nbytes <= 0 or key in self._buffers:
+            self.hits += 1
+            return 0.0
+        self._buffers.add(key)
+        self.misses += 1
+        return self.cost.of(nbytes, peers)
 
     def on_event(self, ev: MemEvent) -> None:
         if ev.kind == "unmap":
@@ -135,7 +133,7 @@ class JitRegistrationCache:
 
     def evict(self, addr: int, size: int) -> int:
         """Drop every registration overlapping [addr, addr + size); returns how many."""
-        if self.match == "exact":
+        if self.match == JitMatch.exact:
             lo = bisect_left(self._exact, (addr - self._max_len, 0))
             hi = bisect_left(self._exact, (addr + size, 0))
             gone = [r for r in self._exact[lo:hi] if r[1] > addr]

@@ -8,7 +8,11 @@ from enum import StrEnum
 from hydra.core.config_store import ConfigStore
 
 from stratacl.schemas.base import WorkloadConfig, knob
-from stratacl.schemas.model import ModelRef  # re-exported: the shared model reference
+from stratacl.schemas.model import (  # ModelRef re-exported: the shared model reference
+    ModelRef,
+    QuantPreset,
+)
+from stratacl.schemas.moe import ExpertSkew
 
 
 class Arrival(StrEnum):
@@ -41,11 +45,9 @@ class LengthDist(StrEnum):
     lognormal = "lognormal"
 
 
-class RouterSkew(StrEnum):
-    """Expert popularity of the router (workloads/routing.py)."""
-
-    uniform = "uniform"
-    zipf = "zipf"
+# Expert popularity of the router (workloads/common/routing.py): the moe workload's skews but a
+# per-expert histogram
+RouterSkew = StrEnum("RouterSkew", {m.name: m.value for m in ExpertSkew if m != ExpertSkew.histogram})
 
 
 @dataclass
@@ -170,7 +172,7 @@ class LlmInferConfig(WorkloadConfig):
     mode: ServingMode = ServingMode.serve
     fixed: FixedShapeConfig = field(default_factory=FixedShapeConfig)
     # served W8A8 as on Ascend (conf/workload/llm_infer.yaml; workloads/common/quant.py)
-    model: ModelRef = field(default_factory=lambda: ModelRef(quant="w8a8"))
+    model: ModelRef = field(default_factory=lambda: ModelRef(quant=QuantPreset.w8a8))
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     requests: RequestsConfig = field(default_factory=RequestsConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
 from stratacl.schemas.base import WorkloadConfig, knob
-from stratacl.schemas.model import AttentionKernels
+from stratacl.schemas.model import ModelRef
 
 
 @dataclass
@@ -21,31 +20,35 @@ class SkewScheduleConfig:
 
 
 @dataclass
-class LlmTrainConfig(WorkloadConfig):
-    """TorchTitan-style FSDP × TP × EP training of a transformers model (REFERENCE §6)."""
+class TrainStepConfig(WorkloadConfig):
+    """The model, mesh and batch of one training step (what workloads/llm_train/model.py plans
+    from); the workloads that train (llm_train, interference) extend it."""
 
-    name: str = "llm_train"
-    model: str = "deepseek_v32"  # conf/model/<model>.yaml
+    # the model (the shared reference: preset, overrides, dtype_bytes = compute and parameter
+    # all-gather dtype, attention kernels, numeric formats: the tensors' bytes and the format the
+    # matmuls run in, the attention core staying bf16)
+    model: ModelRef = field(default_factory=lambda: ModelRef(preset="deepseek_v32"))
     num_layers: int = knob(0, ge=0)  # 0 = the model's own depth; else overrides num_hidden_layers
-    attention: AttentionKernels = AttentionKernels.production  # production sparse kernels | reference
-    model_overrides: dict[str, Any] = field(default_factory=dict)  # extra transformers config fields
     dies: int = knob(512, ge=1)
     fsdp: int = knob(128, ge=1)
     tp: int = knob(4, ge=1)
     ep: int = knob(64, ge=1)  # formed over (fsdp × tp): ep/tp FSDP ranks × the whole TP group
     global_batch: int = knob(512, ge=1)  # sequences per iteration
     seq_len: int = knob(4096, ge=1)
-    dtype_bytes: int = knob(2, ge=1)  # compute / all-gather dtype (bf16)
-    # numeric-format preset (workloads/common/quant.py; "" = dtype_bytes): the tensors' bytes and the
-    # format the matmuls run in (the die's cube peak for it; the attention core stays bf16)
-    quant: str = ""
-    master_dtype_bytes: int = knob(4, ge=1)  # sharded fp32 parameters
     grad_dtype_bytes: int = knob(4, ge=1)  # reduce-scatter / sharded gradient dtype
+    sequence_parallel: bool = True
+    flash_attention: bool = True  # no S×S score matrices kept for backward
+
+
+@dataclass
+class LlmTrainConfig(TrainStepConfig):
+    """TorchTitan-style FSDP × TP × EP training of a transformers model (REFERENCE §6)."""
+
+    name: str = "llm_train"
+    master_dtype_bytes: int = knob(4, ge=1)  # sharded fp32 parameters
     optimizer_state_bytes: int = knob(8, ge=0)  # Adam exp_avg + exp_avg_sq in fp32
     optimizer_flops_per_param: float = knob(12.0, ge=0)
     recompute: bool = True  # full activation checkpointing per transformer block
-    sequence_parallel: bool = True
-    flash_attention: bool = True  # no S×S score matrices kept for backward
     prefetch: int = knob(1, ge=0)  # FSDP units all-gathered ahead of the one computing
     iterations: list[int] = knob(factory=lambda: [0, 100, 500, 1000, 2000], ge=0)
     skew: SkewScheduleConfig = field(default_factory=SkewScheduleConfig)

@@ -1,5 +1,5 @@
-"""The model reference workloads share (llm_infer's `workload.model`; llm_train maps its flat
-`model` / `num_layers` / `model_overrides` / `dtype_bytes` keys onto one)."""
+"""The model reference every model-measuring workload names as `workload.model` (llm_infer,
+llm_train, interference), and the vocabularies of its choices."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from stratacl.schemas.base import knob
+from stratacl.vocab import NumericFormat
 
 
 class AttentionKernels(StrEnum):
@@ -15,6 +16,28 @@ class AttentionKernels(StrEnum):
 
     production = "production"  # sparse / windowed / absorbed-MLA kernels as serving stacks run them
     reference = "reference"  # transformers' reference modules: dense masked attention
+
+
+class QuantPreset(StrEnum):
+    """Numeric-format presets per tensor class (workloads/common/quant.py PRESETS)."""
+
+    bf16 = "bf16"
+    w8a8 = "w8a8"  # INT8 weights and activations (CloudMatrix-Infer on Ascend)
+    fp8 = "fp8"  # DeepSeek-V3 FP8 as GPU stacks serve it
+    w4a8 = "w4a8"  # int4 experts, int8 elsewhere
+
+
+class TensorClass(StrEnum):
+    """Tensor classes that each take a numeric format (workloads/common/quant.py)."""
+
+    expert_weights = "expert_weights"  # routed and shared experts
+    dense_weights = "dense_weights"  # dense MLP layers
+    attention_weights = "attention_weights"  # the attention projections
+    embedding = "embedding"  # token embedding and LM head
+    kv_cache = "kv_cache"
+    activations = "activations"  # input of quantised matmuls (the dispatch payload's format by default)
+    dispatch = "dispatch"
+    combine = "combine"  # the expert outputs sent back
 
 
 @dataclass
@@ -27,7 +50,7 @@ class ModelRef:
     overrides: dict[str, Any] = field(default_factory=dict)  # transformers config fields (it checks them)
     dtype_bytes: int = knob(2, ge=1)  # weights / KV / activations (bf16)
     attention: AttentionKernels = AttentionKernels.production
-    # numeric formats per tensor class (workloads/common/quant.py): a preset (bf16, w8a8, fp8,
-    # w4a8; "" = every class in dtype_bytes, dispatch int8 + scales) and per-class overrides
-    quant: str = ""
-    formats: dict[str, str] = field(default_factory=dict)
+    # numeric formats per tensor class (workloads/common/quant.py): a preset (null = every class in
+    # dtype_bytes, dispatch int8 + scales) and per-class overrides
+    quant: QuantPreset | None = None
+    formats: dict[TensorClass, NumericFormat] = field(default_factory=dict)

@@ -8,11 +8,7 @@ from enum import StrEnum
 from hydra.core.config_store import ConfigStore
 
 from stratacl.schemas.base import WorkloadConfig, knob
-
-
-class MoeMode(StrEnum):
-    ht = "ht"  # high throughput: tokens_ht per rank
-    ll = "ll"  # low latency: tokens_ll per rank
+from stratacl.vocab import MoeMode  # re-exported: ht runs tokens_ht per rank, ll tokens_ll
 
 
 class ExpertSkew(StrEnum):

@@ -100,8 +100,6 @@ def eplb(shares: np.ndarray, ep: int, top_k: int, redundant: int = 0, shared_rep
     expert's)."""
     experts = len(shares)
     slots = experts + redundant + shared_replicas
-    if redundant < 0 or shared_replicas < 0:
-        raise ConfigError(field, "redundant experts and shared-expert replicas must be ≥ 0")
     if slots < ep:
         raise ConfigError(f"{field}.*_ep", f"EP {ep} exceeds the {slots} expert slots "
                           f"({experts} routed + {redundant} redundant + {shared_replicas} shared replicas)",

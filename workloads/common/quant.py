@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from stratacl.errors import ConfigError
+from stratacl.schemas.model import QuantPreset, TensorClass
+from stratacl.vocab import NumericFormat as F
 
 # Bytes per element, including the block scales a format carries:
 # - int8 / fp8: per-channel (W8A8) or 128×128-block fp32 scales (DeepSeek-V3 FP8, tech report
@@ -21,39 +23,49 @@ from stratacl.errors import ConfigError
 # - int4: group-wise bf16 scale per 128 elements (GPTQ/AWQ-style W4): 0.5 + 2/128;
 # - fp4: MXFP4, one e8m0 scale byte per 32 elements (OCP Microscaling spec v1.0): 0.5 + 1/32.
 FORMAT_BYTES = MappingProxyType({
-    "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0,
-    "int4": 0.5 + 2 / 128, "fp4": 0.5 + 1 / 32,
+    F.fp32: 4.0, F.bf16: 2.0, F.fp16: 2.0, F.fp8: 1.0, F.int8: 1.0,
+    F.int4: 0.5 + 2 / 128, F.fp4: 0.5 + 1 / 32,
 })
 
-# expert_weights: routed and shared experts; dense_weights: dense MLP layers; attention_weights:
-# the attention projections; embedding: token embedding and LM head (kept in bf16 by W8A8/FP8
-# stacks); kv_cache; activations: the input of quantised matmuls (and so the dispatch payload's
-# format unless `dispatch` says otherwise); combine: the expert outputs sent back.
-CLASSES = ("expert_weights", "dense_weights", "attention_weights", "embedding", "kv_cache",
-           "activations", "dispatch", "combine")
+C = TensorClass
+CLASSES = tuple(TensorClass)
 
-PRESETS: MappingProxyType[str, dict[str, str]] = MappingProxyType({
+PRESETS: MappingProxyType[QuantPreset, dict[TensorClass, F]] = MappingProxyType({
     # everything in bf16, the dispatch payload too (no dispatch quantisation)
-    "bf16": dict.fromkeys(CLASSES, "bf16"),
+    QuantPreset.bf16: dict.fromkeys(CLASSES, F.bf16),
     # CloudMatrix-Infer on Ascend 910C (arXiv 2506.12708, "INT8 quantization"): INT8 weights and
     # activations for the linear layers; KV cache, embedding/LM head and combine stay bf16;
     # the dispatch carries INT8 + scales (REFERENCE §5)
-    "w8a8": {"expert_weights": "int8", "dense_weights": "int8", "attention_weights": "int8",
-             "embedding": "bf16", "kv_cache": "bf16", "activations": "int8", "dispatch": "int8",
-             "combine": "bf16"},
+    QuantPreset.w8a8: {C.expert_weights: F.int8, C.dense_weights: F.int8, C.attention_weights: F.int8,
+                       C.embedding: F.bf16, C.kv_cache: F.bf16, C.activations: F.int8, C.dispatch: F.int8,
+                       C.combine: F.bf16},
     # DeepSeek-V3 FP8 (tech report §3.3) as GPU stacks serve it: FP8 weights and activations,
     # FP8 dispatch (DeepEP), bf16 combine, bf16 KV cache
-    "fp8": {"expert_weights": "fp8", "dense_weights": "fp8", "attention_weights": "fp8",
-            "embedding": "bf16", "kv_cache": "bf16", "activations": "fp8", "dispatch": "fp8",
-            "combine": "bf16"},
+    QuantPreset.fp8: {C.expert_weights: F.fp8, C.dense_weights: F.fp8, C.attention_weights: F.fp8,
+                      C.embedding: F.bf16, C.kv_cache: F.bf16, C.activations: F.fp8, C.dispatch: F.fp8,
+                      C.combine: F.bf16},
     # W4A8: int4 routed/shared experts (the bulk of the bytes), int8 elsewhere
-    "w4a8": {"expert_weights": "int4", "dense_weights": "int8", "attention_weights": "int8",
-             "embedding": "bf16", "kv_cache": "bf16", "activations": "int8", "dispatch": "int8",
-             "combine": "bf16"},
+    QuantPreset.w4a8: {C.expert_weights: F.int4, C.dense_weights: F.int8, C.attention_weights: F.int8,
+                       C.embedding: F.bf16, C.kv_cache: F.bf16, C.activations: F.int8, C.dispatch: F.int8,
+                       C.combine: F.bf16},
 })
 
-QUANT_FIX = f"use workload.model.quant in {['', *PRESETS]} and formats keys {list(CLASSES)} " \
+QUANT_FIX = f"use workload.model.quant in {['null', *PRESETS]} and formats keys {list(CLASSES)} " \
             f"with values in {list(FORMAT_BYTES)}"
+
+# The weight class each layer type (embedding, attention[.<kind>], dense_mlp, moe, lm_head) and
+# each parameter role (workloads/modelcost/sizes.py ROLES) is stored in; absent (norms, router):
+# the model's dtype.
+_WEIGHT_CLASS = MappingProxyType({
+    "embedding": C.embedding, "lm_head": C.embedding, "attention": C.attention_weights,
+    "dense_mlp": C.dense_weights, "moe": C.expert_weights, "moe_experts": C.expert_weights,
+    "shared_experts": C.expert_weights,
+})
+
+
+def weight_class(kind: str) -> TensorClass | None:
+    """The tensor class a layer type's or a parameter role's weights are in (None: model dtype)."""
+    return _WEIGHT_CLASS.get(kind.split(".", 1)[0])
 
 
 def matmul_format(weight: str, act: str) -> str:
@@ -69,19 +81,19 @@ class Formats:
     """Format of every tensor class; `native` = the model's dtype (the classes' bytes equal
     `dtype_bytes`; the dispatch keeps its own int8 + scales payload)."""
 
-    expert_weights: str = "bf16"
-    dense_weights: str = "bf16"
-    attention_weights: str = "bf16"
-    embedding: str = "bf16"
-    kv_cache: str = "bf16"
-    activations: str = "bf16"
-    dispatch: str = "int8"
-    combine: str = "bf16"
+    expert_weights: F = F.bf16
+    dense_weights: F = F.bf16
+    attention_weights: F = F.bf16
+    embedding: F = F.bf16
+    kv_cache: F = F.bf16
+    activations: F = F.bf16
+    dispatch: F = F.int8
+    combine: F = F.bf16
     native: bool = False
 
     def bytes(self, cls: str, dtype_bytes: float) -> float:
         """Bytes per element of tensor class `cls` (native: the model's dtype_bytes)."""
-        if self.native and cls not in ("dispatch",):
+        if self.native and cls != C.dispatch:
             return float(dtype_bytes)
         return FORMAT_BYTES[getattr(self, cls)]
 
@@ -99,16 +111,21 @@ class Formats:
         return "native" if self.native else ",".join(f"{c}={getattr(self, c)}" for c in CLASSES)
 
 
-def resolve(quant: str, overrides: dict[str, str] | None = None, *, field: str = "workload.model.quant") -> Formats:
-    """Formats of a preset name ("" = native) with per-class overrides; ConfigError on bad input."""
-    overrides = dict(overrides or {})
-    if quant and quant not in PRESETS:
-        raise ConfigError(field, f"unknown quant preset '{quant}'", QUANT_FIX)
-    for cls, fmt in overrides.items():
-        if cls not in CLASSES or fmt not in FORMAT_BYTES:
-            raise ConfigError(field.replace("quant", "formats"), f"bad format {cls}={fmt}", QUANT_FIX)
-    if not quant and not overrides:
+def resolve(quant: str | None, overrides: dict[str, str] | None = None, *,
+            field: str = "workload.model.quant") -> Formats:
+    """Formats of a preset name (None or "" = native) with per-class overrides; ConfigError on bad
+    input (schema-typed configs arrive as enums; direct callers may pass strings)."""
+    try:
+        preset = QuantPreset(quant) if quant else None
+    except ValueError:
+        raise ConfigError(field, f"unknown quant preset '{quant}'", QUANT_FIX) from None
+    try:
+        classes = {TensorClass(c): F(f) for c, f in (overrides or {}).items()}
+    except ValueError:
+        raise ConfigError(field.replace("quant", "formats"), f"bad formats {dict(overrides or {})}",
+                          QUANT_FIX) from None
+    if preset is None and not classes:
         return Formats(native=True)
-    base = dict(PRESETS[quant]) if quant else dict(PRESETS["bf16"], dispatch="int8")
-    base.update(overrides)
+    base = dict(PRESETS[preset]) if preset else dict(PRESETS[QuantPreset.bf16], dispatch=F.int8)
+    base.update(classes)
     return Formats(**base)

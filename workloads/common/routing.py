@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from stratacl.errors import ConfigError
+from stratacl.schemas.moe import ExpertSkew
 from workloads.common.errors import CostInputError
 
 if TYPE_CHECKING:
@@ -42,21 +43,23 @@ def by_rank(per_expert: np.ndarray, ep: int) -> np.ndarray:
     return per_expert.reshape(*per_expert.shape[:-1], ep, -1).sum(axis=-1)
 
 
-def expert_weights(experts: int, skew: str, zipf_s: float = 1.0,
+def expert_weights(experts: int, skew: ExpertSkew | str, zipf_s: float = 1.0,
                    histogram: list[float] | None = None, seed: int = 0) -> np.ndarray:
-    if skew == "uniform":
-        w = np.ones(experts)
-    elif skew == "zipf":
+    # the schemas' vocabulary (llm_infer's RouterSkew is a subset of it); direct callers get the
+    # schema's errors too
+    if skew not in tuple(ExpertSkew):
+        raise ConfigError("workload.skew", f"unknown skew '{skew}'", f"use one of {[m.value for m in ExpertSkew]}")
+    if skew == ExpertSkew.zipf:
         if zipf_s < 0:
             raise ConfigError("workload.zipf_s", f"must be ≥ 0, got {zipf_s}")
         return zipf_shares(experts, zipf_s, np.random.default_rng(seed))
-    elif skew == "histogram":
-        if not histogram or len(histogram) != experts or min(histogram) < 0 or sum(histogram) <= 0:
+    if skew == ExpertSkew.histogram:
+        if not histogram or len(histogram) != experts or sum(histogram) <= 0:
             raise ConfigError("workload.histogram", f"needs {experts} non-negative weights, not all 0",
                               "one weight per expert")
         w = np.asarray(histogram, dtype=float)
     else:
-        raise ConfigError("workload.skew", f"unknown skew '{skew}'", "use uniform, zipf or histogram")
+        w = np.ones(experts)
     return w / w.sum()
 
 

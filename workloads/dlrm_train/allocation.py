@@ -13,21 +13,10 @@ the cache gets what is left, so a library that fragments more serves from a smal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from stratacl.memory.die import replay_ops
 from stratacl.schemas.dlrm_train import DlrmTrainConfig
-from stratacl.workload_api import Library
 
 from .model import DenseCosts
 from .traffic import IterationTraffic
-
-
-@dataclass(frozen=True)
-class DiePeak:
-    reserved: float
-    allocated: float
-    fragmentation: float
 
 
 def die_ops(cfg: DlrmTrainConfig, dense: DenseCosts, traffic: list[IterationTraffic], die: int) -> list[tuple]:
@@ -62,13 +51,3 @@ def die_ops(cfg: DlrmTrainConfig, dense: DenseCosts, traffic: list[IterationTraf
         for name in reversed(fwd):
             ops.append(("free", name))
     return ops
-
-
-def die_peak(ops: list[tuple], library: Library, capacity_bytes: float, expandable_segments: bool) -> DiePeak | None:
-    """The allocator's peaks for the sequence on `capacity_bytes`; None if it does not fit."""
-    mem = library.die_memory(capacity_bytes, 0, expandable_segments=expandable_segments)
-    a = mem.allocator
-    if not replay_ops(a, ops):
-        return None
-    s = a.stats
-    return DiePeak(float(s.reserved_bytes_peak), float(s.allocated_bytes_peak), float(s.fragmentation_bytes))

@@ -16,7 +16,9 @@ from .model import DenseCosts
 
 
 @dataclass(frozen=True)
-class DieMemory:
+class DieBudget:
+    """Where one die's HBM goes (bytes; per-die arrays over the dies), and the embedding cache it leaves."""
+
     hbm_bytes: float
     reserve_bytes: float  # runtime / framework reserve (knob)
     dense_bytes: float  # replicated dense params + grads + optimizer states
@@ -41,13 +43,11 @@ def dense_state_bytes(cfg: DlrmTrainConfig, dense: DenseCosts) -> float:
     return params * cfg.param_dtype_bytes * (2 + cfg.dense_optimizer_states)
 
 
-def die_memory(cfg: DlrmTrainConfig, hbm_bytes: float, dense: DenseCosts, work_bytes: np.ndarray,
+def die_budget(cfg: DlrmTrainConfig, hbm_bytes: float, dense: DenseCosts, work_bytes: np.ndarray,
                table_bytes: np.ndarray, library_bytes: float, library: str, reserved_bytes: np.ndarray,
-               fragmentation_bytes: np.ndarray) -> DieMemory:
+               fragmentation_bytes: np.ndarray) -> DieBudget:
     reserve = cfg.runtime_reserve_GB * 1e9
-    if reserve < 0 or cfg.cache_GB_per_die < 0:
-        raise ConfigError("workload.runtime_reserve_GB", "runtime_reserve_GB and cache_GB_per_die must be ≥ 0")
-    mem = DieMemory(hbm_bytes, reserve, dense_state_bytes(cfg, dense), work_bytes, library_bytes,
+    mem = DieBudget(hbm_bytes, reserve, dense_state_bytes(cfg, dense), work_bytes, library_bytes,
                     table_bytes, np.zeros_like(table_bytes), reserved_bytes, fragmentation_bytes)
     budget = mem.budget_bytes
     if budget.min() <= 0:
@@ -56,5 +56,5 @@ def die_memory(cfg: DlrmTrainConfig, hbm_bytes: float, dense: DenseCosts, work_b
                           f"{budget.min() / 1e9:.2f} GB)", "lower the reserve, the batch or library memory")
     cap = cfg.cache_GB_per_die * 1e9 if cfg.cache_GB_per_die > 0 else np.inf
     cache = np.minimum(np.minimum(budget, cap), table_bytes)
-    return DieMemory(hbm_bytes, reserve, mem.dense_bytes, work_bytes, library_bytes, table_bytes, cache,
+    return DieBudget(hbm_bytes, reserve, mem.dense_bytes, work_bytes, library_bytes, table_bytes, cache,
                      reserved_bytes, fragmentation_bytes)

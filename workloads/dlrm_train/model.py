@@ -17,7 +17,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from workloads.common.cost import Cost
-from workloads.modelcost.counter import OpCounter
+from workloads.modelcost.counter import OpCounter, class_parts
 from workloads.modelcost.fakemodel import fakeify, torch_dtype
 
 
@@ -108,8 +108,11 @@ def dense_costs(dense_in: int, n_features: int, dim: int, bottom: tuple[int, ...
     tot = counter.totals
 
     def stage(tag: str) -> Cost:
+        # by kernel class (nn.Linear and the interaction's bmm: gemm; activations, the loss, casts
+        # and the interaction's gathers: elementwise), each with the bytes its ops read and write
         t = tot[tag]
-        return Cost(float(t.cube_flops), float(t.vector_flops), float(t.hbm_bytes))
+        return Cost(float(t.cube_flops), float(t.vector_flops), float(t.hbm_bytes),
+                    tuple(class_parts(t).values()))
 
     return DenseCosts(
         bottom_fwd=stage("bottom_fwd"), top_fwd=stage("top_fwd"), top_bwd=stage("top_bwd"),

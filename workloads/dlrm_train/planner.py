@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stratacl.errors import ConfigError
+from stratacl.schemas.dlrm_train import Sharding
 
 from .tables import Table
 
-SHARDINGS = ("auto", "table_wise", "row_wise", "column_wise")
 BALANCE_TOLERANCE = 0.05  # auto: accept a TW/CW placement within 5 % of perfectly balanced memory
 
 
@@ -78,22 +78,21 @@ def _lpt(tables: list[Table], world: int, parts: int, base: float) -> list[Shard
     return shards
 
 
-def plan(tables: list[Table], world: int, sharding: str, column_shards: int,
+def plan(tables: list[Table], world: int, sharding: Sharding | str, column_shards: int,
          capacity_bytes: float) -> Plan:
     """Place tables on `world` dies; fail if a die would hold more than `capacity_bytes`."""
-    if sharding not in SHARDINGS:
-        raise ConfigError("workload.sharding", f"unknown '{sharding}'", f"use one of {SHARDINGS}")
-    parts = column_shards if sharding == "column_wise" else 1
-    if parts < 1 or parts > tables[0].dim:
+    sharding = Sharding(sharding)
+    parts = column_shards if sharding == Sharding.column_wise else 1
+    if parts > tables[0].dim:
         raise ConfigError("workload.column_shards", f"{parts} is outside 1..{tables[0].dim}")
     total = sum(t.bytes for t in tables)
     if total > world * capacity_bytes:
         raise ConfigError("workload.total_table_TiB", f"{total / 1e12:.2f} TB of tables (weights + "
                           f"optimizer state) exceed {world} dies × {capacity_bytes / 1e9:.1f} GB",
                           "use fewer/smaller tables, more ranks or more host_dram_GB_per_die")
-    if sharding == "row_wise":
+    if sharding == Sharding.row_wise:
         result = Plan(world, [], list(tables))
-    elif sharding == "table_wise":
+    elif sharding == Sharding.table_wise:
         result = Plan(world, _lpt(tables, world, 1, 0.0), [])
     else:
         result = _auto(tables, world, parts, total)

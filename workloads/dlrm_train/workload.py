@@ -10,14 +10,15 @@ import pandas as pd
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.limits import RunSize
+from stratacl.memory import MemoryPeak
 from stratacl.schemas.dlrm_train import DlrmTrainConfig
 from stratacl.workload_api import Library, RunContext, WorkloadResult
 
-from .allocation import DiePeak, die_ops, die_peak
+from .allocation import die_ops
 from .analysis import iteration_split
 from .builder import BuiltTrace, build_trace
 from .cache import Segment, hit_rates
-from .memory import DieMemory, die_memory
+from .memory import DieBudget, die_budget
 from .model import DenseCosts, dense_costs
 from .planner import Plan, plan
 from .tables import Table, make_tables
@@ -41,7 +42,7 @@ class Setup:
 
 @dataclass
 class LibraryRun:
-    memory: DieMemory
+    memory: DieBudget
     hit_rate: np.ndarray  # per die, lookup-weighted
     built: BuiltTrace
 
@@ -59,11 +60,6 @@ def _check(cfg: DlrmTrainConfig, fabric: Fabric) -> None:
     if cfg.ranks < 2 or cfg.ranks % (2 * fabric.dies_per_npu):
         raise ConfigError("workload.ranks", f"{cfg.ranks} is not a multiple of two NPUs "
                           f"({2 * fabric.dies_per_npu} dies)", "use e.g. 16, 32, 64 or 128")
-    for key in ("batch_per_worker", "iterations"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"workload.{key}", f"must be ≥ 1, got {getattr(cfg, key)}")
-    if not cfg.zipf_exponent > 0:
-        raise ConfigError("workload.zipf_exponent", f"must be positive, got {cfg.zipf_exponent}")
 
 
 def _work_bytes(dense: DenseCosts, tf: IterationTraffic, world: int) -> np.ndarray:
@@ -93,13 +89,14 @@ def allocator_peaks(setup: Setup, library: Library, capacity: float) -> tuple[np
     iteration buffers (allocation.py); dies with the same buffers share one run."""
     cfg = setup.cfg
     reserved, frag = np.zeros(cfg.ranks), np.zeros(cfg.ranks)
-    memo: dict[tuple, DiePeak] = {}
+    memo: dict[tuple, MemoryPeak | None] = {}
     for d in range(cfg.ranks):
         ops = die_ops(cfg, setup.dense, setup.traffic, d)
         key = tuple(ops)
-        peak = memo.get(key)
-        if peak is None:
-            peak = memo[key] = die_peak(ops, library, max(capacity, 0.0) or 1.0, cfg.expandable_segments)
+        if key not in memo:
+            die = library.die_memory(max(capacity, 0.0) or 1.0, 0, expandable_segments=cfg.expandable_segments)
+            memo[key] = die.peak(ops)
+        peak = memo[key]
         if peak is None:
             raise ConfigError("workload.runtime_reserve_GB", f"die {d}: the dense model and the iteration's "
                               f"buffers do not fit next to the {library.name} library's "
@@ -115,7 +112,7 @@ def library_run(setup: Setup, library: Library, seed: int) -> LibraryRun:
     held = library.held_memory_bytes(communicators=COMMUNICATORS, context="training")
     capacity = library.fabric.hbm_bytes - cfg.runtime_reserve_GB * 1e9 - held
     reserved, frag = allocator_peaks(setup, library, capacity)
-    mem = die_memory(cfg, library.fabric.hbm_bytes, setup.dense, setup.work_bytes,
+    mem = die_budget(cfg, library.fabric.hbm_bytes, setup.dense, setup.work_bytes,
                      setup.plan.bytes_per_die(), held, library.name, reserved, frag)
     hits, rows, rate = [], [], np.ones(cfg.ranks)
     memo: dict[tuple, np.ndarray] = {}

@@ -17,8 +17,7 @@ from stratacl.errors import ConfigError
 from stratacl.schemas.llm_infer import LayoutConfig
 from workloads.common.cost import Cost
 from workloads.common.placement import Placement, contiguous, eplb
-from workloads.modelcost import ModelCosts
-from workloads.modelcost.costs import ATTENTION_CORE_FORMAT
+from workloads.modelcost import ATTENTION_CORE_FORMAT, ModelCosts
 
 CORE = ".core"  # suffix of an attention type's core part when it runs in another format
 
@@ -58,7 +57,7 @@ class ServingCosts:
         # format each layer type's matmuls run in; an attention layer whose projections are
         # quantised keeps its core (scores, values) in bf16: priced as a separate `<type>.core`
         self.dtypes = mc.matmul_formats()
-        self.split_core = {t for t in dict.fromkeys(self.attn_plan) if self.dtypes[t] != ATTENTION_CORE_FORMAT}
+        self.split_core = mc.core_split_types()
         for t in self.split_core:
             self.dtypes[t + CORE] = ATTENTION_CORE_FORMAT
         self._memo: dict[tuple, dict[str, Cost]] = {}
@@ -72,12 +71,11 @@ class ServingCosts:
             raw = self.mc.costs_for_shape(tokens, context=context, phase=phase, ep=ep, seq_len=seq)
             hit = {t: c.cost for t, c in raw.items()}
             if self.split_core:
-                cores = self.mc.attention_cores(tokens, context=context, phase=phase, ep=ep, seq_len=seq)
+                cores = self.mc.split_cores(tokens, context=context, phase=phase, ep=ep, seq_len=seq)
                 for t in self.split_core:
                     # the core kernel (FusedInferAttentionScore-style: scores and values on the
                     # cube, softmax and top-k on the vector units) takes its own vector work along
-                    c = cores.get(t)
-                    core = Cost(float(c.cube_flops), float(c.vector_flops)) if c is not None else Cost()
+                    core = cores.get(t, Cost())
                     hit[t] = hit[t] - core
                     hit[t + CORE] = core
             self._memo[key] = hit
@@ -121,7 +119,7 @@ class ServingCosts:
         pl = self.placement[phase]
         e_m = self.experts // self.measure_ep[phase]
         measured_w = e_m * self.expert_bytes + self.shared_bytes
-        var = Cost(cost.cube_flops, cost.vector_flops, max(cost.hbm_bytes - measured_w, 0.0))
+        var = cost.less_bytes(measured_w)  # off the grouped (then dense) GEMM kernel, kernel classes kept
         local_shared = tokens * self.shared_weight if pl.shared_local else 0.0
         ref = tokens * self.top_k + local_shared
         scale = (rows + local_shared) / ref if ref > 0 else np.ones(pl.ep)

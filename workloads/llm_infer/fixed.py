@@ -10,7 +10,7 @@ KV cache in what `allocator.memory_utilization` of HBM leaves); the decode batch
 
 Decode: each step verifies 1 + draft tokens per sequence with MTP and emits 1 + acceptance tokens
 on average, so TPOT = step / (1 + acceptance) and decode tokens/s per NPU = dies per NPU ×
-batch × (1 + acceptance) / step; the step includes its graph launches (iteration.py,
+batch × (1 + acceptance) / step; the step includes its graph launch (iteration.py,
 `decode_graph_capture`). Prefill: tokens/s per NPU = dies per NPU × prompt tokens per die /
 iteration time, each prompt's attention spanning `workload.fixed.prompt_tokens`.
 
@@ -42,7 +42,7 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
     if f.prompt_tokens > f.prefill_tokens_per_die:
         raise ConfigError("workload.fixed.prompt_tokens", f"a {f.prompt_tokens}-token prompt does not fit the "
                           f"{f.prefill_tokens_per_die} tokens per die of the prefill iteration (fixed mode runs "
-                          "whole prompts, no chunked prefill)", "prompt_tokens <= prefill_tokens_per_die")
+                          "whole prompts, no chunked prefill)", "raise workload.fixed.prefill_tokens_per_die or lower prompt_tokens")
     if costs.seq_len != f.prompt_tokens:
         raise ValueError(f"fixed mode prices {f.prompt_tokens}-token prompts but the costs were built for "
                          f"{costs.seq_len} (workload.serving_costs builds them from workload.fixed)")

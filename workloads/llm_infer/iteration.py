@@ -9,10 +9,11 @@ the engine. Every layer type's work becomes the kernels `workloads/common/kernel
 (serving fuses attention and the W8A8 experts: mixed kernels). With MTP a decode step verifies
 two tokens per sequence and runs the MTP layer. The shape rules (micro-batches, verified tokens, MTP
 layer) are the scheduler's (scheduling.py), the same the memory model allocates by. A decode step
-runs as captured graphs (`decode_graph_capture`): its graph launches, one per step and one more per
-operator that needs the host, precede its work. Traces are built once per grid shape (same
-routing for every library) and results memoised per (library, shape); an iteration is priced by
-linear interpolation between the grid shapes around it (the grid below).
+runs as a captured graph (`decode_graph_capture`): its graph launch precedes its work, unless an
+operator that needs the host makes the library's step run eagerly (`step_graph_launch_s`). Traces
+are built once per grid shape (same routing for every library) and results memoised per (library,
+shape); an iteration is priced by linear interpolation between the grid shapes around it (the grid
+below).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
 from stratacl.trace import REGISTERED, Trace
+from stratacl.vocab import MoeMode
 from stratacl.workload_api import RunContext
 from workloads.common.cost import Cost
 from workloads.common.kernels import (
@@ -231,7 +233,7 @@ class IterationModel:
             mtp = [c.decode(t, context) for t in mb_tokens]
         else:
             main = mtp = [c.prefill(t) for t in mb_tokens]
-        mode = "ll" if phase == "decode" else "ht"
+        mode = (MoeMode.ll if phase == "decode" else MoeMode.ht).value  # the trace keeps the plain value
         # Streams. SGLang-style TBO (prefill; decode with stream layout "none"): one compute stream
         # and one communication stream; the micro-batches' kernels interleave on each, so one
         # micro-batch's dispatch/combine runs while the other computes (without TBO the same
@@ -348,13 +350,13 @@ class IterationModel:
         key = (phase, n, tokens, mode)
         samples = self._routing.get(key)
         if samples is None:
-            rng = np.random.default_rng([self.seed, n, tokens, 0 if mode == "ht" else 1])
+            rng = np.random.default_rng([self.seed, n, tokens, 0 if mode == MoeMode.ht else 1])
             samples = []
             pl = self.costs.placement[phase]
             for _ in range(ROUTING_SAMPLES):
                 choice = route(tokens, n, self.costs.experts, self.costs.top_k, self.weights, rng, placed=True)
                 dest, weight = pl.destinations(choice)
-                disp, rows = copies(dest, weight, n, per_expert=mode == "ll")
+                disp, rows = copies(dest, weight, n, per_expert=mode == MoeMode.ll)
                 samples.append((disp, rows))
             self._routing[key] = samples
         return samples[index % ROUTING_SAMPLES]
@@ -371,14 +373,14 @@ class IterationModel:
                          exp.vector_core_s, kv_ready_s=res.makespan_s + launch, launch_s=launch)
 
     def graph_launch_s(self, trace: Trace, library: str) -> float:
-        """Host time before a step's work when the step runs as captured graphs (decode with
-        `decode_graph_capture`; CloudMatrix-Infer, 2506.12708 §4.2.4): one graph launch, and one
-        more per operator that needs the host (the library's `needs_host`), which splits the graph.
-        That is the library's `step_host_overhead_s(syncs)` less the operators' device→host round
-        trips, which the trace already holds (each such collective's `host` phase). 0 for eager steps."""
+        """Host time before a step's work when the deployment captures decode as a graph
+        (`decode_graph_capture`; CloudMatrix-Infer, 2506.12708 §4.2.4): the library's
+        `step_graph_launch_s` — one graph launch, or none when an operator that needs the host (the
+        library's `needs_host`) makes the step run eagerly. The operators' device→host round trips
+        are in the trace (each such collective's `host` phase). 0 for prefill (eager)."""
         if trace.meta["phase"] != "decode" or not self.sched.decode_graph_capture:
             return 0.0
         lib = self.ctx.libraries[library]
         syncs = sum(1 for op in trace.ops if op.kind == "collective" and len(op.ranks) > 1
                     and lib.needs_host(op.coll, op.moe_mode))
-        return (syncs + 1) * lib.step_host_overhead_s(0)  # step_host_overhead_s(0): one graph launch
+        return lib.step_graph_launch_s(syncs)

@@ -36,7 +36,7 @@ from stratacl.errors import ConfigError
 from stratacl.memory import DieMemory, GiB, OutOfMemoryError
 from stratacl.memory.communicators import Communicator, MoeWindows
 from stratacl.schemas.llm_infer import LlmInferConfig
-from stratacl.workload_api import Library
+from stratacl.workload_api import Library, RegistrationMechanism
 from workloads.common.cost import Cost
 from workloads.common.placement import Placement, contiguous
 from workloads.common.routing import by_rank
@@ -91,12 +91,12 @@ class MemoryPlan:
 def registers_user_buffers(library: Library) -> bool:
     """Whether the library registers user buffers (just in time or on allocation): only then do
     the allocator model's events reach its cost."""
-    return library.user_buffer_registration != "none"
+    return library.user_buffer_registration != RegistrationMechanism.none
 
 
 def registers_just_in_time(library: Library) -> bool:
     """Whether the library registers a user buffer at its first use (a JIT registration cache)."""
-    return library.user_buffer_registration == "jit"
+    return library.user_buffer_registration == RegistrationMechanism.jit
 
 
 @dataclass

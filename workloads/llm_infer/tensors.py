@@ -26,6 +26,7 @@ from functools import lru_cache
 
 import torch
 
+from workloads.common.quant import weight_class
 from workloads.modelcost import ModelCosts
 from workloads.modelcost.fakemodel import base_model, rep_layer
 
@@ -60,8 +61,8 @@ class ServingTensors:
         self.moe_inter = int(info.get("moe_intermediate", 0) or 0)
         self.shared_inter = int(info.get("shared_intermediate", 0) or 0) * int(info.get("n_shared_experts", 0) or 0)
         self.dispatch_token = int(round(dispatch_token_bytes))
-        self.shard = mc._shard(1, ep if self.experts else 1)  # the shard modules the cost model measures
-        layout = mc._layout
+        self.shard = mc.shard_model(1, ep if self.experts else 1)  # the shard modules the cost model measures
+        layout = mc.layout
         self.layers = [self._layer(a, f) for a, f in zip(layout.attention, layout.ffn, strict=True)]
         kinds: dict[Layer, int] = {}
         self._kind = [kinds.setdefault(x, len(kinds)) for x in self.layers]  # layers with the same tensors
@@ -121,7 +122,7 @@ class ServingTensors:
 
 @lru_cache(maxsize=64)
 def _layer(mc: ModelCosts, shard: torch.nn.Module, attention: str, ffn: str) -> Layer:
-    layout = mc._layout
+    layout = mc.layout
     a = rep_layer(shard, layout.reps[attention])
     outs = tuple(int(m.weight.shape[0]) for _, m in a.self_attn.named_modules()
                  if isinstance(getattr(m, "weight", None), torch.Tensor) and m.weight.dim() == 2)
@@ -139,26 +140,24 @@ def _weights(mc: ModelCosts, shard: torch.nn.Module) -> tuple[tuple[int, bool], 
     numeric format (workload.model.quant, as ModelCosts.weight_bytes_by_role weighs them): the
     router in the model's dtype, norms and other unquantised parameters in the dtype the module
     declares (some FP32: DeepSeek-V4's hyper-connection mixing, norms, attention sinks)."""
-    layout = mc._layout
+    layout = mc.layout
     f = lambda p, cls: _nbytes(p, mc, cls)  # noqa: E731
-    out = [(f(p, "embedding"), False) for p in base_model(shard).embed_tokens.parameters()]
+    out = [(f(p, weight_class("embedding")), False) for p in base_model(shard).embed_tokens.parameters()]
     for attention, ffn in zip(layout.attention, layout.ffn, strict=True):
         a = rep_layer(shard, layout.reps[attention])
         fl = rep_layer(shard, layout.reps[ffn])
-        out += [(f(p, None if "norm" in n else "attention_weights"), False) for n, p in a.named_parameters()
+        out += [(f(p, None if "norm" in n else weight_class(attention)), False) for n, p in a.named_parameters()
                 if not n.startswith("mlp.")]
         for n, p in fl.mlp.named_parameters():
             if n.startswith("gate."):  # the router, a projection held in the model's dtype: transformers
                 # declares DeepSeek-V3's FP32 (_keep_in_fp32_modules_strict), but the checkpoint stores
                 # it BF16 and vLLM's GateLinear (a ReplicatedLinear) keeps the model's dtype
                 out.append((p.numel() * mc.dtype_bytes, False))
-            elif ffn == "moe":
-                out.append((f(p, "expert_weights"), n.startswith(("experts.", "shared_experts."))))
             else:
-                out.append((f(p, "dense_weights"), False))
+                out.append((f(p, weight_class(ffn)), ffn == "moe" and n.startswith(("experts.", "shared_experts."))))
     out += [(f(p, None), False) for n, p in base_model(shard).named_parameters()
             if not n.startswith(("layers.", "embed_tokens."))]
-    out += [(f(p, "embedding"), False) for p in shard.lm_head.parameters()]
+    out += [(f(p, weight_class("lm_head")), False) for p in shard.lm_head.parameters()]
     return tuple((b, e) for b, e in out if b > 0)
 
 

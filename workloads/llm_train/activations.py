@@ -13,15 +13,14 @@ import torch
 
 from workloads.modelcost import ModelCosts
 from workloads.modelcost.fakemodel import base_model, decoder_layers
-from workloads.modelcost.measure import make_shape, measure_shape
 
 
 def saved_bytes_by_type(mc: ModelCosts, tokens: int, seq_len: int, tp: int, ep: int,
                         flash_attention: bool = True) -> dict[str, float]:
     """Saved activation bytes per layer type (attention*, dense_mlp, moe, embedding, lm_head)."""
-    # ModelCosts exposes no saved-tensor measurement; its shard model and layout are reused here.
-    shard = mc._shard(tp, ep)
-    layout = mc._layout
+    # the model-cost piece's shard model and its forward, observed by autograd's saved-tensor hooks
+    shard = mc.shard_model(tp, ep)
+    layout = mc.layout
     params = {p.untyped_storage()._cdata for p in shard.parameters()}
     state: dict[str, str | None] = {"tag": None}
     handles = []
@@ -58,11 +57,9 @@ def saved_bytes_by_type(mc: ModelCosts, tokens: int, seq_len: int, tp: int, ep: 
         saved[name] = saved.get(name, 0.0) + float(storage.nbytes())
         return x
 
-    n_exp = mc.moe_info()["n_routed_experts"]
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
-            measure_shape(shard, layout, mc._mode, make_shape("train_fwd", tokens, 0, seq_len),
-                          mc.routing, n_exp, ep)
+            mc.train_forward(tokens, seq_len, tp, ep)
     finally:
         for h in handles:
             h.remove()

@@ -16,10 +16,7 @@ expandable segments off) is what the die must hold.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from stratacl.memory import GiB
-from stratacl.memory.die import replay_ops
+from stratacl.memory import GiB, MemoryPeak
 from stratacl.workload_api import Library
 
 from .blocks import ModelPlan
@@ -27,15 +24,6 @@ from .layout import Layout
 from .schedule import Knobs
 
 ITERATIONS = 2
-
-
-@dataclass(frozen=True)
-class AllocatorPeak:
-    reserved: float  # bytes reserved at the peak
-    allocated: float  # bytes in tensors at the peak
-    fragmentation: float  # reserved peak - allocated peak
-    expandable_segments: bool
-    retries: int  # allocations that had to release the cache and retry
 
 
 def iteration_ops(plan: ModelPlan, layout: Layout, k: Knobs) -> list[tuple]:
@@ -103,18 +91,12 @@ def iteration_ops(plan: ModelPlan, layout: Layout, k: Knobs) -> list[tuple]:
 
 
 def allocator_peak(plan: ModelPlan, layout: Layout, k: Knobs, library: Library, capacity_bytes: float,
-                   expandable_segments: bool = True) -> AllocatorPeak | None:
-    """Run the sequence through the library's allocator on `capacity_bytes`; None if it runs
-    out of memory (after the allocator's own cache release and retry)."""
+                   expandable_segments: bool = True) -> MemoryPeak | None:
+    """The sequence's peaks through the library's allocator on `capacity_bytes`; None if it runs out of memory."""
     mem = library.die_memory(capacity_bytes, 0, expandable_segments=expandable_segments)
-    a = mem.allocator
-    if not replay_ops(a, iteration_ops(plan, layout, k)):
-        return None
-    s = a.stats
-    return AllocatorPeak(float(s.reserved_bytes_peak), float(s.allocated_bytes_peak), float(s.fragmentation_bytes),
-                         a.cfg.expandable_segments, s.num_alloc_retries)
+    return mem.peak(iteration_ops(plan, layout, k))
 
 
-def describe(p: AllocatorPeak) -> str:
+def describe(p: MemoryPeak) -> str:
     return (f"{p.reserved / GiB:.1f} GiB reserved ({p.fragmentation / GiB:.2f} GiB fragmentation, "
             f"expandable segments {'on' if p.expandable_segments else 'off'})")

@@ -29,9 +29,6 @@ class Layout:
         return self.dies // self.ep
 
     def check(self, n_experts: int) -> None:
-        if self.fsdp < 1 or self.tp < 1 or self.ep < 1:
-            raise ConfigError("workload.fsdp", f"degrees must be ≥ 1, got fsdp={self.fsdp} tp={self.tp} "
-                              f"ep={self.ep}")
         if self.fsdp * self.tp != self.dies:
             raise ConfigError("workload.fsdp", f"fsdp {self.fsdp} × tp {self.tp} = {self.fsdp * self.tp} "
                               f"≠ dies {self.dies}", "choose fsdp = dies / tp")

@@ -13,15 +13,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_train import LlmTrainConfig
+from stratacl.schemas.llm_train import TrainStepConfig
 from stratacl.schemas.model import ModelRef
-from workloads.common.cost import Cost
 from workloads.common.model import model_costs as load_model_costs
 from workloads.common.routing import RoutingModel
-from workloads.modelcost import CostInputError, ModelCosts
-from workloads.modelcost.costs import ATTENTION_CORE_FORMAT
-from workloads.modelcost.fakemodel import base_model, rep_layer
-from workloads.modelcost.sizes import count_layer_by_role
+from workloads.modelcost import ATTENTION_CORE_FORMAT, CostInputError, ModelCosts
 
 from .activations import saved_bytes_by_type
 from .blocks import ModelPlan, SubBlock, Unit
@@ -30,23 +26,20 @@ from .layout import Layout
 _PROBE = RoutingModel("zipf", skew=1.0, seed=0)  # any skew works: it only has to change row counts
 
 
-def model_ref(cfg: LlmTrainConfig) -> ModelRef:
-    """The workload's flat model keys as the shared model reference."""
-    overrides = dict(cfg.model_overrides)
-    if cfg.num_layers:
-        overrides["num_hidden_layers"] = int(cfg.num_layers)
-    return ModelRef(preset=cfg.model, overrides=overrides, dtype_bytes=cfg.dtype_bytes, attention=cfg.attention,
-                    quant=cfg.quant)
+def model_ref(cfg: TrainStepConfig) -> ModelRef:
+    """The workload's model reference, cut to `num_layers` decoder layers when set."""
+    if not cfg.num_layers:
+        return cfg.model
+    return replace(cfg.model, overrides={**cfg.model.overrides, "num_hidden_layers": int(cfg.num_layers)})
 
 
-def model_costs(cfg: LlmTrainConfig) -> tuple[ModelCosts, ModelCosts]:
+def model_costs(cfg: TrainStepConfig) -> tuple[ModelCosts, ModelCosts]:
     """(uniform-routing costs, Zipf-probe costs) for the configured model, cached per process."""
     ref = model_ref(cfg)
-    fields = {"field": "workload.model_overrides", "preset_field": "workload.model", "quant_field": "workload.quant"}
-    return load_model_costs(ref, **fields), load_model_costs(ref, routing=_PROBE, **fields)
+    return load_model_costs(ref), load_model_costs(ref, routing=_PROBE)
 
 
-def tokens_per_tp_group(cfg: LlmTrainConfig) -> int:
+def tokens_per_tp_group(cfg: TrainStepConfig) -> int:
     if cfg.global_batch % cfg.fsdp:
         raise ConfigError("workload.global_batch", f"{cfg.global_batch} sequences do not split over "
                           f"fsdp={cfg.fsdp} data-parallel ranks", "use a multiple of workload.fsdp")
@@ -56,7 +49,7 @@ def tokens_per_tp_group(cfg: LlmTrainConfig) -> int:
     return tokens
 
 
-def build_plan(cfg: LlmTrainConfig, layout: Layout) -> ModelPlan:
+def build_plan(cfg: TrainStepConfig, layout: Layout) -> ModelPlan:
     mc, probe = model_costs(cfg)
     try:
         return _build(cfg, layout, mc, probe)
@@ -64,7 +57,7 @@ def build_plan(cfg: LlmTrainConfig, layout: Layout) -> ModelPlan:
         raise ConfigError("workload.tp", str(exc), "choose tp/ep dividing the model's heads and experts") from None
 
 
-def _build(cfg: LlmTrainConfig, layout: Layout, mc: ModelCosts, probe: ModelCosts) -> ModelPlan:
+def _build(cfg: TrainStepConfig, layout: Layout, mc: ModelCosts, probe: ModelCosts) -> ModelPlan:
     tp = layout.tp
     ep = layout.ep
     info = mc.moe_info()
@@ -81,54 +74,40 @@ def _build(cfg: LlmTrainConfig, layout: Layout, mc: ModelCosts, probe: ModelCost
         moe_sub, moe_saved = _moe_block(mc, probe, tokens // tp, ep, n_exp, top_k, cfg.flash_attention)
         saved["moe"] = moe_saved
 
-    # the format each layer type's matmuls run in (workload.quant): forward, recompute and
+    # the format each layer type's matmuls run in (workload.model.quant): forward, recompute and
     # backward alike (DeepSeek-V3 report §3.3.1: Fprop, Dgrad and Wgrad GEMMs all in FP8; torchao
     # float8 training likewise). An attention type whose projections are quantised keeps its core
     # in bf16 (as in serving): that part is priced separately.
     dtypes = mc.matmul_formats()
-    cores = {ph: mc.attention_cores(tokens, phase=ph, tp=tp, ep=ep, seq_len=seq) for ph in ("train_fwd", "train_bwd")}
+    cores = {ph: mc.split_cores(tokens, phase=ph, tp=tp, ep=ep, seq_len=seq) for ph in ("train_fwd", "train_bwd")}
 
     def sub(kind: str, style: str = "block") -> SubBlock:
         if kind == "moe" and moe_sub is not None:
             return replace(moe_sub, dtype=dtypes.get("moe", ""))
         dt = dtypes.get(kind, "")
-        core_f, core_b = (_core(cores[ph].get(kind)) for ph in ("train_fwd", "train_bwd"))
-        split = dt != ATTENTION_CORE_FORMAT and core_f is not None and core_b is not None
+        core_f, core_b = (cores[ph].get(kind) for ph in ("train_fwd", "train_bwd"))
+        split = core_f is not None and core_b is not None
         return SubBlock(kind, fwd[kind].cost, bwd[kind].cost, style if tp > 1 else "none", dtype=dt,
                         core_fwd=core_f if split else None, core_bwd=core_b if split else None,
                         core_dtype=ATTENTION_CORE_FORMAT if split else "")
 
-    # this rank's TP/EP shard, read off the model-cost piece's shard model (per-layer roles)
-    shard = mc._shard(tp, ep)
-    layout_types = mc._layout
-    units: list[Unit] = []
-    emb = base_model(shard).embed_tokens.weight.numel()
-    units.append(Unit("embedding", (sub("embedding", "embedding"),), emb, 0, saved.get("embedding", 0.0),
-                      decoder=False))
-    for i, (attn, ffn) in enumerate(zip(layout_types.attention, layout_types.ffn, strict=True)):
-        ra, rf = layout_types.reps[attn], layout_types.reps[ffn]
-        by_a = count_layer_by_role(rep_layer(shard, ra), ra)
-        by_f = count_layer_by_role(rep_layer(shard, rf), rf)
-        experts = by_f.get("moe_experts", 0)
-        params = (by_a.get("attention", 0) + by_a.get("norms", 0)
-                  + sum(by_f.get(r, 0) for r in ("dense_mlp", "shared_experts", "router")))
+    # this rank's TP/EP shard by role, per decoder layer (the model-cost piece's shard model)
+    outer = mc.outer_params(tp, ep)
+    units: list[Unit] = [Unit("embedding", (sub("embedding", "embedding"),), outer["embedding"], 0,
+                              saved.get("embedding", 0.0), decoder=False)]
+    layers = zip(mc.layout.attention, mc.layout.ffn, mc.layer_params(tp, ep), strict=True)
+    for i, (attn, ffn, roles) in enumerate(layers):
+        experts = roles["moe_experts"]
+        params = sum(n for r, n in roles.items() if r != "moe_experts")
         if not routed:  # experts TP-sharded inside the block's own FSDP unit
             params, experts = params + experts, 0
         units.append(Unit(f"layer{i}", (sub(attn), sub(ffn)), params, experts,
                           saved.get(attn, 0.0) + saved.get(ffn, 0.0)))
-    head = shard.lm_head.weight.numel() + sum(
-        p.numel() for n, p in base_model(shard).named_parameters()
-        if not n.startswith(("layers.", "embed_tokens.")))
-    units.append(Unit("lm_head", (sub("lm_head", "head"),), head, 0, saved.get("lm_head", 0.0),
-                      decoder=False))
+    units.append(Unit("lm_head", (sub("lm_head", "head"),), outer["lm_head"] + outer["final_norms"], 0,
+                      saved.get("lm_head", 0.0), decoder=False))
     sp_tokens = tokens // tp if cfg.sequence_parallel else tokens
     return ModelPlan(tuple(units), int(mc.cfg.hidden_size), tokens, top_k if routed else 0,
                      n_exp if routed else 0, float(mc.activation_bytes_per_token() * sp_tokens))
-
-
-def _core(c: object) -> Cost | None:
-    """The cube and vector work of an attention core (`ModelCosts.attention_cores`), None if absent."""
-    return None if c is None else Cost(float(c.cube_flops), float(c.vector_flops))
 
 
 def _moe_block(mc: ModelCosts, probe: ModelCosts, rank_tokens: int, ep: int, n_exp: int, top_k: int,

@@ -76,11 +76,11 @@ class IterationBuilder:
 
     # ------------------------------------------------------------------ op helpers
     def _compute(self, name: str, layer_type: str, cost: Cost, per_rank: np.ndarray | None = None,
-                 dtype: str = "") -> int:
+                 dtype: str = "", hbm_extra: float = 0.0) -> int:
         """One SPMD kernel group: the kernels training's fused set gives `layer_type`'s work
         (`workloads/common/kernels.py`), its matmuls in `dtype`."""
         ops = add_cost(self.t, self.ranks, layer_type, cost, fused=TRAINING_FUSED, name=name, scale=per_rank,
-                       dtype=dtype)
+                       dtype=dtype, hbm_extra=hbm_extra)
         self.last_main = ops[-1]
         self.group_start[ops[-1]] = ops[0]
         return self.last_main
@@ -119,13 +119,17 @@ class IterationBuilder:
         row_bytes = float(self.plan.hidden * self.k.act_bytes)
         recv = rows.sum(axis=0).astype(float)
         # router + shared experts (unfused GEMMs + their activation work; allocates the dispatch
-        # buffers), then the routed experts at the rows each rank received
+        # buffers), then the routed experts at the rows each rank received; the expert weights
+        # they read (the row-independent part of the measured grouped GEMM) ride on that kernel
+        weights = base.only("grouped_gemm")
+        base = base - weights
         if not bwd:
             self._compute(f"{tag}.router", "shared_experts", base, dtype=sub.dtype)
         self._ep(tag, "dispatch", rows * row_bytes)
         row = sub.row_bwd if bwd else sub.row_fwd
         assert row is not None
-        self._compute(f"{tag}.experts", sub.name, row, per_rank=recv[self.ep_pos], dtype=sub.dtype)
+        self._compute(f"{tag}.experts", sub.name, row, per_rank=recv[self.ep_pos], dtype=sub.dtype,
+                      hbm_extra=weights.hbm_bytes)
         self._ep(tag, "combine", rows.T * row_bytes)
         if bwd:
             self._compute(f"{tag}.router", "shared_experts", base, dtype=sub.dtype)

@@ -9,11 +9,12 @@ parallelism issues on the fake process group.
 from workloads.common.routing import RoutingModel
 
 from .config import load_model_config, load_model_yaml
-from .costs import LayerCost, ModelCosts
+from .costs import ATTENTION_CORE_FORMAT, LayerCost, ModelCosts
 from .errors import CostInputError, ModelConfigError
 from .mlp import mlp_cost
 
 __all__ = [
+    "ATTENTION_CORE_FORMAT",
     "CostInputError",
     "LayerCost",
     "ModelConfigError",

@@ -50,6 +50,16 @@ element, the convention `counter.py` uses for fused attention kernels):
 * Indexer (DeepGEMM-style MQA logits over the causal range, then top-k): cube 2·H_I·d_I,
   vector H_I (ReLU, weighted head sum) + 1 (top-k selection) per scored key.
 
+Matmul shapes (`CoreCost.gemms`, (m, n, k, count)): QKᵀ as (q_len·g, kv_len, d_qk, B·H/g) and PV as
+(q_len·g, d_v, kv_len, B·H/g) per sequence batch, g the query heads sharing one KV head, which the
+kernels stack into rows (GQA groups; all H for MLA's latent MQA and the indexer); when queries visit different key counts (causal,
+windowed, selected) the visited keys are spread over the queries as evenly as integers allow
+(rows with ⌈keys/q⌉ and with ⌊keys/q⌋ keys), so Σ 2·m·n·k·count equals the cube FLOPs exactly. MLA
+absorbed: the per-token absorption (tokens, r, d_nope, H) and up-projection (tokens, d_v, r, H), the
+latent MQA as QKᵀ over r + d_rope and PV over r per query head (heads share the one latent KV
+head: a kernel may pack them into rows). Expanded: `kv_b_proj` (keys, H·(d_nope + d_v), r, B), then
+MHA. Indexer: (q, scored keys, index_head_dim, B·H_I). Backward: the forward's matmuls twice.
+
 HBM bytes. Unfused: the kernel's ops' inputs + outputs (the counter's convention): indexer
 logits (q_I, index keys, head weights in; fp32 logits out), top-k (logits in, int32 indices
 out), attention (q, the KV entries it touches, out), MLA absorption / expansion matmuls.
@@ -68,7 +78,11 @@ from dataclasses import dataclass
 
 from torch import nn
 
-ATTENTION_MODES = ("production", "reference")
+from stratacl.schemas.model import AttentionKernels
+
+from .flops import ragged
+
+ATTENTION_MODES = tuple(m.value for m in AttentionKernels)  # the schema's vocabulary (stratacl.schemas.model)
 # Config attribute / override key that picks the mode when `ModelCosts(attention=...)` is not given.
 ATTENTION_KEY = "modelcost_attention"
 
@@ -224,6 +238,7 @@ class CoreCost:
     kv_unread_bytes: int    # cached KV bytes no query reads (subtracted from the fused read)
     visited_keys: int       # summed over all queries of all sequences
     scored_keys: int
+    gemms: tuple[tuple[int, int, int, int], ...] = ()  # (m, n, k, count); Σ 2·m·n·k·count = cube_flops
 
 
 @dataclass(frozen=True)
@@ -232,6 +247,26 @@ class _Part:
     vector: int
     hbm: int
     entry_bytes: int  # bytes of one stored KV entry this form reads
+    gemms: tuple[tuple[int, int, int, int], ...] = ()
+
+
+def _qk_pv(keys: int, q_len: int, d_qk: int, d_v: int, batch_heads: int,
+           pack: int = 1) -> tuple[tuple[int, int, int, int], ...]:
+    """QKᵀ and PV of `q_len` queries visiting `keys` keys in all (per sequence and head): queries
+    with kv keys each as (rows, kv, d_qk, B·H) and (rows, d_v, kv, B·H), the keys spread over the
+    queries as evenly as integers allow (causal and windowed ranges differ per query; the
+    shapes keep the total exact). `pack`: query heads that share one KV head, which production
+    kernels stack into the rows of one matmul (FlashMLA's `get_mla_metadata(cache_seqlens,
+    s_q * h_q // h_kv, h_kv)`; FlashAttention's GQA packing): rows × pack, count ÷ pack."""
+    out = []
+    for kv, rows in ragged(keys, q_len):
+        out += [(rows * pack, kv, d_qk, batch_heads // pack), (rows * pack, d_v, kv, batch_heads // pack)]
+    return tuple(out)
+
+
+def _heads_per_kv(heads: int, kv_heads: int) -> int:
+    """Query heads per KV head (GQA group); 1 when they do not divide evenly."""
+    return heads // kv_heads if kv_heads > 0 and heads % kv_heads == 0 else 1
 
 
 def _mha(call: AttnCall, ts: TokenSums, n_seq: int, q_len: int, dt: int) -> _Part:
@@ -240,7 +275,8 @@ def _mha(call: AttnCall, ts: TokenSums, n_seq: int, q_len: int, dt: int) -> _Par
     out_bytes = q_len * h * call.d_v * dt
     entry = call.kv_heads * (call.d_qk if call.shared_kv else call.d_qk + call.d_v) * dt
     hbm = n_seq * (q_bytes + ts.touched * entry + out_bytes)
-    return _Part(n_seq * ts.visited * h * 2 * (call.d_qk + call.d_v), n_seq * ts.visited * h, hbm, entry)
+    return _Part(n_seq * ts.visited * h * 2 * (call.d_qk + call.d_v), n_seq * ts.visited * h, hbm, entry,
+                 _qk_pv(ts.visited, q_len, call.d_qk, call.d_v, n_seq * h, _heads_per_kv(h, call.kv_heads)))
 
 
 def _mla_absorbed(mla: Mla, ts: TokenSums, n_seq: int, q_len: int, dt: int) -> _Part:
@@ -252,7 +288,12 @@ def _mla_absorbed(mla: Mla, ts: TokenSums, n_seq: int, q_len: int, dt: int) -> _
     io = q_len * h * (mla.nope + r + (r + mla.rope) + r + r + mla.v) * dt
     hbm = n_seq * (io + ts.touched * entry) + w
     cube = n_seq * (q_len * absorb + ts.visited * per_key)
-    return _Part(cube, n_seq * ts.visited * h, hbm, entry)
+    tokens = n_seq * q_len
+    # absorption W_UK (nope -> r) and up-projection W_UV (r -> v) per head, then MQA over the
+    # latent: scores over r + rope, values over r (one shared KV head; stated per query head)
+    gemms = ((tokens, r, mla.nope, h), (tokens, mla.v, r, h),
+             *_qk_pv(ts.visited, q_len, r + mla.rope, r, n_seq * h, pack=h))
+    return _Part(cube, n_seq * ts.visited * h, hbm, entry, tuple(g for g in gemms if g[0] > 0))
 
 
 def _mla_expanded(mla: Mla, ts: TokenSums, n_seq: int, q_len: int, context: int, dt: int) -> _Part:
@@ -263,7 +304,8 @@ def _mla_expanded(mla: Mla, ts: TokenSums, n_seq: int, q_len: int, context: int,
     attn = ts.dense * h * 2 * (d_qk + mla.v)
     kv = keys * h * (d_qk + mla.v) * dt
     hbm = n_seq * (keys * r * dt + 2 * kv + q_len * h * (d_qk + mla.v) * dt) + r * h * (mla.nope + mla.v) * dt
-    return _Part(n_seq * (expand + attn), n_seq * ts.dense * h, hbm, (r + mla.rope) * dt)
+    gemms = ((keys, h * (mla.nope + mla.v), r, n_seq), *_qk_pv(ts.dense, q_len, d_qk, mla.v, n_seq * h))
+    return _Part(n_seq * (expand + attn), n_seq * ts.dense * h, hbm, (r + mla.rope) * dt, gemms)
 
 
 def core_cost(s: AttnStructure, call: AttnCall, phase: str, n_seq: int, q_len: int, context: int,
@@ -279,17 +321,21 @@ def core_cost(s: AttnStructure, call: AttnCall, phase: str, n_seq: int, q_len: i
         form, part = ("mla_absorbed", absorbed) if absorbed.cube <= expanded.cube else ("mla_expanded", expanded)
     visited = ts.dense if form == "mla_expanded" else ts.visited
     unread = 0 if form == "mla_expanded" else n_seq * ts.unread * part.entry_bytes
-    if phase == "train_bwd":
-        return CoreCost(form, 2 * part.cube, part.vector, 2 * part.hbm, 0, n_seq * visited, 0)
+    if phase == "train_bwd":  # dQ, dK, dV, dP: the forward's matmuls twice over
+        return CoreCost(form, 2 * part.cube, part.vector, 2 * part.hbm, 0, n_seq * visited, 0,
+                        tuple((m, n, k, 2 * c) for m, n, k, c in part.gemms))
     cube, vector, hbm = part.cube, part.vector, part.hbm
+    gemms = part.gemms
     ix = s.indexer
     if ix is not None:
         scored = n_seq * ts.scored
         cube += scored * 2 * ix.heads * ix.dim
+        # the indexer's heads score one shared key each (MQA logits): packed into rows like attention
+        gemms += tuple((rows * ix.heads, kv, ix.dim, n_seq) for kv, rows in ragged(ts.scored, q_len))
         vector += scored * (ix.heads + 1)
         index_keys = (context + q_len) // ix.rate
         tokens = n_seq * q_len
         logits = scored * 4
         hbm += (tokens * ix.heads * ix.dim * dt + n_seq * index_keys * ix.dim * dt + tokens * ix.heads * 4
                 + 2 * logits + tokens * ix.topk * 4)
-    return CoreCost(form, cube, vector, hbm, unread, n_seq * visited, n_seq * ts.scored)
+    return CoreCost(form, cube, vector, hbm, unread, n_seq * visited, n_seq * ts.scored, gemms)

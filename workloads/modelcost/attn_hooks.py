@@ -79,8 +79,7 @@ class KernelHooks:
 
     # ---- install / remove ---------------------------------------------------------------
     def __enter__(self) -> KernelHooks:
-        if not self.records:
-            return self
+        # the interface is wrapped in every mode: its ops are the attention kernel's (counter)
         impl = self.model.config._attn_implementation
         self._impl = impl
         self._saved_local = ALL_ATTENTION_FUNCTIONS._local_mapping.get(impl)
@@ -113,7 +112,14 @@ class KernelHooks:
             window = kwargs.get("sliding_window") or None
             if rec is None or not rec.structure.replaced(self.phase, window):
                 fn = original or _eager_default(module)
-                return fn(module, query, key, value, attention_mask, *args, **kwargs)
+                self.counter.in_attention = True  # its ops are the attention kernel's
+                try:
+                    out = fn(module, query, key, value, attention_mask, *args, **kwargs)
+                finally:
+                    self.counter.in_attention = False
+                # a fused kernel's traffic: q, K, V in, the output out (eager's scores stay on chip)
+                self.counter.attention_io(query, key, value, out[0])
+                return out
             if rec.structure.mla is not None and not rec.structure.replaced(self.phase):
                 # kv_b_proj was not cut out, so the expansion would be counted twice.
                 raise CostInputError(f"attention: {rec.tag} is MLA with a sliding window, which the "

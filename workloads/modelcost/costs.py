@@ -10,11 +10,12 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from transformers import PretrainedConfig
 
-from workloads.common.cost import Cost
-from workloads.common.quant import Formats
+from workloads.common.cost import Cost, Part
+from workloads.common.quant import Formats, TensorClass, weight_class
 from workloads.common.routing import RoutingModel
 
 from .attention import ATTENTION_KEY, ATTENTION_MODES, CoreCost, core_cost
+from .counter import class_parts
 from .diskcache import DiskCache
 from .errors import CostInputError
 from .fakemodel import (
@@ -31,7 +32,7 @@ from .fakemodel import (
 from .measure import PHASES, Measured, make_shape, measure_shape
 from .sizes import ROLES, count_by_role, count_layer_by_role
 
-CACHE_VERSION = "modelcost-3"  # 3: per-class numeric formats
+CACHE_VERSION = "modelcost-6"  # 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes; 5: chain-fused pass bytes; 6: query heads sharing a KV head packed into rows
 ATTENTION_CORE_FORMAT = "bf16"  # scores/values over the KV cache: bf16 in W8A8 and FP8 stacks
 
 
@@ -50,6 +51,13 @@ class LayerCost:
     hbm_bytes_fused: int
     weight_bytes: int
     activation_bytes_out: int
+    # the work by kernel class: (kernel, cube, vector, bytes charged, ((m, n, k, count), ...));
+    # see `_parts`
+    parts: tuple[tuple, ...] = ()
+
+    def __post_init__(self) -> None:  # from the disk cache: lists back to tuples
+        object.__setattr__(self, "parts", tuple(
+            (p[0], p[1], p[2], p[3], tuple(tuple(int(x) for x in g) for g in p[4])) for p in self.parts))
 
     @property
     def flops(self) -> int:
@@ -57,8 +65,21 @@ class LayerCost:
 
     @property
     def cost(self) -> Cost:
-        """The cost triple workloads schedule: cube, vector FLOPs and the fused HBM estimate."""
-        return Cost(float(self.cube_flops), float(self.vector_flops), float(self.hbm_bytes_fused))
+        """The cost workloads schedule: cube and vector FLOPs, and by kernel class (`parts`) the
+        fused HBM estimate on the matmul and attention kernels plus the unfused passes' own
+        bytes (so its bytes are hbm_bytes_fused + the passes')."""
+        parts = tuple(Part(k, float(c), float(v), float(b), tuple(g)) for k, c, v, b, g in self.parts)
+        if not parts:
+            return Cost(float(self.cube_flops), float(self.vector_flops), float(self.hbm_bytes_fused))
+        return Cost(float(self.cube_flops), float(self.vector_flops), sum(p.hbm_bytes for p in parts), parts)
+
+    def gemms(self) -> tuple[tuple[int, int, int, int], ...]:
+        """Every matmul of the layer (projections, experts, attention core) as (m, n, k, count)."""
+        return tuple(tuple(g[:4]) for p in self.parts for g in p[4])
+
+
+_ATTN_ROLES = ("attention", "norms")  # roles a decoder layer's attention representative holds
+_FFN_ROLES = ("dense_mlp", "moe_experts", "shared_experts", "router")
 
 
 def _pow2(n: int) -> int:
@@ -112,6 +133,16 @@ class ModelCosts:
                            f"{hf_config.to_json_string(use_diff=False)}")
 
     # ---- structure -------------------------------------------------------------------
+    @property
+    def layout(self) -> LayerLayout:
+        """Per decoder layer: its attention and FFN layer types, and each type's representative."""
+        return self._layout
+
+    @property
+    def fake_mode(self) -> FakeTensorMode:
+        """The FakeTensorMode the shard models' parameters live in (run them under it)."""
+        return self._mode
+
     def layer_types(self) -> list[str]:
         attn = list(dict.fromkeys(self._layout.attention))
         ffn = [k for k in ("dense_mlp", "moe") if k in self._layout.ffn]
@@ -152,7 +183,9 @@ class ModelCosts:
     def total_params(self) -> int:
         return sum(p.numel() for p in self._meta.parameters())
 
-    def _shard(self, tp: int, ep: int) -> torch.nn.Module:
+    def shard_model(self, tp: int, ep: int) -> torch.nn.Module:
+        """One TP/EP rank's shard of the model on fake tensors (reduced depth: one representative
+        decoder layer per layer type, `rep_layer`), cached per (tp, ep)."""
         for name, v in (("tp", tp), ("ep", ep)):
             if not isinstance(v, int) or v < 1:
                 raise CostInputError(f"{name}: must be a positive int, got {v!r}")
@@ -168,24 +201,14 @@ class ModelCosts:
         if not isinstance(fsdp, int) or fsdp < 1:
             raise CostInputError(f"fsdp: must be a positive int, got {fsdp!r}")
         totals = count_by_role(self._meta, decoder_layers(self._meta))
-        shard = self._shard(tp, ep)
         local: dict[str, int] = dict.fromkeys(ROLES, 0)
-        # Decoder-layer roles: the representative layer's shard times its layer count.
-        for i in range(len(decoder_layers(self._meta))):
-            rep_a = self._layout.reps[self._layout.attention[i]]
-            rep_f = self._layout.reps[self._layout.ffn[i]]
-            by_a = count_layer_by_role(rep_layer(shard, rep_a), rep_a)
-            by_f = count_layer_by_role(rep_layer(shard, rep_f), rep_f)
-            local["attention"] += by_a.get("attention", 0)
-            local["norms"] += by_a.get("norms", 0)
-            for role in ("dense_mlp", "moe_experts", "shared_experts", "router"):
-                local[role] += by_f.get(role, 0)
-        local["embedding"] = base_model(shard).embed_tokens.weight.numel()
-        local["lm_head"] = shard.lm_head.weight.numel()
-        local["norms"] += sum(
-            p.numel() for n, p in base_model(shard).named_parameters()
-            if not n.startswith(("layers.", "embed_tokens."))
-        )
+        for layer in self.layer_params(tp, ep):
+            for role, n in layer.items():
+                local[role] += n
+        outer = self.outer_params(tp, ep)
+        local["embedding"] = outer["embedding"]
+        local["lm_head"] = outer["lm_head"]
+        local["norms"] += outer["final_norms"]
         out = {}
         for role in ROLES:
             if totals.get(role, 0) == 0:
@@ -196,6 +219,33 @@ class ModelCosts:
                 "per_shard": math.ceil(local[role] / fsdp),
             }
         return out
+
+    def layer_params(self, tp: int = 1, ep: int = 1) -> list[dict[str, int]]:
+        """Per decoder layer, its parameters on one TP/EP shard by role: attention and norms from
+        its attention type's representative layer, the FFN roles (dense_mlp, moe_experts,
+        shared_experts, router) from its FFN type's."""
+        shard = self.shard_model(tp, ep)
+        lay = self._layout
+        out = []
+        for attn, ffn in zip(lay.attention, lay.ffn, strict=True):
+            by_a = count_layer_by_role(rep_layer(shard, lay.reps[attn]), lay.reps[attn])
+            by_f = count_layer_by_role(rep_layer(shard, lay.reps[ffn]), lay.reps[ffn])
+            roles = {r: by_a.get(r, 0) for r in _ATTN_ROLES}
+            roles.update({r: by_f.get(r, 0) for r in _FFN_ROLES})
+            out.append(roles)
+        return out
+
+    def outer_params(self, tp: int = 1, ep: int = 1) -> dict[str, int]:
+        """Parameters outside the decoder layers on one TP/EP shard: the token embedding, the LM
+        head, and the final norms (every other parameter of the base model)."""
+        shard = self.shard_model(tp, ep)
+        base = base_model(shard)
+        return {
+            "embedding": base.embed_tokens.weight.numel(),
+            "lm_head": shard.lm_head.weight.numel(),
+            "final_norms": sum(p.numel() for n, p in base.named_parameters()
+                               if not n.startswith(("layers.", "embed_tokens."))),
+        }
 
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token adds over all layers, measured from the model's own cache."""
@@ -221,39 +271,50 @@ class ModelCosts:
         return self._act * len(self._layout.ffn)
 
     # ---- costs -----------------------------------------------------------------------
+    def train_forward(self, tokens: int, seq_len: int, tp: int, ep: int) -> None:
+        """Run one training forward of the (tp, ep) shard model (`tokens` in sequences of
+        `seq_len`, transformers' reference attention modules, the routed-expert stand-in) for
+        callers that observe it with hooks, e.g. the tensors autograd saves for backward."""
+        n_exp = self.moe_info()["n_routed_experts"]
+        measure_shape(self.shard_model(tp, ep), self._layout, self._mode, make_shape("train_fwd", tokens, 0, seq_len),
+                      self.routing, n_exp, ep)
+
     def _measure(self, shape, tp: int, ep: int) -> Measured:
         n_exp = self.moe_info()["n_routed_experts"]
-        return measure_shape(self._shard(tp, ep), self._layout, self._mode, shape, self.routing, n_exp, ep,
+        return measure_shape(self.shard_model(tp, ep), self._layout, self._mode, shape, self.routing, n_exp, ep,
                              attention=self.attention)
 
     def _weights(self, tp: int, ep: int, layer_type: str, expert_rows: int) -> tuple[int, int]:
         """(all shard weight bytes, bytes a fused kernel reads: only experts that get rows), each
         weight class in its format (`self.formats`)."""
-        shard = self._shard(tp, ep)
-        r = self._ratio
+        return self._weights3(tp, ep, layer_type, expert_rows)[:2]
+
+    def _weights3(self, tp: int, ep: int, layer_type: str, expert_rows: int) -> tuple[int, int, int]:
+        """`_weights` and the routed experts' share of the bytes read (the grouped GEMM's)."""
+        shard = self.shard_model(tp, ep)
+        r = self._ratio(weight_class(layer_type))
         if layer_type == "embedding":
-            b = int(_param_bytes(base_model(shard).embed_tokens) * r("embedding"))
-            return b, b
+            b = int(_param_bytes(base_model(shard).embed_tokens) * r)
+            return b, b, 0
         if layer_type == "lm_head":
-            b = int(_param_bytes(shard.lm_head) * r("embedding")) + _param_bytes(base_model(shard).norm)
-            return b, b
+            b = int(_param_bytes(shard.lm_head) * r) + _param_bytes(base_model(shard).norm)
+            return b, b, 0
         layer = rep_layer(shard, self._layout.reps[layer_type])
         if layer_type.startswith("attention"):
-            b = int(_param_bytes(layer.self_attn) * r("attention_weights"))
-            return b, b
+            b = int(_param_bytes(layer.self_attn) * r)
+            return b, b, 0
         total = _param_bytes(layer.mlp)
         if not is_moe(layer.mlp):
-            b = int(total * r("dense_weights"))
-            return b, b
+            b = int(total * r)
+            return b, b, 0
         experts = _param_bytes(layer.mlp.experts)
         shared_mod = getattr(layer.mlp, "shared_experts", None) or getattr(layer.mlp, "shared_expert", None)
         shared = _param_bytes(shared_mod) if shared_mod is not None else 0
         rest = total - experts - shared  # router (and its bias) stays in the model's dtype
         e_local = layer.mlp.experts.gate_up_proj.shape[0]
         hit = e_local * (1.0 - (1.0 - 1.0 / e_local) ** expert_rows)
-        re = r("expert_weights")
-        return (int(rest + (experts + shared) * re),
-                int(rest + shared * re + experts * re * hit / e_local))
+        routed = int(experts * r * hit / e_local)
+        return int(rest + (experts + shared) * r), int(rest + shared * r) + routed, routed
 
     def _ratio(self, cls: str) -> float:
         return self.formats.ratio(cls, self.dtype_bytes)
@@ -261,28 +322,25 @@ class ModelCosts:
     def weight_bytes_by_role(self, tp: int = 1, ep: int = 1) -> dict[str, float]:
         """Weight bytes per role on one TP/EP shard, each role in its class's format (norms and
         router stay in the model's dtype)."""
-        cls = {"embedding": "embedding", "lm_head": "embedding", "attention": "attention_weights",
-               "dense_mlp": "dense_weights", "moe_experts": "expert_weights", "shared_experts": "expert_weights"}
         out = {}
         for role, v in self.param_counts(tp=tp, ep=ep).items():
-            b = self.formats.bytes(cls[role], self.dtype_bytes) if role in cls else float(self.dtype_bytes)
+            cls = weight_class(role)
+            b = self.formats.bytes(cls, self.dtype_bytes) if cls else float(self.dtype_bytes)
             out[role] = float(v["per_tp_ep_shard"]) * b
         return out
 
     def matmul_formats(self) -> dict[str, str]:
         """Format each layer type's matmuls run in (its projections; the attention core is
-        `ATTENTION_CORE_FORMAT`): picks the die's cube peak."""
+        `ATTENTION_CORE_FORMAT`): picks the die's cube peak. The embedding gather and the LM head
+        run in the embedding's own format."""
         f = self.formats
         out = {}
         for t in self.layer_types():
-            if t.startswith("attention"):
-                out[t] = f.matmul("attention_weights")
-            elif t == "moe":
-                out[t] = f.matmul("expert_weights")
-            elif t == "dense_mlp":
-                out[t] = f.matmul("dense_weights")
-            else:  # embedding gather, LM head in the embedding format
-                out[t] = "bf16" if f.native else f.embedding
+            cls = weight_class(t)
+            if cls == TensorClass.embedding:
+                out[t] = "bf16" if f.native else str(f.embedding)
+            else:
+                out[t] = str(f.matmul(cls))
         return out
 
     def costs_for_shape(
@@ -322,13 +380,16 @@ class ModelCosts:
             if tot is None:
                 raise CostInputError(f"layer_type: {t!r} saw no ops at {shape} (model structure not recognised)")
             core = cores.get(t)
-            w_all, w_read = self._weights(tp, ep, t, m.expert_rows)
+            w_all, w_read, w_routed = self._weights3(tp, ep, t, m.expert_rows)
             acts = io.act_in.get(t, 0) + io.act_out.get(t, 0)
             if shape.phase == "train_bwd":
                 fused = 2 * w_read + 2 * acts
+                kv, routed = 0.0, 2 * w_routed
             else:
                 kv_read = m.kv_read.get(t, 0) - (core.kv_unread_bytes if core else 0)
-                fused = w_read + acts + (max(kv_read, 0) + m.kv_write.get(t, 0)) * self._ratio("kv_cache")
+                kv = (max(kv_read, 0) + m.kv_write.get(t, 0)) * self._ratio("kv_cache")
+                fused = w_read + acts + kv
+                routed = w_routed
             out[t] = LayerCost(
                 cube_flops=tot.cube_flops + (core.cube_flops if core else 0),
                 vector_flops=tot.vector_flops + (core.vector_flops if core else 0),
@@ -336,6 +397,7 @@ class ModelCosts:
                 hbm_bytes_fused=int(fused),
                 weight_bytes=w_all,
                 activation_bytes_out=io.act_out.get(t, 0),
+                parts=_parts(tot, core, shape.phase, int(fused), kv, routed),
             )
         return out
 
@@ -349,6 +411,29 @@ class ModelCosts:
         if key not in self._cores:
             self._compute(shape, tp, ep)
         return dict(self._cores[key])
+
+    def core_split_types(self) -> list[str]:
+        """Attention layer types whose projections' matmuls run in another format than the
+        attention core (`ATTENTION_CORE_FORMAT`; e.g. INT8 projections under W8A8): their core is
+        priced as a kernel of its own, in its own format."""
+        fmt = self.matmul_formats()
+        return [t for t in dict.fromkeys(self._layout.attention) if fmt[t] != ATTENTION_CORE_FORMAT]
+
+    def split_cores(
+        self, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1, ep: int = 1,
+        seq_len: int | None = None,
+    ) -> dict[str, Cost]:
+        """The attention kernel of each `core_split_types` type at this shape (its part of the
+        layer's cost: FLOPs, the KV traffic it carries, its QKᵀ/PV shapes). The projections are
+        the layer's cost minus it."""
+        costs = self.costs_for_shape(tokens, context, phase, tp, ep, seq_len)
+        att = _attention_kind(phase)
+        out = {}
+        for t in self.core_split_types():
+            core = costs[t].cost.only(att)
+            if core.cube_flops > 0:
+                out[t] = core
+        return out
 
     def layer_cost(
         self, layer_type: str, tokens: int, context: int = 0, phase: str = "prefill", tp: int = 1,
@@ -371,6 +456,61 @@ class ModelCosts:
                 rows.append({**s, "layer_type": t, **asdict(c),
                              "intensity_flop_per_byte": round(c.flops / max(c.hbm_bytes_fused, 1), 1)})
         return pd.DataFrame(rows)
+
+
+def _attention_kind(phase: str) -> str:
+    return "attention_decode" if phase == "decode" else "attention_prefill"
+
+
+def _parts(tot, core: CoreCost | None, phase: str, fused: int, kv: float,  # noqa: ANN001
+           routed: float) -> tuple[tuple, ...]:
+    """A layer type's work by kernel class (counter.class_parts; the closed-form attention core
+    joins the attention class) with the bytes each kernel is charged:
+
+    * the fused traffic (weights + layer I/O + KV: `hbm_bytes_fused`) on the matmul and attention
+      kernels: the KV read/write on the attention kernel, the routed experts' weights on the
+      grouped GEMM, the rest (projection / MLP / shared-expert / router weights and the layer's
+      input and output) on the dense GEMM — a share whose kernel is absent goes to the first
+      present of grouped_gemm, gemm, attention, routing, elementwise;
+    * each pass (elementwise: norms, RoPE, casts, activations, quant/dequant; routing: router
+      softmax/top-k, token permutes, gathers) the bytes it reads and writes when each chain of
+      its ops runs as one kernel (CANN's fused operators npu_rms_norm, npu_rotary_mul,
+      npu_swiglu, npu_dynamic_quant; torch.compile in training): the counter's `chain_bytes`,
+      measured — at most the unfused count b_u of the class;
+    * the attention kernel at least its measured input/output (q, K/V, output: flash attention's
+      traffic; in decode the KV read, which then is not counted twice);
+    * a layer with no matmul (the embedding gather) keeps the fused traffic alone, split over its
+      kernels in proportion to their measured bytes.
+
+    So the parts' bytes sum to hbm_bytes_fused + the passes' measured bytes + the attention
+    kernel's I/O beyond the KV traffic."""
+    att = _attention_kind(phase)
+    parts = class_parts(tot, att, chains=True)
+    if core is not None:
+        p = parts.get(att, Part(att))
+        parts[att] = Part(att, p.cube_flops + core.cube_flops, p.vector_flops + core.vector_flops,
+                          p.hbm_bytes + core.hbm_bytes, (p.gemms + core.gemms) if (p.gemms or not p.cube_flops) else ())
+    parts = {k: p for k, p in parts.items() if not p.empty}
+    matmul = [k for k in ("grouped_gemm", "gemm", att) if k in parts and parts[k].cube_flops > 0]
+    charged: dict[str, float] = {}
+    if matmul:
+        share = {att: kv, "grouped_gemm": routed}
+        share["gemm"] = max(fused - kv - routed, 0.0)
+        order = ["grouped_gemm", "gemm", att, "routing", "elementwise"]
+        for k, b in share.items():
+            dest = k if k in matmul else next(x for x in order if x in parts)
+            charged[dest] = charged.get(dest, 0.0) + b
+        for k in ("elementwise", "routing"):
+            if k in parts:
+                charged[k] = charged.get(k, 0.0) + parts[k].hbm_bytes
+        if att in parts:  # the attention kernel reads q and K/V and writes its output: at least
+            charged[att] = max(charged.get(att, 0.0), parts[att].hbm_bytes)  # its measured I/O
+    elif parts:
+        u = sum(p.hbm_bytes for p in parts.values())
+        for k, p in parts.items():
+            charged[k] = fused * (p.hbm_bytes / u if u > 0 else 1.0 / len(parts))
+    return tuple((k, int(p.cube_flops), int(p.vector_flops), int(round(charged.get(k, 0.0))), p.gemms)
+                 for k, p in parts.items())
 
 
 __all__ = ["PHASES", "LayerCost", "ModelCosts"]

@@ -107,3 +107,72 @@ ATTENTION_PACKETS = {
     )
     if p is not None
 }
+
+
+# ---- matmul shapes ---------------------------------------------------------------------------
+# A matmul D[m×n] = A[m×k]·B[k×n] run `count` times is (m, n, k, count); 2·m·n·k·count FLOPs.
+Gemm = tuple  # (m, n, k, count), or (m, n, k, count, 1): rows along k (workloads.common.cost.Gemm)
+
+
+def ragged(total: int, groups: int) -> list[tuple[int, int]]:
+    """`total` rows split as evenly as integers allow over `groups`: [(rows, groups with that many)],
+    exact (Σ rows·groups = total), empty groups left out."""
+    if groups <= 0 or total <= 0:
+        return []
+    q, r = divmod(int(total), int(groups))
+    return [(m, g) for m, g in ((q + 1, r), (q, groups - r)) if m > 0 and g > 0]
+
+
+def _grouped_shapes(a: tuple[int, ...], b: tuple[int, ...], out: tuple[int, ...]) -> list[Gemm]:
+    """`_grouped_mm`'s matmuls (`grouped_mm_flops`' layouts). 2-D x 3-D: the rows of a are split
+    over b's groups (one expert per group; the fake tensors carry no offsets, so evenly); 2-D x 2-D
+    (weight gradient): each group contracts over its slice of a's columns."""
+    if len(a) == 2 and len(b) == 3:
+        return [(m, b[2], a[1], g) for m, g in ragged(a[0], b[0])]
+    if len(a) == 3 and len(b) == 3:
+        return [(a[1], b[2], a[2], a[0])]
+    if len(a) == 2 and len(b) == 2:  # rows along k: marked (m, n, k, count, 1)
+        groups = out[0] if len(out) == 3 else 1
+        return [(a[0], b[1], k, g, 1) for k, g in ragged(a[1], groups)]
+    if len(a) == 3 and len(b) == 2:
+        return [(out[-2], out[-1], a[2], math.prod(out[:-2]))]
+    raise ValueError(f"_grouped_mm: unexpected operand ranks {a} x {b}")
+
+
+def _attention_shapes(q: tuple[int, ...], k: tuple[int, ...], v: tuple[int, ...], backward: bool) -> list[Gemm]:
+    """QKᵀ (q_len, kv_len, d_qk, B·H) and PV (q_len, d_v, kv_len, B·H); backward as torch's
+    `sdpa_backward_flop_count` counts it: scores recomputed, dP, dV, dQ, dK."""
+    b, h, sq, dq = q
+    sk, dv = k[-2], v[-1]
+    bh = b * h
+    if not backward:
+        return [(sq, sk, dq, bh), (sq, dv, sk, bh)]
+    return [(sq, sk, dq, bh), (sq, sk, dv, bh), (sk, dv, sq, bh), (sq, dq, sk, bh), (dq, sk, sq, bh)]
+
+
+def gemm_shapes(packet: Any, args: tuple, out: Any) -> list[Gemm] | None:
+    """The matmuls one cube op runs, or None when its shapes are not known here (the op's FLOPs
+    then carry no shapes). einsum and matmul reach the dispatcher as mm/bmm."""
+    name = str(packet)
+    if name == "aten.mm":
+        (m, k), n = _shape(args[0]), _shape(args[1])[1]
+        return [(m, n, k, 1)]
+    if name == "aten.addmm":
+        (m, k), n = _shape(args[1]), _shape(args[2])[1]
+        return [(m, n, k, 1)]
+    if name in ("aten.bmm", "aten.baddbmm"):
+        x, y = (args[0], args[1]) if name == "aten.bmm" else (args[1], args[2])
+        (bb, m, k), n = _shape(x), _shape(y)[2]
+        return [(m, n, k, bb)]
+    if name == "aten._grouped_mm":
+        return _grouped_shapes(_shape(args[0]), _shape(args[1]), _shape(out))
+    if name.startswith("aten._scaled_dot_product_flash_attention_for_cpu"):
+        bwd = "backward" in name
+        q, k, v = (args[1], args[2], args[3]) if bwd else (args[0], args[1], args[2])
+        return _attention_shapes(_shape(q), _shape(k), _shape(v), bwd)
+    return None
+
+
+def gemm_flops(gemms: Any) -> int:
+    """Σ 2·m·n·k·count."""
+    return sum(2 * g[0] * g[1] * g[2] * g[3] for g in gemms)

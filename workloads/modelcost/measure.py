@@ -236,6 +236,7 @@ def measure_shape(
             if shape.context:
                 prefix = torch.zeros(shape.n_seq, shape.context, dtype=torch.long)
                 _, cache = _forward(model, prefix, None, True, True)
+                sink.clear()  # the cache fill's expert calls are not the measured step's
                 before = {i: cache_layer_bytes(cache.layers[i]) for i in set(layout.reps.values())}
             ids = torch.zeros(shape.n_seq, shape.q_len, dtype=torch.long)
             with counter:

@@ -1,0 +1,126 @@
+"""Build validation.csv (the table `python -m stratacl.validate` runs) from the public sources.
+
+Run once when a source row is added: `python stratacl/data/kernels/build_table.py`. Every row's
+FLOPs and bytes follow from its stated shape by the rules below; the role (calibrate | check) is
+fixed here by rule BEFORE any parameter is fitted: within each group, in source order, every third
+row (the 3rd, 6th, ...) is a check row; groups of one or two rows calibrate (single stated figures
+with nothing else to fit on) unless marked check below because they are a different kernel than the
+class they check (sparse attention against the dense classes) or another die.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+HERE = Path(__file__).parent
+DEEPGEMM = ("DeepGEMM README @327ec92 (2025-04-09), Performance; MIT (c) 2025 DeepSeek; "
+            "deepgemm_h800_fp8.csv")
+FLASHMLA = "FlashMLA README (deepseek-ai/FlashMLA, 2026-04); MIT (c) 2025 DeepSeek"
+FA3 = ("FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608) Fig. 5 forward, no causal mask, "
+       "head dim 128, H100 SXM5 BF16 (bar labels; H800 = H100 SXM compute and HBM)")
+COLS = ("id", "group", "role", "fabric", "kernel", "format", "core", "gemms", "flops", "hbm_bytes",
+        "measured", "unit", "source", "note")
+
+
+def gemms_str(gemms):
+    return ";".join("x".join(str(x) for x in g) for g in gemms)
+
+
+def by_rule(rows):
+    """Every third row of a group (in source order) checks; the others calibrate."""
+    for i, r in enumerate(rows):
+        r.setdefault("role", "check" if i % 3 == 2 else "calibrate")
+    return rows
+
+
+def deepgemm():
+    groups = {}
+    with (HERE / "deepgemm_h800_fp8.csv").open() as f:
+        for r in csv.DictReader(f):
+            g, m, n, k = int(r["groups"]), int(r["m_per_group"]), int(r["n"]), int(r["k"])
+            kind = r["kind"]
+            kernel = "gemm" if kind == "dense" else "grouped_gemm"
+            # FP8 A (m×k) and B (n×k) per group, BF16 D (m×n): DeepGEMM's own byte count
+            groups.setdefault(kind, []).append({
+                "id": f"deepgemm_{kind}_{g}x{m}_{n}_{k}", "group": f"h800 fp8 {kind}", "fabric": "hgx_h800",
+                "kernel": kernel, "format": "fp8", "core": "cube", "gemms": gemms_str([(m, n, k, g)]),
+                "flops": 2 * m * n * k * g, "hbm_bytes": g * (m * k + n * k + 2 * m * n),
+                "measured": float(r["tflops"]), "unit": "TFLOPS", "source": DEEPGEMM,
+                "note": f"{kind}: {g} group(s) of m={m}" + (" (max per group)" if kind == "grouped_masked" else "")})
+    return [r for rows in groups.values() for r in by_rule(rows)]
+
+
+def fa3():
+    rows = []
+    for s, tf in ((512, 467), (1024, 565), (2048, 625), (4096, 638), (8192, 646), (16384, 648)):
+        b, h, d = 16384 // s, 16, 128  # FA3's benchmark: batch·seqlen = 16k, hidden = heads·hdim = 2048
+        rows.append({"id": f"fa3_fwd_hd128_s{s}", "group": "h800 bf16 attention_prefill", "fabric": "hgx_h800",
+                     "kernel": "attention_prefill", "format": "bf16", "core": "cube",
+                     "gemms": gemms_str([(s, s, d, b * h), (s, d, s, b * h)]),
+                     "flops": 4 * b * h * s * s * d, "hbm_bytes": 4 * b * s * h * d * 2,
+                     "measured": float(tf), "unit": "TFLOPS", "source": FA3,
+                     "note": f"batch {b}, 16 heads, seqlen {s}; Q, K, V, O in BF16 once"})
+    return by_rule(rows)
+
+
+def mla_decode(b, s_q, h_q, kv, kv_elt):
+    """Absorbed MLA decode: the query heads of a token share one latent KV head (d_qk 576, d_v 512),
+    so they are the m rows of one matmul per (batch, query token)."""
+    m = s_q * h_q
+    gemms = [(m, kv, 576, b), (m, 512, kv, b)]
+    flops = 2 * m * kv * 576 * b + 2 * m * kv * 512 * b
+    hbm = b * kv * kv_elt + b * m * (576 + 512) * 2
+    return gemms_str(gemms), flops, hbm
+
+
+def flashmla():
+    rows = []
+    for name, shape, value, unit, stated in (
+            ("memory_bound", (128, 1, 16), 3000.0, "GBps", "'up to 3000 GB/s memory-bound'; shape ASSUMED "
+             "(not stated): batch 128, 1 query token, 16 heads (TP 8), kv 8192, BF16 latent KV"),
+            ("compute_bound", (128, 2, 128), 660.0, "TFLOPS", "'up to 660 TFLOPS compute-bound'; shape "
+             "ASSUMED (not stated): batch 128, 2 query tokens (MTP), 128 heads, kv 8192")):
+        g, f, h = mla_decode(*shape, 8192, 576 * 2)
+        rows.append({"id": f"flashmla_dense_decode_{name}", "group": "h800 bf16 attention_decode",
+                     "role": "calibrate", "fabric": "hgx_h800", "kernel": "attention_decode", "format": "bf16",
+                     "core": "cube", "gemms": g, "flops": f, "hbm_bytes": h, "measured": value, "unit": unit,
+                     "source": FLASHMLA, "note": stated})
+    # token-level sparse decode: each query token attends its own top-2048 tokens; FP8 KV cache
+    # stored as 656 B per token (FlashMLA's FP8 format: 512 FP8 + scales + 64 BF16 RoPE dims)
+    b, s_q, h_q, topk = 128, 2, 128, 2048
+    gemms = [(h_q, topk, 576, b * s_q), (h_q, 512, topk, b * s_q)]
+    rows.append({"id": "flashmla_sparse_decode_compute_bound", "group": "h800 sparse attention (other kernel)",
+                 "role": "check", "fabric": "hgx_h800", "kernel": "attention_decode", "format": "bf16",
+                 "core": "cube", "gemms": gemms_str(gemms), "flops": 2 * h_q * topk * 1088 * b * s_q,
+                 "hbm_bytes": b * s_q * topk * 656 + b * s_q * h_q * 1088 * 2, "measured": 410.0,
+                 "unit": "TFLOPS", "source": FLASHMLA,
+                 "note": "token-level sparse decode, FP8 KV, BF16 matmul: 410 TFLOPS; shape ASSUMED: batch "
+                 "128, 2 query tokens, 128 heads, top-k 2048"})
+    tokens = 8192
+    gemms = [(128, 2048, 576, tokens), (128, 512, 2048, tokens)]
+    rows.append({"id": "flashmla_sparse_prefill", "group": "h800 sparse attention (other kernel)",
+                 "role": "check", "fabric": "hgx_h800", "kernel": "attention_prefill", "format": "bf16",
+                 "core": "cube", "gemms": gemms_str(gemms), "flops": 2 * 128 * 2048 * 1088 * tokens,
+                 "hbm_bytes": tokens * 2048 * 576 * 2 + tokens * 128 * 1088 * 2, "measured": 640.0,
+                 "unit": "TFLOPS", "source": FLASHMLA,
+                 "note": "sparse MLA prefill forward 'up to 640 TFLOPS'; shape ASSUMED: 8192 tokens, 128 "
+                 "heads, top-k 2048 (each token's selected KV read from HBM)"})
+    s, b, h, d = 8192, 2, 16, 128
+    rows.append({"id": "b200_dense_mha_prefill_fwd", "group": "b200 bf16 attention_prefill (carried)",
+                 "role": "check", "fabric": "dgx_b200", "kernel": "attention_prefill", "format": "bf16",
+                 "core": "cube", "gemms": gemms_str([(s, s, d, b * h), (s, d, s, b * h)]),
+                 "flops": 4 * b * h * s * s * d, "hbm_bytes": 4 * b * s * h * d * 2, "measured": 1460.0,
+                 "unit": "TFLOPS", "source": FLASHMLA + " (as reported by NVIDIA)",
+                 "note": "dense MHA prefill forward on B200; shape ASSUMED: FA3's batch 2, 16 heads, seqlen "
+                 "8192, head dim 128; checks the H800-derived fraction carried to B200"})
+    return rows
+
+
+if __name__ == "__main__":
+    rows = deepgemm() + fa3() + flashmla()
+    with (HERE / "validation.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLS)
+        w.writeheader()
+        w.writerows({k: r[k] for k in COLS} for r in rows)
+    print(f"wrote {len(rows)} rows")

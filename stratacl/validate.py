@@ -1,0 +1,251 @@
+"""Validation report: the harness's kernel pricing against public kernel-level measurements.
+
+`python -m stratacl.validate [--out fig.png] [--table path.csv] [--fit]` runs every row of the
+shipped table (stratacl/data/kernels/validation.csv; sources, licences and the rule that chose
+each row's role in stratacl/data/kernels/README.md) through the lowering the replay uses
+(`stratacl.compute.ComputeLowering` on the row's fabric preset from conf/fabric): one compute op
+per row with the row's kernel class, format, GEMM shapes, FLOPs and HBM bytes, alone on the die.
+It prints harness vs public per row with the error, then the median and worst |error| per group,
+calibration rows and check rows apart (a calibration row's error proves little: the parameter was
+fitted on it), and draws harness against measured, log-log, one marker per group, with y = x.
+
+The harness value is the row's FLOPs (TFLOPS rows) or bytes (GB/s rows) over the kernel's device
+time alone — max(compute part, memory part) + ramp — without the launch, which the sources'
+device-side timers do not see. Error = harness / public − 1.
+
+`--fit` (needs scipy) refits the free parameters of each calibrated class on its calibration rows
+only and prints them (what conf/fabric/*.yaml cites); it never reads check rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import statistics
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from stratacl.compute import ComputeLowering
+from stratacl.fabric import Fabric
+from stratacl.trace import Op
+
+TABLE = Path(__file__).parent / "data" / "kernels" / "validation.csv"
+ROLES = ("calibrate", "check")
+UNITS = {"TFLOPS": 1e12, "GBps": 1e9}
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    group: str
+    role: str
+    fabric: str
+    kernel: str
+    format: str
+    core: str
+    gemms: tuple[tuple[int, int, int, int], ...]
+    flops: float
+    hbm_bytes: float
+    measured: float
+    unit: str
+    source: str
+    note: str = ""
+
+
+def load_table(path: str | Path = TABLE) -> list[Row]:
+    rows = []
+    with Path(path).open(newline="") as f:
+        for r in csv.DictReader(f):
+            gemms = tuple(tuple(int(x) for x in g.split("x")) for g in r["gemms"].split(";") if g)
+            row = Row(r["id"], r["group"], r["role"], r["fabric"], r["kernel"], r["format"], r["core"],
+                      gemms, float(r["flops"]), float(r["hbm_bytes"]), float(r["measured"]), r["unit"],
+                      r["source"], r.get("note", ""))  # type: ignore[arg-type]
+            if row.role not in ROLES or row.unit not in UNITS:
+                raise ValueError(f"{path}: row {row.id}: role must be one of {ROLES}, unit one of {list(UNITS)}")
+            rows.append(row)
+    return rows
+
+
+@functools.lru_cache(maxsize=8)
+def fabric_preset(name: str) -> Fabric:
+    """The fabric of conf/fabric/<name>.yaml, composed as the CLI composes it."""
+    from hydra import compose, initialize_config_dir
+
+    from stratacl.config import to_object
+    from stratacl.precheck import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = to_object(compose("config", overrides=[f"fabric={name}"]))
+    return Fabric(cfg.fabric)
+
+
+def row_op(row: Row) -> Op:
+    return Op(id=0, kind="compute", ranks=(0,), name=row.id, flops=(row.flops,), hbm_bytes=(row.hbm_bytes,),
+              core=row.core, dtype=row.format, kernel=row.kernel, gemms=row.gemms)
+
+
+def harness_time(row: Row, fabric: Fabric) -> float:
+    """Device time of the row's kernel alone, from the phases the replay would run (no launch)."""
+    phases = ComputeLowering(fabric).lower(row_op(row))
+    return sum(p.standalone_s() for p in phases if p.category != "launch")
+
+
+def harness_value(row: Row, fabric: Fabric | None = None) -> float:
+    t = harness_time(row, fabric or fabric_preset(row.fabric))
+    work = row.flops if row.unit == "TFLOPS" else row.hbm_bytes
+    return work / t / UNITS[row.unit]
+
+
+def evaluate(rows: list[Row]) -> list[tuple[Row, float, float]]:
+    """(row, harness value, error = harness / public − 1) per row."""
+    out = []
+    for r in rows:
+        h = harness_value(r)
+        out.append((r, h, h / r.measured - 1.0))
+    return out
+
+
+def summary(results: list[tuple[Row, float, float]]) -> list[tuple[str, str, int, float, float]]:
+    """(group, role, rows, median |error|, worst |error|) per group and role."""
+    keys = sorted({(r.group, r.role) for r, _, _ in results}, key=lambda k: (k[0], ROLES.index(k[1])))
+    out = []
+    for g, role in keys:
+        errs = [abs(e) for r, _, e in results if r.group == g and r.role == role]
+        out.append((g, role, len(errs), statistics.median(errs), max(errs)))
+    return out
+
+
+def report(results: list[tuple[Row, float, float]]) -> str:
+    lines = [f"{'row':48s} {'role':9s} {'unit':6s} {'public':>8s} {'harness':>8s} {'error':>7s}"]
+    for r, h, e in results:
+        lines.append(f"{r.id:48s} {r.role:9s} {r.unit:6s} {r.measured:8.0f} {h:8.0f} {e:+7.1%}")
+    lines += ["", f"{'group':40s} {'role':9s} {'rows':>4s} {'median|err|':>11s} {'worst|err|':>10s}"]
+    for g, role, n, med, worst in summary(results):
+        lines.append(f"{g:40s} {role:9s} {n:4d} {med:11.1%} {worst:10.1%}")
+    for role in ROLES:
+        errs = [abs(e) for r, _, e in results if r.role == role]
+        if errs:
+            lines.append(f"{'all ' + role + ' rows':40s} {role:9s} {len(errs):4d} "
+                         f"{statistics.median(errs):11.1%} {max(errs):10.1%}")
+    return "\n".join(lines)
+
+
+def figure(results: list[tuple[Row, float, float]], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    markers = "osD^v<>ph*X"
+    groups = list(dict.fromkeys(r.group for r, _, _ in results))
+    for i, g in enumerate(groups):
+        for role, fill in (("calibrate", True), ("check", False)):
+            pts = [(r.measured, h) for r, h, _ in results if r.group == g and r.role == role]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.scatter(xs, ys, marker=markers[i % len(markers)], s=40, label=f"{g} ({role})",
+                           facecolors=f"C{i}" if fill else "none", edgecolors=f"C{i}")
+    vals = [v for r, h, _ in results for v in (r.measured, h)]
+    lo, hi = min(vals) / 1.5, max(vals) * 1.5
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="y = x")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="public measurement (TFLOPS or GB/s)",
+           ylabel="harness (same unit)", title="Kernel model vs public kernel measurements")
+    from matplotlib.ticker import NullFormatter
+
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.legend(fontsize=6, loc="upper left")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
+# --------------------------------------------------------------------------- fitting
+
+# what --fit frees per (fabric, kernel class); everything else stays as conf/ says
+FREE = {
+    ("hgx_h800", "gemm"): ("compute_fraction.fp8", "hbm_fraction", "k_fill", "fill_us"),
+    ("hgx_h800", "grouped_gemm"): ("compute_fraction.fp8", "hbm_fraction", "k_fill", "fill_us"),
+    ("hgx_h800", "attention_prefill"): ("compute_fraction.bf16", "k_fill"),
+    ("hgx_h800", "attention_decode"): ("compute_fraction.bf16", "hbm_fraction"),
+}
+
+
+def _with(fabric: Fabric, kernel: str, values: dict[str, float]) -> Fabric:
+    """A copy of `fabric` whose kernel class `kernel` takes `values`."""
+    import copy
+
+    from stratacl.kernel_model import KernelModel
+
+    cfg = copy.deepcopy(fabric.cfg)
+    kc = cfg.die.kernel.classes[kernel]
+    for key, v in values.items():
+        if key.startswith("compute_fraction."):
+            kc.compute_fraction = {**kc.compute_fraction, key.split(".", 1)[1]: v}
+        else:
+            kc = replace(kc, **{key: v})
+    cfg.die.kernel.classes[kernel] = kc
+    fab = copy.copy(fabric)
+    fab.cfg = cfg
+    fab._kernel_model = KernelModel(cfg.die.kernel, fab.cube_cores, fab.vector_cores, fab.hbm_Bps)
+    return fab
+
+
+def fit(rows: list[Row]) -> dict[tuple[str, str], dict[str, float]]:
+    """Least squares on log(harness / public) over each class's CALIBRATION rows only."""
+    import numpy as np
+    from scipy.optimize import minimize
+
+    out = {}
+    for (fab_name, kernel), names in FREE.items():
+        cal = [r for r in rows if r.role == "calibrate" and r.fabric == fab_name and r.kernel == kernel
+               and "other kernel" not in r.group]
+        if not cal:
+            continue
+        base = fabric_preset(fab_name)
+        def loss(x: np.ndarray, names=names, cal=cal, base=base, kernel=kernel) -> float:  # noqa: ANN001
+            vals = {n: float(v) for n, v in zip(names, x, strict=True)}
+            # fractions in (0, 1]; k_fill and fill_us ≥ 0
+            if any(v < 0 or ("fraction" in n and not 0 < v <= 1.0) for n, v in vals.items()):
+                return 1e9
+            fab = _with(base, kernel, vals)
+            return sum(np.log(harness_value(r, fab) / r.measured) ** 2 for r in cal)
+
+        x0 = np.array([{"k_fill": 64.0, "fill_us": 2.0}.get(n, 0.7) for n in names])
+        res = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-8, "maxiter": 4000})
+        out[(fab_name, kernel)] = {n: float(v) for n, v in zip(names, res.x, strict=True)} | {
+            "rms_log_error": float(np.sqrt(res.fun / len(cal))), "calibration_rows": len(cal)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m stratacl.validate", description=__doc__.split("\n")[0])
+    ap.add_argument("--table", type=Path, default=TABLE, help="validation table (CSV)")
+    ap.add_argument("--out", type=Path, default=Path("validation.png"), help="figure path (PNG)")
+    ap.add_argument("--fit", action="store_true", help="refit the calibrated parameters on calibration rows")
+    args = ap.parse_args(argv)
+    try:
+        rows = load_table(args.table)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.fit:
+        for (fab_name, kernel), vals in fit(rows).items():
+            print(f"{fab_name} {kernel}: " + ", ".join(f"{k}={v:.4g}" for k, v in vals.items()))
+        return 0
+    results = evaluate(rows)
+    print(report(results))
+    try:
+        print(f"\nfigure: {figure(results, args.out)}")
+    except ImportError:
+        print("\nfigure skipped: needs matplotlib (pip install matplotlib)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
