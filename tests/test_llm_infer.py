@@ -25,7 +25,6 @@ from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import (
     BATCH_GRID,
     CONTEXT_GRID,
-    PREFILL_GRID,
     IterationModel,
     bracket,
 )
@@ -147,14 +146,14 @@ def test_workload_serves_every_library_the_requests_of_its_seed(env: Env, monkey
 def test_shape_grid_brackets_every_shape_without_clamping() -> None:
     """Every shape lies between two grid points (its own when it is one), however large: the grid
     has no last point; small integer shapes are grid points; the micro-batch step is never crossed."""
-    for grid in (BATCH_GRID, CONTEXT_GRID, PREFILL_GRID):
+    for grid in (BATCH_GRID, CONTEXT_GRID):
         for x in [*np.linspace(1, 300_000, 5001), 2.0**21 + 3, 1e7 + 0.5]:
             lo, hi, w = bracket(grid, x)
             assert lo <= x <= hi and 0 <= w < 1 and lo + w * (hi - lo) == pytest.approx(x)
             assert (hi - lo) <= max(grid[0], x / grid[1])  # spacing: a 1/per_octave step of x's octave
     unit, per_octave = BATCH_GRID
     assert all(bracket(BATCH_GRID, b) == (b, b, 0.0) for b in range(1, unit * per_octave))  # priced exactly
-    assert all(bracket(g, 2**j * g[0]) == (2**j * g[0],) * 2 + (0.0,) for g in (BATCH_GRID, PREFILL_GRID, CONTEXT_GRID)
+    assert all(bracket(g, 2**j * g[0]) == (2**j * g[0],) * 2 + (0.0,) for g in (BATCH_GRID, CONTEXT_GRID)
                for j in range(20))  # octaves are grid points
     assert bracket(BATCH_GRID, 63, 64)[1] == 63 and bracket(BATCH_GRID, 64, 64) == (64, 64, 0.0)
     assert bracket(BATCH_GRID, 65, 64)[0] == 64
@@ -163,11 +162,11 @@ def test_shape_grid_brackets_every_shape_without_clamping() -> None:
 
 def test_interpolated_iterations_within_two_percent_of_their_exact_shapes(env: Env) -> None:
     """Seeded random shapes over the whole range a run reaches (decode batch up to the dispatch cap,
-    contexts up to Mooncake's 126K-token prompts and past them, prefill up to 4× the chunk budget):
-    each iteration priced on the grid is within 2 % of the same shape priced exactly, by its own
-    trace simulated on the fabric; so is a shape just below the micro-batch step. The shapes' exact
-    times span a wide range, so a coarser rule (the former bucket-up pricing: up to 2× over, and
-    clamped at 32K) fails here."""
+    contexts up to Mooncake's 126K-token prompts and past them): each decode step priced on the grid
+    is within 2 % of the same shape priced exactly, by its own trace simulated on the fabric; so is a
+    shape just below the micro-batch step. A prefill iteration (up to 4× the chunk budget) is its
+    own shape's trace. The shapes' exact times span a wide range, so a coarser rule (the former
+    bucket-up pricing: up to 2× over, and clamped at 32K) fails here."""
     rng = np.random.default_rng(21)
     step = env.w.scheduler.tbo_min_tokens  # just below it one micro-batch, at it two
     exact = []
@@ -175,10 +174,10 @@ def test_interpolated_iterations_within_two_percent_of_their_exact_shapes(env: E
         shapes = [(step - 4, 4096.0, step - 1)] + [
             (int(rng.integers(1, 513)), float(rng.uniform(64, 160_000)), int(rng.integers(1, 32_768))) for _ in range(6)]
         for b, c, p in shapes:
-            for got, ref in ((env.iters.decode(lib, b, c), env.iters.exact(lib, "decode", b, c)),
-                             (env.iters.prefill(lib, p), env.iters.exact(lib, "prefill", p))):
-                assert got.time_s == pytest.approx(ref.time_s, rel=0.02), (lib, b, c, p)
-                exact.append(ref.time_s)
+            got, ref = env.iters.decode(lib, b, c), env.iters.exact(lib, "decode", b, c)
+            assert got.time_s == pytest.approx(ref.time_s, rel=0.02), (lib, b, c)
+            assert env.iters.prefill(lib, p).time_s == env.iters.exact(lib, "prefill", p).time_s, (lib, p)
+            exact.append(ref.time_s)
     assert max(exact) > 3 * min(exact)  # the shapes matter: the bound is not met by a flat cost
 
 

@@ -43,22 +43,27 @@ from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import CORE, ServingCosts, payload_bytes
 from workloads.llm_infer.memory import registers_just_in_time
 
-# Shape grid: iteration traces are simulated at grid shapes only (each once per library, the same
-# routing for every library) and an iteration is priced by linear interpolation between the grid
-# shapes that bracket it: bilinear in decode batch and context, linear in prefill tokens; a shape on
-# the grid is priced exactly. Each dimension's grid is unbounded (every shape a run reaches has a
-# grid shape above it: nothing is clamped) and `per_octave` points split each octave evenly above
-# `per_octave · unit`, every multiple of `unit` below (small integer batches are priced exactly).
-# A step in the number of micro-batches (`tbo_min_tokens`) is never interpolated across.
+# Shapes. A prefill iteration is priced exactly: its own trace at its own token count (memoised;
+# a serving run visits few distinct counts, since chunked prefill fills its budget under load: 6 in
+# the default run, 5 in its 10-minute version). Prefill time has steps that no interpolation can
+# follow within 2 %: the kernel model's tile padding and wave quantisation make it a staircase in
+# tokens (on the test model of tests/test_llm_infer.py it rises 3-5 % within 512 tokens just past
+# every multiple of 4096 per die: 20,481 -> 20,992, 24,577 -> 25,088, 28,673 -> 29,184), and a line
+# between two grid points misses a shape next to a step by up to the step.
+# A decode step is priced on a shape grid: traces are simulated at grid shapes only (each once per
+# library, the same routing for every library) and a step by bilinear interpolation in batch and
+# context between the grid shapes that bracket it; a shape on the grid is priced exactly. Each
+# dimension's grid is unbounded (every shape a run reaches has a grid shape above it: nothing is
+# clamped) and `per_octave` points split each octave evenly above `per_octave · unit`, every
+# multiple of `unit` below (small integer batches are priced exactly). A step in the number of
+# micro-batches (`tbo_min_tokens`) is never interpolated across.
 # Error bound: within 2 % of pricing the shape's own trace (tests/test_llm_infer.py draws seeded
-# random shapes and simulates each exactly). Iteration time is near-linear in each dimension between
-# neighbouring points (piecewise-linear layer costs under the compute model), so this spacing
-# measured ≤ 0.8 % on the default deployment (20 seeded random shapes, decode and prefill); if a
-# change to the compute model breaks the bound, raise that dimension's `per_octave` (each doubling
-# halves the spacing) until the test passes.
+# random shapes and simulates each exactly). Decode time is near-linear in batch and context between
+# neighbouring points (a decode step's per-expert rows stay within one row tile), so this spacing
+# measured ≤ 0.8 % on the default deployment; if a change to the compute model breaks the bound,
+# raise that dimension's `per_octave` (each doubling halves the spacing) until the test passes.
 BATCH_GRID = (1, 2)  # (unit, per_octave): decode sequences per die: 1, 2, 3, then 4, 6, 8, 12, 16, 24, ...
 CONTEXT_GRID = (256, 1)  # cached tokens per sequence: 0, 256, then octaves 512, 1024, 2048, ...
-PREFILL_GRID = (1, 2)  # prefill tokens per die: 1, 2, 3, then 4, 6, 8, 12, ..., 8192, 12288, 16384, ...
 ROUTING_SAMPLES = 4  # distinct routing draws cycled over layers (keeps trace building cheap)
 MISS_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # JIT misses per iteration with a trace of their own
 
@@ -145,10 +150,8 @@ class IterationModel:
         return _mix([(w, self._get(library, ("decode", b, c, remap), jit_miss)) for (b, c), w in corners if w > 0])
 
     def prefill(self, library: str, tokens: float, remap: bool = False, jit_miss: float = 0.0) -> IterStats:
-        """A prefill iteration of `tokens` per die (interpolated on the grid like `decode`)."""
-        t0, t1, w = bracket(PREFILL_GRID, tokens, self._tbo_step)
-        return _mix([(u, self._get(library, ("prefill", t, 0, remap), jit_miss))
-                     for t, u in ((t0, 1 - w), (t1, w)) if u > 0])
+        """A prefill iteration of `tokens` per die (whole tokens), priced exactly by its own trace."""
+        return self._get(library, ("prefill", math.ceil(tokens), 0, remap), jit_miss)
 
     def exact(self, library: str, phase: str, size: float, context: float = 0.0) -> IterStats:
         """An iteration priced at its own shape: its own trace built and simulated (no grid; the
