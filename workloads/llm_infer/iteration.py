@@ -59,8 +59,7 @@ from workloads.llm_infer.memory import registers_just_in_time
 # micro-batches (`tbo_min_tokens`) is never interpolated across.
 # Error bound: within 2 % of pricing the shape's own trace (tests/test_llm_infer.py draws seeded
 # random shapes and simulates each exactly). Decode time is near-linear in batch and context between
-# neighbouring points (a decode step's per-expert rows stay within one row tile), so this spacing
-# measured ≤ 0.8 % on the default deployment; if a change to the compute model breaks the bound,
+# neighbouring points, so this spacing measured ≤ 0.8 % on the default deployment; if a change to the compute model breaks the bound,
 # raise that dimension's `per_octave` (each doubling halves the spacing) until the test passes.
 BATCH_GRID = (1, 2)  # (unit, per_octave): decode sequences per die: 1, 2, 3, then 4, 6, 8, 12, 16, 24, ...
 CONTEXT_GRID = (256, 1)  # cached tokens per sequence: 0, 256, then octaves 512, 1024, 2048, ...
