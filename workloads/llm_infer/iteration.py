@@ -44,13 +44,13 @@ from workloads.llm_infer.costs import CORE, ServingCosts, payload_bytes
 from workloads.llm_infer.memory import registers_just_in_time
 
 # Shapes. A prefill iteration is priced exactly: its own trace at its own token count (memoised).
-# Prefill time in tokens is not a curve a grid can follow: the library's mechanisms switch with the
-# payload (e.g. on the default deployment under hccl it jumps +76 % between 1,280 and 1,536 tokens per
-# die and +68 % between 5,120 and 5,376) and the kernel model's tile padding and wave quantisation
-# add 3-5 % steps within a few hundred tokens (tests/test_llm_infer.py's model: just past every
-# multiple of 4096). Cost: ~0.5 s per distinct count and library. Under load chunked prefill fills
-# its budget, so a run visits few counts (6 in the default run, 5 in its 10-minute version); light
-# load with generated prompt lengths visits one per request (228 in 60 s at 5 req/s Poisson, 203 s).
+# Prefill time in tokens is a staircase a grid cannot follow within 2 %: the kernel model's tile
+# padding and wave quantisation step it by 3-5 % within a few hundred tokens (tests/test_llm_infer.py's
+# model: just past every multiple of 4096 tokens per die), and a chord across a step misses a shape
+# beside it by up to the step. Cost: ~0.5 s per distinct count and library. Under load chunked
+# prefill fills its budget, so a run visits few counts (6 in the default run, 5 in its 10-minute
+# version); light load with generated prompt lengths visits about one per request (228 in 60 s at
+# 5 req/s Poisson: 203 s).
 # A decode step is priced on a shape grid: traces are simulated at grid shapes only (each once per
 # library, the same routing for every library) and a step by bilinear interpolation in batch and
 # context between the grid shapes that bracket it; a shape on the grid is priced exactly. Each
