@@ -195,9 +195,48 @@ def test_gemm_shapes_scale_with_routed_rows() -> None:
 
 def test_model_costs_cache_key_names_the_parts_version(tmp_path) -> None:  # noqa: ANN001
     from workloads.modelcost import costs as mc_costs
-    assert mc_costs.CACHE_VERSION == "modelcost-6"
+    assert mc_costs.CACHE_VERSION == "modelcost-7"
     a = ModelCosts(load_model_yaml("llama3_8b"), cache_dir=str(tmp_path))
     first = a.costs_for_shape(64, phase="prefill")
     b = ModelCosts(load_model_yaml("llama3_8b"), cache_dir=str(tmp_path))
     again = b.costs_for_shape(64, phase="prefill")  # read from disk: parts come back as tuples
     assert again == first and again["dense_mlp"].parts and isinstance(again["dense_mlp"].parts[0][4], tuple)
+
+
+def test_per_token_small_matmuls_are_vector_work_a_short_k_gemm_stays_cube() -> None:
+    """mHC-style mixing, T matmuls of [4×4]·[4×N] (one per token), is T·2·4·4·N vector FLOPs and no
+    GEMM; one [1024×13]·[13×512] matmul (DLRM's dense input) stays a GEMM with its cube FLOPs."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from workloads.modelcost.counter import OpCounter
+    T, N = 64, 256
+    with FakeTensorMode():
+        c = OpCounter()
+        with c:
+            c.tag = "mix"
+            torch.bmm(torch.empty(T, 4, 4), torch.empty(T, 4, N))
+            c.tag = "dense"
+            torch.empty(1024, 13) @ torch.empty(13, 512)
+            c.tag = None
+    mix, dense = c.totals["mix"], c.totals["dense"]
+    assert mix.cube_flops == 0 and mix.vector_flops == T * 2 * 4 * 4 * N
+    assert not mix.by_class["gemm"].gemms and mix.by_class["elementwise"].vector_flops == T * 2 * 4 * 4 * N
+    assert dense.cube_flops == 2 * 1024 * 13 * 512 and dict(dense.by_class["gemm"].gemms) == {(1024, 512, 13): 1}
+
+
+def test_shapes_between_two_measured_ends_interpolate_the_dimension_that_grows() -> None:
+    """Between a 256-token end (256 per-token matmuls of 4 rows, one 256-row GEMM) and a 1024-token
+    end, the 640-token shape runs 640 per-token matmuls of 4 rows and one 640-row GEMM, not 256
+    matmuls of 10 rows (the nearer end's count with its rows stretched)."""
+    from workloads.common.cost import Cost, Part
+
+    def end(t: int) -> Cost:
+        g = ((4, 4096, 4, t), (t, 4096, 7168, 1))
+        f = sum(2 * m * n * k * c for m, n, k, c in g)
+        return Cost(f, 0.0, 0.0, (Part("gemm", f, 0.0, 0.0, g),))
+
+    mid = end(256).lerp(end(1024), (640 - 256) / 768)
+    got = sorted(mid.parts[0].gemms, key=lambda g: g[1:])
+    assert [tuple(round(x) for x in g) for g in got] == [(4, 4096, 4, 640), (640, 4096, 7168, 1)]
+    assert mid.cube_flops == pytest.approx(2 * 4096 * (4 * 4 * 640 + 640 * 7168))

@@ -23,11 +23,10 @@ from workloads.common.model import model_costs
 from workloads.llm_infer import workload as serving_workload
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import (
-    BATCH_BUCKETS,
-    CONTEXT_BUCKETS,
-    PREFILL_BUCKETS,
+    BATCH_GRID,
+    CONTEXT_GRID,
     IterationModel,
-    bucket,
+    bracket,
 )
 from workloads.llm_infer.requests import Requests, generate
 from workloads.llm_infer.workload import Serving, summarise, validate_layout
@@ -99,7 +98,6 @@ def test_ttft_at_least_the_prefill_of_the_request(env: Env) -> None:
         alone = env.iters.prefill("hccl", r["input_tokens"])
         assert r["ttft_s"] >= alone.compute_s
         assert r["ttft_s"] >= alone.time_s - 1e-12  # its die processed ≥ its own tokens
-    assert bucket(PREFILL_BUCKETS, 1024) == 1024
 
 
 def test_ttft_non_decreasing_in_load(env: Env) -> None:
@@ -145,19 +143,42 @@ def test_workload_serves_every_library_the_requests_of_its_seed(env: Env, monkey
         assert not np.array_equal(a[:n, col], b[:n, col]), name
 
 
-def test_shape_buckets_bound_the_over_pricing_they_claim() -> None:
-    """A shape is priced at the smallest bucket ≥ it: at most 1.5× the batch above 8 sequences,
-    2× the context or prefill tokens; the default scheduler and request limits stay inside."""
-    for table, bound, start in ((BATCH_BUCKETS, 1.5, 8), (BATCH_BUCKETS, 2.0, 1), (CONTEXT_BUCKETS, 2.0, 1),
-                                (PREFILL_BUCKETS, 2.0, 1)):
-        xs = np.linspace(max(start, table[0]), table[-1], 2001)
-        priced = np.array([bucket(table, x) for x in xs])
-        assert (priced >= xs).all() and (priced / xs).max() <= bound + 1e-12
-    assert bucket(PREFILL_BUCKETS, 1024) == 1024 and bucket(BATCH_BUCKETS, 4096) == BATCH_BUCKETS[-1]
-    w = compose_run(["workload=llm_infer"]).workload
-    assert w.scheduler.decode_max_batch <= BATCH_BUCKETS[-1]
-    assert w.scheduler.prefill_token_budget <= PREFILL_BUCKETS[-1]
-    assert w.requests.input_max + w.requests.output_max <= CONTEXT_BUCKETS[-1]
+def test_shape_grid_brackets_every_shape_without_clamping() -> None:
+    """Every shape lies between two grid points (its own when it is one), however large: the grid
+    has no last point; small integer shapes are grid points; the micro-batch step is never crossed."""
+    for grid in (BATCH_GRID, CONTEXT_GRID):
+        for x in [*np.linspace(1, 300_000, 5001), 2.0**21 + 3, 1e7 + 0.5]:
+            lo, hi, w = bracket(grid, x)
+            assert lo <= x <= hi and 0 <= w < 1 and lo + w * (hi - lo) == pytest.approx(x)
+            assert (hi - lo) <= max(grid[0], x / grid[1])  # spacing: a 1/per_octave step of x's octave
+    unit, per_octave = BATCH_GRID
+    assert all(bracket(BATCH_GRID, b) == (b, b, 0.0) for b in range(1, unit * per_octave))  # priced exactly
+    assert all(bracket(g, 2**j * g[0]) == (2**j * g[0],) * 2 + (0.0,) for g in (BATCH_GRID, CONTEXT_GRID)
+               for j in range(20))  # octaves are grid points
+    assert bracket(BATCH_GRID, 63, 64)[1] == 63 and bracket(BATCH_GRID, 64, 64) == (64, 64, 0.0)
+    assert bracket(BATCH_GRID, 65, 64)[0] == 64
+    assert bracket(CONTEXT_GRID, 126_000)[1] >= 126_000  # Mooncake's longest prompts: above the grid's former end
+
+
+def test_interpolated_iterations_within_two_percent_of_their_exact_shapes(env: Env) -> None:
+    """Seeded random shapes over the whole range a run reaches (decode batch up to the dispatch cap,
+    contexts up to Mooncake's 126K-token prompts and past them): each decode step priced on the grid
+    is within 2 % of the same shape priced exactly, by its own trace simulated on the fabric; so is a
+    shape just below the micro-batch step. A prefill iteration (up to 4× the chunk budget) is its
+    own shape's trace. The shapes' exact times span a wide range, so a coarser rule (the former
+    bucket-up pricing: up to 2× over, and clamped at 32K) fails here."""
+    rng = np.random.default_rng(21)
+    step = env.w.scheduler.tbo_min_tokens  # just below it one micro-batch, at it two
+    exact = []
+    for lib in ("hccl", "stratacl"):
+        shapes = [(step - 4, 4096.0, step - 1)] + [
+            (int(rng.integers(1, 513)), float(rng.uniform(64, 160_000)), int(rng.integers(1, 32_768))) for _ in range(6)]
+        for b, c, p in shapes:
+            got, ref = env.iters.decode(lib, b, c), env.iters.exact(lib, "decode", b, c)
+            assert got.time_s == pytest.approx(ref.time_s, rel=0.02), (lib, b, c)
+            assert env.iters.prefill(lib, p).time_s == env.iters.exact(lib, "prefill", p).time_s, (lib, p)
+            exact.append(ref.time_s)
+    assert max(exact) > 3 * min(exact)  # the shapes matter: the bound is not met by a flat cost
 
 
 def test_moe_bytes_of_an_iteration_conserve_token_copies(env: Env) -> None:

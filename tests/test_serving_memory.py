@@ -4,6 +4,7 @@ range, and their cost in the simulated iterations."""
 
 from __future__ import annotations
 
+import copy
 import types
 
 import numpy as np
@@ -19,12 +20,16 @@ from stratacl.fabric import Fabric
 from stratacl.memory import MemEvent
 from stratacl.memory.communicators import Communicator, MoeWindows
 from stratacl.trace import REGISTERED, Trace
+from stratacl.workload_api import RunContext
 from workloads.common.placement import contiguous, eplb
 from workloads.common.routing import by_rank
+from workloads.llm_infer import workload as serving_workload
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.fixed import run_fixed
+from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.memory import hot_share, role_dies, serving_tensors
 from workloads.llm_infer.requests import Requests
+from workloads.llm_infer.workload import serving_costs
 
 
 @pytest.fixture(scope="module")
@@ -217,9 +222,12 @@ def test_prefill_continues_a_chunked_prompt_while_other_dies_take_new_ones(env: 
 # ----------------------------------------------------------------------------- fixed shapes (mode=fixed)
 
 def _fixed(env: Env, batch: int, prompt: int = 512, context: int = 1024) -> Env:
+    """`env` in fixed mode: one `prompt`-token prompt per prefill die; costs as the workload builds them."""
     env.w.mode = "fixed"
-    env.w.fixed.decode_batch_per_die, env.w.fixed.prefill_tokens_per_die, env.w.fixed.context = batch, prompt, context
-    env.w.fixed.prompt_tokens = prompt  # one whole prompt per prefill iteration
+    f = env.w.fixed
+    f.decode_batch_per_die, f.prefill_tokens_per_die, f.prompt_tokens, f.context = batch, prompt, prompt, context
+    env.costs = serving_costs(env.mc, env.w, 0)
+    env.iters = IterationModel(env.ctx, env.costs, env.w)
     return env
 
 
@@ -259,6 +267,35 @@ def test_fixed_mode_errors_name_the_field() -> None:
     e = oom.value
     assert e.field == "workload.layout.decode_ep" and "does not fit a decode die with 'hccl'" in e.problem
     assert "leave no KV cache" in e.problem and "workload.fixed" in e.fix and "\n" not in str(e)
+
+
+def test_fixed_mode_shapes_come_from_workload_fixed_alone(monkeypatch) -> None:  # noqa: ANN001
+    """Through the workload's `run`: the prompt length is `workload.fixed.prompt_tokens`, not the
+    request generator's mean prompt (which fixed mode must not read); shorter prompts in the same
+    tokens per die attend over less, so the prefill is faster; each figure is its exact shape's."""
+    env = Env()
+    monkeypatch.setattr(serving_workload, "model_costs", lambda ref, cache_dir: env.mc)
+
+    def figures(prompt: int, input_mean: int) -> dict:
+        cfg = copy.deepcopy(env.cfg)
+        w = cfg.workload
+        w.mode, w.requests.input_mean = "fixed", input_mean
+        w.fixed.decode_batch_per_die, w.fixed.context = 8, 1024
+        w.fixed.prefill_tokens_per_die, w.fixed.prompt_tokens = 8192, prompt
+        ctx = RunContext(cfg=cfg, fabric=env.ctx.fabric, libraries={"hccl": env.ctx.libraries["hccl"]},
+                         baseline="hccl", seed=0)
+        res = serving_workload.run(ctx)
+        assert f"8192 tokens/die in {prompt}-token prompts" in res.notes[0] and "bucket" not in res.notes[0]
+        return res.metrics["hccl"]
+
+    long = figures(8192, 1024)
+    assert figures(8192, 256) == long  # requests.input_mean plays no part
+    short = figures(1024, 1024)
+    assert short["prefill_iter_s"] < 0.98 * long["prefill_iter_s"]  # 8 prompts of 1K: 1/8 the attention
+    assert short["decode_step_s"] == long["decode_step_s"]
+    with pytest.raises(ConfigError) as e:
+        figures(16384, 1024)  # a prompt larger than the iteration: fixed mode does not chunk
+    assert e.value.field == "workload.fixed.prompt_tokens"
 
 
 def test_hot_die_follows_the_placement() -> None:

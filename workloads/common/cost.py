@@ -48,6 +48,24 @@ def fit_gemms(gemms: tuple[Gemm, ...], flops: float) -> tuple[Gemm, ...]:
     return tuple(scale_rows(g, k) for g in gemms)
 
 
+def lerp_gemms(a: tuple[Gemm, ...], b: tuple[Gemm, ...], w: float, flops: float) -> tuple[Gemm, ...]:
+    """The matmuls between two measured shapes a (w = 0) and b (w = 1) doing `flops`: when both
+    run the same matmuls (matched by their fixed dimensions), each dimension that differs (rows,
+    contraction, batch count) is interpolated, as the shape between them has it (a per-token batched
+    matmul grows its count, a token GEMM its rows); otherwise the nearer end's shapes with their rows
+    fitted. Interpolating only rows would price a 768-token iteration's per-token 4×4 mixing as
+    1024 matmuls of 3 rows (the 1024-token end's count)."""
+    def key(g: Gemm) -> tuple:  # what does not grow with tokens: (n, k), or (m, n) of a weight gradient
+        return (g[0], g[1], *g[4:]) if len(g) > 4 and g[4] else (g[1], g[2])
+    ka, kb = Counter(map(key, a)), Counter(map(key, b))
+    if a and ka == kb and all(n == 1 for n in ka.values()):
+        by_b = {key(g): g for g in b}
+        mixed = tuple((x[0] + w * (by_b[key(x)][0] - x[0]), x[1], x[2] + w * (by_b[key(x)][2] - x[2]),
+                       max(1, round(x[3] + w * (by_b[key(x)][3] - x[3]))), *x[4:]) for x in a)
+        return fit_gemms(mixed, flops)
+    return fit_gemms(a if w <= 0.5 else b, flops) or fit_gemms(b if w <= 0.5 else a, flops)
+
+
 def _diff_gemms(a: tuple[Gemm, ...], b: tuple[Gemm, ...], flops: float) -> tuple[Gemm, ...]:
     """a minus b: the multiset difference when b's matmuls are among a's (a core split off a
     layer), else a's shapes fitted to the remaining FLOPs."""
@@ -136,19 +154,15 @@ class Cost:
 
     def lerp(self, other: Cost, w: float) -> Cost:
         """self + w·(other − self), clipped at 0 (w outside [0, 1] extrapolates). Matmul shapes
-        come from the nearer end, fitted to the interpolated FLOPs."""
+        interpolated between the ends (`lerp_gemms`), fitted to the interpolated FLOPs."""
         out = Cost(self.cube_flops + w * (other.cube_flops - self.cube_flops),
                    self.vector_flops + w * (other.vector_flops - self.vector_flops),
                    self.hbm_bytes + w * (other.hbm_bytes - self.hbm_bytes))
         if self.parts and other.parts:
-            near = {p.kernel: p.gemms for p in (self.parts if w <= 0.5 else other.parts)}
-            far = {p.kernel: p.gemms for p in (other.parts if w <= 0.5 else self.parts)}
-
             def op(x: Part, y: Part) -> Part:
                 c = x.cube_flops + w * (y.cube_flops - x.cube_flops)
                 return Part(x.kernel, c, x.vector_flops + w * (y.vector_flops - x.vector_flops),
-                            x.hbm_bytes + w * (y.hbm_bytes - x.hbm_bytes),
-                            fit_gemms(near.get(x.kernel) or far.get(x.kernel, ()), c))
+                            x.hbm_bytes + w * (y.hbm_bytes - x.hbm_bytes), lerp_gemms(x.gemms, y.gemms, w, c))
 
             out = replace(out, parts=_merge(self.parts, other.parts, op))
         return out.clip()

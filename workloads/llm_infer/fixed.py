@@ -12,7 +12,10 @@ Decode: each step verifies 1 + draft tokens per sequence with MTP and emits 1 + 
 on average, so TPOT = step / (1 + acceptance) and decode tokens/s per NPU = dies per NPU ×
 batch × (1 + acceptance) / step; the step includes its graph launch (iteration.py,
 `decode_graph_capture`). Prefill: tokens/s per NPU = dies per NPU × prompt tokens per die /
-iteration time.
+iteration time, each prompt's attention spanning `workload.fixed.prompt_tokens`.
+
+The shapes are `workload.fixed`'s alone (`workload.requests` is not read) and each iteration is
+priced exactly: its own trace at the fixed batch, context and prompt, simulated per library.
 """
 
 from __future__ import annotations
@@ -25,13 +28,7 @@ from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import ServingCosts
-from workloads.llm_infer.iteration import (
-    BATCH_BUCKETS,
-    CONTEXT_BUCKETS,
-    PREFILL_BUCKETS,
-    IterationModel,
-    bucket,
-)
+from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.memory import role_dies, serving_tensors
 
 KEYS = ["decode_tok_per_s_per_npu", "decode_tpot_s", "decode_step_s", "decode_exposed_comm_s",
@@ -43,10 +40,12 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
               kv_tok: float) -> WorkloadResult:
     f = cfg.fixed
     if f.prompt_tokens > f.prefill_tokens_per_die:
-        raise ConfigError("workload.fixed.prompt_tokens",
-                          f"a {f.prompt_tokens}-token prompt does not fit the {f.prefill_tokens_per_die} tokens "
-                          "of a fixed prefill iteration (fixed mode prefills whole prompts)",
-                          "raise workload.fixed.prefill_tokens_per_die or lower prompt_tokens")
+        raise ConfigError("workload.fixed.prompt_tokens", f"a {f.prompt_tokens}-token prompt does not fit the "
+                          f"{f.prefill_tokens_per_die} tokens per die of the prefill iteration (fixed mode runs "
+                          "whole prompts, no chunked prefill)", "raise workload.fixed.prefill_tokens_per_die or lower prompt_tokens")
+    if costs.seq_len != f.prompt_tokens:
+        raise ValueError(f"fixed mode prices {f.prompt_tokens}-token prompts but the costs were built for "
+                         f"{costs.seq_len} (workload.serving_costs builds them from workload.fixed)")
     s = cfg.scheduler
     dies_per_npu = ctx.fabric.dies_per_npu
     per_step = rules.emitted_tokens_per_step(s)  # tokens per sequence and decode step
@@ -67,9 +66,9 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
                               f"{kv_need / 1e9:.1f} GB of KV exceed the {mem_d.kv / 1e9:.1f} GB KV cache of a "
                               f"decode die with '{library}'", "a smaller batch or context")
         ctx.progress.phase(f"fixed shapes {library}", total=2, unit="iteration")
-        dec = iters.decode(library, f.decode_batch_per_die, f.context)
+        dec = iters.exact(library, "decode", f.decode_batch_per_die, f.context)
         ctx.progress(1)
-        pre = iters.prefill(library, f.prefill_tokens_per_die)
+        pre = iters.exact(library, "prefill", f.prefill_tokens_per_die)
         ctx.progress(1)
         m = {
             "decode_tok_per_s_per_npu": dies_per_npu * f.decode_batch_per_die * per_step / dec.time_s,
@@ -89,10 +88,8 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
                          "exposed_comm_s": st.exposed_comm_s, "copy_s": st.copy_s, "register_s": st.register_s,
                          "vector_core_s": st.vector_core_s, "launch_s": st.launch_s})
     table = metric_table(metrics, ctx.baseline, KEYS)
-    shapes = (f"decode batch {f.decode_batch_per_die}/die (bucket {bucket(BATCH_BUCKETS, f.decode_batch_per_die)}), "
-              f"context {f.context} (bucket {bucket(CONTEXT_BUCKETS, f.context)}); prefill "
-              f"{f.prefill_tokens_per_die} tokens/die (bucket {bucket(PREFILL_BUCKETS, f.prefill_tokens_per_die)}) "
-              f"in {f.prompt_tokens}-token prompts (workload.fixed; workload.requests is not read)")
-    notes = [f"fixed shapes: {shapes}; MTP acceptance {per_step - 1:g}; model {cfg.model.preset or cfg.model.model_type} "
+    shapes = (f"decode batch {f.decode_batch_per_die}/die, context {f.context}; prefill "
+              f"{f.prefill_tokens_per_die} tokens/die in {f.prompt_tokens}-token prompts")
+    notes = [f"fixed shapes (workload.fixed), each priced exactly by its own trace: {shapes}; MTP acceptance {per_step - 1:g}; model {cfg.model.preset or cfg.model.model_type} "
              f"quant '{cfg.model.quant or 'native'}'; KV {kv_tok:.0f} B/token; {iters.simulated} traces simulated"]
     return WorkloadResult(rows=pd.DataFrame(rows), metrics=metrics, table=table, notes=notes)

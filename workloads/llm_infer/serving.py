@@ -248,7 +248,7 @@ class ServingSim:
             yield env.timeout(st.time_s)
             kv_used = sum(self.kv_per_die - d.free_kv for d in dies) / (self.kv_per_die * len(dies))
             self._record("decode", i, batch, n_running * step_tokens, kv_used, st, mem,
-                         min(len(d.running) for d in dies))
+                         min(len(d.running) for d in dies), ctx)
             for d in dies:
                 keep = []
                 for rid in d.running:
@@ -274,8 +274,9 @@ class ServingSim:
             self.all_done.succeed()
 
     def _record(self, phase: str, inst: int, batch: float, tokens: float, kv_util: float, st: IterStats,
-                mem: StepMemory, min_batch: float = 0.0) -> None:
-        self.iter_rows.append((phase, inst, self.env.now - st.time_s, st.time_s, batch, min_batch, tokens,
+                mem: StepMemory, min_batch: float = 0.0, context: float = 0.0) -> None:
+        """`context`: the decode step's priced context (mean cached tokens per sequence; 0 in prefill)."""
+        self.iter_rows.append((phase, inst, self.env.now - st.time_s, st.time_s, batch, min_batch, tokens, context,
                                kv_util, st.compute_s, st.exposed_comm_s, st.copy_s, st.register_s, st.launch_s,
                                mem.maps > 0, mem.lookups, mem.misses))
 
@@ -299,9 +300,9 @@ class ServingSim:
 
     def iteration_frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self.iter_rows, columns=["phase", "instance", "start_s", "time_s", "batch_per_die",
-                                                   "min_batch_per_die", "tokens", "kv_utilisation", "compute_s", "exposed_comm_s",
-                                                   "copy_s", "register_s", "launch_s", "remap", "jit_lookups",
-                                                   "jit_misses"])
+                                                   "min_batch_per_die", "tokens", "context", "kv_utilisation",
+                                                   "compute_s", "exposed_comm_s", "copy_s", "register_s", "launch_s",
+                                                   "remap", "jit_lookups", "jit_misses"])
         df["library"] = self.lib
         return df
 

@@ -18,7 +18,7 @@ from workloads.common.routing import expert_weights
 from workloads.llm_infer.capacity import population, slo_capacity
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.fixed import run_fixed
-from workloads.llm_infer.iteration import BATCH_BUCKETS, CONTEXT_BUCKETS, IterationModel, bucket
+from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.memory import (
     ServingDie,
     registers_user_buffers,
@@ -67,10 +67,11 @@ def resolve_layout(cfg: LlmInferConfig) -> None:
 
 
 def serving_costs(mc: ModelCosts, cfg: LlmInferConfig, seed: int) -> ServingCosts:
-    """Per-die costs on the configured layout; an EPLB placement balances the run's expert popularity."""
+    """Per-die costs on the configured layout; an EPLB placement balances the run's expert popularity.
+    A prefill's attention spans one prompt: `workload.fixed.prompt_tokens` in fixed mode, the mean
+    request prompt when serving."""
     e = int(mc.moe_info().get("n_routed_experts", 0))
     shares = expert_weights(e, cfg.skew, cfg.zipf_s, seed=seed) if e else None
-    # a prefill's attention spans one prompt: the fixed shape's in fixed mode, the mean request's serving
     prompt = cfg.fixed.prompt_tokens if cfg.mode == ServingMode.fixed else cfg.requests.input_mean
     return ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, prompt,
                         layout=cfg.layout, shares=shares)
@@ -293,12 +294,11 @@ def run(ctx: RunContext) -> WorkloadResult:
 
 
 def _typical_decode_timeline(iters: IterationModel, sim: ServingSim, library: str):  # noqa: ANN202
-    """The most frequent decode shape of this run, replayed for the timeline (shows TBO overlap)."""
+    """The most frequent decode batch of this run at the median context of its steps, replayed at
+    that exact shape for the timeline (shows TBO overlap)."""
     it = sim.iteration_frame()
     dec = it[it["phase"] == "decode"]
-    if len(dec):
-        b = Counter(bucket(BATCH_BUCKETS, x) for x in dec["batch_per_die"]).most_common(1)[0][0]
-    else:
-        b = 1
-    trace = iters.trace("decode", b, CONTEXT_BUCKETS[0])
+    b = int(Counter(dec["batch_per_die"]).most_common(1)[0][0]) if len(dec) else 1
+    ctx = round(float(dec["context"].median())) if len(dec) else 1024
+    trace = iters.trace("decode", b, ctx)
     return trace, iters.ctx.simulate(trace, library)

@@ -74,6 +74,9 @@ _ROUTER_SCORES = {getattr(aten, n) for n in ("_softmax", "sigmoid", "_softmax_ba
 
 # What kind of kernel an aten op belongs to (the `KernelClass` names; "attention" is the fused
 # attention kernel, its phase is the shape's).
+# The cube unit's contraction per instruction: Ascend's 16×16×16 fractal (fp16/bf16), Hopper's
+# wgmma K = 16 for 16-bit inputs (PTX ISA, wgmma.mma_async shapes m64nNk16).
+MIN_CUBE_K = 16
 OP_CLASSES = ("gemm", "grouped_gemm", "attention", "elementwise", "routing")
 
 
@@ -236,6 +239,14 @@ class OpCounter(TorchDispatchMode):
             nbytes += _tensor_bytes(t)
         cube = cube_flop_fn(packet)
         vector = 0
+        shapes = gemm_shapes(packet, args, out) if cube is not None else None
+        if shapes and packet not in ATTENTION_PACKETS and all(
+                len(g) == 4 and g[3] > 1 and g[0] < MIN_CUBE_K and g[2] < MIN_CUBE_K for g in shapes):
+            # Many matmuls each smaller than one cube fractal in rows and contraction are weighted
+            # sums kernels run on the vector units (e.g. mHC's per-token 4×4 mixing of residual
+            # streams), not tiled GEMMs (one padded tile per token). One large matmul with a short
+            # contraction (DLRM's 13 dense features) stays a GEMM with its K padded.
+            cube = None
         if cube is not None:
             flops = int(cube(*args, out_val=out, **kwargs))
             cls = "attention" if packet in ATTENTION_PACKETS or self.in_attention else (
@@ -243,7 +254,6 @@ class OpCounter(TorchDispatchMode):
             part = tot.by_class[cls]
             part.cube_flops += flops
             tot.cube_flops += flops
-            shapes = gemm_shapes(packet, args, out)
             if shapes is None:
                 part.shapes_known = False
             else:
@@ -259,7 +269,9 @@ class OpCounter(TorchDispatchMode):
                 nbytes -= int(_tensor_bytes(w) * (1.0 - hit))
         else:
             part = tot.by_class["attention" if self.in_attention else op_class(packet, self.tag)]
-            if packet not in _MOVE:
+            if shapes:  # a short-contraction matmul: a multiply-add per term
+                vector = sum(2 * m * n * k * c for m, n, k, c in shapes)
+            elif packet not in _MOVE:
                 # Elementwise ops: one op per output element; reductions/sorts: per input element.
                 vector = max(math.prod(t.shape) for t in ins + outs)
         part.vector_flops += vector
