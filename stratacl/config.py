@@ -298,6 +298,7 @@ class OutputConfig:
     timeline_max_ranks: int = knob(32, ge=1)  # per-rank tracks drawn for at most this many ranks
     utilisation: bool = False  # write utilisation.parquet (resource utilisation of the timeline replays)
     progress: bool = True
+    trace: bool = False  # write traces/: every trace the run replays, with its replay times (run_traces.py)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from stratacl.fabric import Fabric
 from stratacl.memory import DieMemory
 from stratacl.memory.communicators import Communicator
 from stratacl.progress import Progress
+from stratacl.run_traces import TraceRecorder
 from stratacl.trace import Trace
 
 __all__ = ["Library", "RegistrationMechanism", "RunContext", "WorkloadResult", "Workload"]
@@ -79,10 +80,14 @@ class RunContext:
     baseline: str
     seed: int
     progress: Progress = field(default_factory=lambda: Progress("run", enabled=False))
+    recorder: TraceRecorder | None = None  # output.trace: every replayed trace saved (run_traces.py)
 
     def simulate(self, trace: Trace, library: str) -> SimResult:
-        """Replay `trace` with one selected library."""
-        return simulate(trace, self.libraries[library])
+        """Replay `trace` with one selected library (every workload replay comes through here)."""
+        res = simulate(trace, self.libraries[library])
+        if self.recorder is not None:
+            self.recorder.record(trace, library, res)
+        return res
 
     def replay_all(self, trace: Trace, progress: bool = False) -> dict[str, SimResult]:
         """Replay the same trace once per selected library, in the run's order (advancing the
