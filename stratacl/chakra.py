@@ -196,9 +196,11 @@ def import_chakra(path: str | Path, merge: bool = True) -> Trace:
         raise TraceError(f"{next(iter(files.values()))}: written by an older export ({schema}: other "
                          f"comm_size meaning and group ids); export the trace again")
     if schema in READS:
+        _check_rank_files(files, int(meta.get("stratacl_world_size", 0)))  # type: ignore[call-overload]
         trace = _import_own(meta, {r: nodes for r, (_, nodes) in ranks.items()})
     else:
         groups = _comm_groups(next(iter(files.values())))
+        _check_rank_files(files, max([*files, *(r for g in groups.values() for r in g), *_peers(ranks)]) + 1)
         try:
             trace = _import_foreign({r: nodes for r, (_, nodes) in ranks.items()}, groups, merge)
         except TraceError as exc:
@@ -207,6 +209,36 @@ def import_chakra(path: str | Path, merge: bool = True) -> Trace:
             trace = _import_foreign({r: nodes for r, (_, nodes) in ranks.items()}, groups, False)
     trace.validate()
     return trace
+
+
+def _check_rank_files(files: dict[int, Path], world: int) -> None:
+    """Every rank 0..world−1 needs its file (as ASTRA-sim requires); name the first missing one."""
+    missing = [r for r in range(world) if r not in files]
+    if missing:
+        some = next(iter(files.values()))
+        prefix = ET_FILE.match(some.name)["prefix"]  # type: ignore[index]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise TraceError(f"rank file {some.parent / f'{prefix}.{missing[0]}.et'} is missing{more}: the set "
+                         f"has ranks {_spans(sorted(files))} of {world}")
+
+
+def _spans(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out, start = [], ranks[0]
+    for a, b in zip(ranks, [*ranks[1:], None], strict=True):
+        if b != a + 1:
+            out.append(f"{start}-{a}" if a > start else f"{a}")
+            start = b  # type: ignore[assignment]
+    return ", ".join(out)
+
+
+def _peers(ranks: dict[int, tuple[dict[str, object], list[Any]]]) -> Iterable[int]:
+    """Ranks that SEND / RECV nodes name as their peer."""
+    for _, nodes in ranks.values():
+        for node in nodes:
+            for a in node.attr:
+                if a.name in ("comm_src", "comm_dst"):
+                    yield int(getattr(a, a.WhichOneof("value") or "int32_val"))
 
 
 def _comm_groups(et_file: Path) -> dict[str, tuple[int, ...]]:
@@ -237,14 +269,19 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
             a = node_attrs(node)
             if not a.get("stratacl_idle"):
                 by_op[int(a["stratacl_op"])].append((r, node, a))  # type: ignore[arg-type]
-    if sorted(by_op) != list(range(len(by_op))):
-        raise TraceError("Chakra export is incomplete: op ids are not 0..n-1 (a rank file is missing?)")
-    for op_id in range(len(by_op)):
+    dropped = {int(d["id"]): d for d in json.loads(str(meta.get("stratacl_dropped", "[]")))}
+    n_ops = len(by_op) + len(dropped)
+    if sorted([*by_op, *dropped]) != list(range(n_ops)):
+        raise TraceError("Chakra export is incomplete: op ids are not 0..n-1")
+    for op_id in range(n_ops):
+        if op_id in dropped:  # an op without work: export left it out of the ranks' files
+            trace.add(**{k: v for k, v in dropped[op_id].items() if k != "id"})
+            continue
         members = by_op[op_id]
         node, a = members[0][1], members[0][2]
         pos = {r: int(x["stratacl_rank_pos"]) for r, _, x in members}  # type: ignore[arg-type]
         op_ranks = tuple(sorted(pos, key=pos.__getitem__))
-        first = {r: x for r, _, x in reversed(members)}  # p2p: any node of the rank will do
+        first = {r: _unfloored(x) for r, _, x in reversed(members)}  # p2p: any node of the rank will do
         kind = str(a["stratacl_kind"])
         op = Op(id=op_id, kind=kind, ranks=op_ranks, name="" if a.get("stratacl_unnamed") else node.name,
                 stream=str(a["stratacl_stream"]), deps=tuple(int(d) for d in a.get("stratacl_deps", [])),  # type: ignore[union-attr]
@@ -281,6 +318,14 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
     return trace
 
 
+def _unfloored(a: dict[str, object]) -> dict[str, object]:
+    """Undo export's `_floor`: fields it raised from 0 to 1 for ASTRA-sim's roofline mode."""
+    for key in str(a.get("stratacl_floored", "")).split(","):
+        if key:
+            a[key] = 0
+    return a
+
+
 def _allocs(value: object) -> Any:
     """Buffer allocation ops: a list of op ids (older traces: one id)."""
     return tuple(int(v) for v in value) if isinstance(value, list) else (int(value),)  # type: ignore[arg-type]
@@ -313,13 +358,15 @@ def _import_foreign(nodes_by_rank: dict[int, list[Any]], pg_ranks: dict[str, tup
                 raise TraceError(f"rank {r}: Chakra node id {node.id} appears twice")
             key_of[(r, node.id)] = key
             members[key].append((r, node, a))
-    order = _foreign_order(members, key_of)
+    preds = _foreign_preds(pb, members, key_of, {(r, n.id): n for r, nodes in nodes_by_rank.items() for n in nodes})
+    order = _foreign_order(members, preds)
     index = {k: i for i, k in enumerate(order)}
     trace = Trace(world_size=world, meta={"source": "chakra"})
     for pg, ranks in sorted(pg_ranks.items()):
         trace.add_communicator(f"pg[{pg}]", ranks)
     for key in order:
-        trace.ops.append(_foreign_op(pb, trace, index[key], key, members[key], key_of, index, world))
+        deps = tuple(sorted(index[p] for p in preds[key]))
+        trace.ops.append(_foreign_op(pb, trace, index[key], key, members[key], deps, world))
     return trace
 
 
@@ -344,16 +391,39 @@ def _foreign_key(pb: Any, r: int, node: Any, a: dict[str, object], seen: dict[tu
     return ("node", node.id, t, node.name) if merge else ("node", node.id, t, node.name, r)
 
 
-def _foreign_order(members: dict[tuple, list], key_of: dict[tuple[int, int], tuple]) -> list[tuple]:
-    preds: dict[tuple, set[tuple]] = {k: set() for k in members}
+def _foreign_preds(pb: Any, members: dict[tuple, list], key_of: dict[tuple[int, int], tuple],
+                   nodes: dict[tuple[int, int], Any]) -> dict[tuple, set[tuple]]:
+    """The ops each op waits for, with ASTRA-sim's point-to-point semantics (`Workload.cc`
+    `issue_send_comm`, analytical `CommonNetworkApi.cc` `sim_send` / `sim_recv`): a SEND starts
+    its transfer when the sender's dependencies are done, whether or not the receiver has posted
+    its RECV; a RECV ends when both the transfer and its own dependencies have. So a p2p op waits
+    only for its SEND node's dependencies, and a node after a RECV waits for the p2p op and for the
+    RECV's dependencies. (Waiting for both ends, as before, turns a ring in which every rank sends
+    before it receives — MSCCL-style custom collectives — into a dependency cycle.)"""
+    expanded: dict[tuple[int, int], set[tuple]] = {}
+
+    def after(r: int, node: Any) -> set[tuple]:  # ops that end before `node` may start on rank r
+        out: set[tuple] = set()
+        for d in (*node.data_deps, *node.ctrl_deps):
+            dep = key_of.get((r, d))
+            if dep is None:
+                raise TraceError(f"rank {r}: Chakra node {node.id} '{node.name}' depends on unknown node {d}")
+            out.add(dep)
+            if nodes[(r, d)].type == pb.COMM_RECV_NODE:
+                if (r, d) not in expanded:
+                    expanded[(r, d)] = set()  # a cycle through RECVs ends here; the order check names it
+                    expanded[(r, d)] = after(r, nodes[(r, d)])
+                out |= expanded[(r, d)]
+        return out
+
+    preds: dict[tuple, set[tuple]] = {}
     for key, ms in members.items():
-        for r, node, _ in ms:
-            for d in (*node.data_deps, *node.ctrl_deps):
-                dep = key_of.get((r, d))
-                if dep is None:
-                    raise TraceError(f"rank {r}: Chakra node {node.id} '{node.name}' depends on unknown node {d}")
-                if dep != key:
-                    preds[key].add(dep)
+        waiting = [m for m in ms if key[0] != "p2p" or m[1].type == pb.COMM_SEND_NODE]
+        preds[key] = set().union(*(after(r, node) for r, node, _ in waiting)) - {key}
+    return preds
+
+
+def _foreign_order(members: dict[tuple, list], preds: dict[tuple, set[tuple]]) -> list[tuple]:
     keys = list(members)
     idx = {k: i for i, k in enumerate(keys)}
     order = topological([sorted(idx[p] for p in preds[k]) for k in keys])
@@ -365,12 +435,10 @@ def _foreign_order(members: dict[tuple, list], key_of: dict[tuple[int, int], tup
     return [keys[i] for i in order]
 
 
-def _foreign_op(pb: Any, trace: Trace, op_id: int, key: tuple, ms: list, key_of: dict, index: dict,
+def _foreign_op(pb: Any, trace: Trace, op_id: int, key: tuple, ms: list, deps: tuple[int, ...],
                 world: int) -> Op:
     ms = sorted(ms, key=lambda m: m[0])
     r0, node0, a0 = ms[0]
-    deps = sorted({index[key_of[(r, d)]] for r, n, _ in ms for d in (*n.data_deps, *n.ctrl_deps)}
-                  - {op_id})
     ranks = tuple(r for r, _, _ in ms)
     where = f"rank {r0}: Chakra node {node0.id} '{node0.name}'"
     if key[0] == "coll":
@@ -386,19 +454,19 @@ def _foreign_op(pb: Any, trace: Trace, op_id: int, key: tuple, ms: list, key_of:
         nbytes = [0.0 if ctype == "BARRIER" else harness_nbytes(coll, float(a.get("comm_size", 0)), n)  # type: ignore[arg-type]
                   for _, _, a in ms]
         return Op(id=op_id, kind="collective", ranks=ranks, name=node0.name, stream=f"comm:{pg or 'world'}",
-                  deps=tuple(deps), coll=coll, comm=comm, nbytes=_vec(nbytes))
+                  deps=deps, coll=coll, comm=comm, nbytes=_vec(nbytes))
     if key[0] == "p2p":
         sends = [m for m in ms if m[1].type == pb.COMM_SEND_NODE]
         if len(sends) != 1 or len(ms) != 2:
             raise TraceError(f"{where}: SEND {key[1]}->{key[2]} tag {key[3]} has no matching RECV")
         size = float(sends[0][2].get("comm_size", 0))  # type: ignore[arg-type]
-        return Op(id=op_id, kind="p2p", ranks=(key[1], key[2]), name=node0.name, stream="p2p",
-                  deps=tuple(deps), src=(key[1],), dst=(key[2],), nbytes=(size,))
-    fixed = max(n.duration_micros for _, n, _ in ms) * 1e-6
+        return Op(id=op_id, kind="p2p", ranks=(key[1], key[2]), name=node0.name,  # one FIFO per pair
+                  stream=f"p2p:{key[1]}->{key[2]}", deps=deps, src=(key[1],), dst=(key[2],), nbytes=(size,))
+    fixed = max(float(a.get("stratacl_duration_s", n.duration_micros * 1e-6)) for _, n, a in ms)  # type: ignore[arg-type]
     if node0.type in (pb.MEM_LOAD_NODE, pb.MEM_STORE_NODE):
-        return Op(id=op_id, kind="memcpy", ranks=ranks, name=node0.name, stream="compute", deps=tuple(deps),
+        return Op(id=op_id, kind="memcpy", ranks=ranks, name=node0.name, stream="compute", deps=deps,
                   nbytes=_vec(float(a.get("tensor_size", 0)) for _, _, a in ms))  # type: ignore[arg-type]
-    return Op(id=op_id, kind="compute", ranks=ranks, name=node0.name, stream="compute", deps=tuple(deps),
+    return Op(id=op_id, kind="compute", ranks=ranks, name=node0.name, stream="compute", deps=deps,
               flops=_vec(float(a.get("num_ops", 0)) for _, _, a in ms),  # type: ignore[arg-type]
               hbm_bytes=_vec(float(a.get("tensor_size", 0)) for _, _, a in ms),  # type: ignore[arg-type]
               core=str(a0.get("stratacl_core", "cube")), fixed_time_s=fixed)

@@ -7,6 +7,7 @@ import heapq
 import json
 import re
 from collections import defaultdict
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,9 @@ def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
                   sim: Any | None = None) -> list[Path]:
     """Write `<out_dir>/<prefix>.<rank>.et` for every rank of the trace and `<prefix>.json`.
 
-    `sim` (a `SimResult` of this trace) adds simulated start times and durations.
+    `sim` (a `SimResult` of this trace, or anything with its per-op `start` / `end` arrays in
+    seconds) adds simulated start times and durations. Ops without any work (no FLOPs, bytes or
+    fixed time on any rank) are left out; their dependants inherit their dependencies.
     Returns the ET files written.
     """
     check_prefix(prefix)
@@ -97,22 +100,31 @@ def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
     for op in trace.ops:  # global node ids: one per op, one per pair for p2p
         base.append(nid)
         nid += len(op.src) if op.kind == "p2p" else 1
-    preds = stream_predecessors(trace)
-    topo = {op_id: i for i, op_id in enumerate(topological(preds))}
-    per_rank: dict[int, list[tuple[int, Any]]] = defaultdict(list)
+    order = topological(stream_predecessors(trace))  # keeps each rank's stream order
+    dropped = {op.id for op in trace.ops if no_work(op)}
+    per_rank: dict[int, list[Any]] = defaultdict(list)
     last: dict[tuple[int, str], int] = {}
+    done: dict[tuple[int, int], list[int]] = {}  # (dropped op, rank) -> the nodes it stands for
+    clock = _Carry()
     rank_sets = [set(op.ranks) for op in trace.ops]
-    for op in trace.ops:  # list order = stream order (Trace contract)
+
+    def finished(op_id: int, r: int) -> list[int]:  # the nodes whose end means op `op_id` ended on r
+        return done[(op_id, r)] if op_id in dropped else _ids_on(trace.ops[op_id], base[op_id], r)
+
+    for op in (trace.ops[i] for i in order):
         groups = _group_index(trace, op) if op.kind == "collective" else {}
         for pos, r in enumerate(op.ranks):
             prev = last.get((r, op.stream))
             last[(r, op.stream)] = op.id
-            data = [i for d in op.deps if r in rank_sets[d] for i in _ids_on(trace.ops[d], base[d], r)]
-            ctrl = _ids_on(trace.ops[prev], base[prev], r) if prev is not None else []
-            for node in _nodes(pb, trace, op, base[op.id], r, pos, groups, pg_id, sim):
+            data = [i for d in op.deps if r in rank_sets[d] for i in finished(d, r)]
+            ctrl = finished(prev, r) if prev is not None else []
+            if op.id in dropped:
+                done[(op.id, r)] = list(dict.fromkeys(data + ctrl))
+                continue
+            for node in _nodes(pb, trace, op, base[op.id], r, pos, groups, pg_id, sim, clock):
                 node.data_deps.extend(data)
-                node.ctrl_deps.extend(ctrl)
-                per_rank[r].append((topo[op.id], node))
+                node.ctrl_deps.extend(c for c in ctrl if c not in data)
+                per_rank[r].append(node)
 
     meta = [_attr(pb, "schema", SCHEMA), _attr(pb, "stratacl_world_size", trace.world_size),
             _attr(pb, "stratacl_communicators",
@@ -120,16 +132,48 @@ def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
             _attr(pb, "stratacl_meta", json.dumps(trace.meta, default=str)),
             _attr(pb, "stratacl_buffers", json.dumps(trace.buffers)),
             _attr(pb, "stratacl_stream_cores", json.dumps(trace.stream_cores))]
+    if dropped:  # kept for the round trip only: other tools never see these ops
+        meta.append(_attr(pb, "stratacl_dropped", json.dumps([op_fields(trace.ops[i]) for i in sorted(dropped)])))
     files = []
     for r in range(trace.world_size):  # ASTRA-sim opens one file per NPU and exits if one is missing
-        nodes = [node for _, node in sorted(per_rank.get(r, []), key=lambda t: (t[0], t[1].id))]
         path = out / f"{prefix}.{r}.et"
         with path.open("wb") as f:
             encode(f, pb.GlobalMetadata(version=ET_VERSION, attr=[*meta, _attr(pb, "stratacl_rank", r)]))
-            for node in nodes or [_idle_node(pb, nid)]:
+            for node in per_rank.get(r) or [_idle_node(pb, nid)]:
                 encode(f, node)
         files.append(path)
     return files
+
+
+def no_work(op: Op) -> bool:
+    """A compute or memcpy op with nothing to do on any rank: it takes no time in the replay, and
+    ASTRA-sim's roofline mode would skip it without issuing its dependants (`skip_invalid`)."""
+    if op.kind == "compute":
+        return op.fixed_time_s == 0 and not any((*op.flops, *op.vector_flops, *op.hbm_bytes))
+    return op.kind == "memcpy" and not any(op.nbytes)
+
+
+def op_fields(op: Op) -> dict[str, object]:
+    """An op as plain JSON values (tuples as lists)."""
+    return {f.name: json.loads(json.dumps(getattr(op, f.name))) for f in fields(op)}
+
+
+class _Carry:
+    """Durations in whole µs (Chakra's `duration_micros`, which ASTRA-sim replays × 1000 ns) with the
+    rounding error carried along each rank's stream: node i gets round(Tᵢ) − round(Tᵢ₋₁), Tᵢ the
+    exact sum so far, so every run of consecutive kernels is within 1 µs of its exact time (plain
+    rounding of 2.4 µs kernels would lose 17 %). The exact value rides in `stratacl_duration_s`."""
+
+    def __init__(self) -> None:
+        self.exact: dict[tuple[int, str], float] = defaultdict(float)
+        self.written: dict[tuple[int, str], int] = defaultdict(int)
+
+    def micros(self, rank: int, stream: str, seconds: float) -> int:
+        key = (rank, stream)
+        self.exact[key] += seconds * 1e6
+        step = round(self.exact[key]) - self.written[key]
+        self.written[key] += step
+        return step
 
 
 def check_prefix(prefix: str) -> str:
@@ -147,12 +191,13 @@ def pg_ids(comms: dict[str, tuple[int, ...]]) -> dict[str, str]:
 
 
 def _idle_node(pb: Any, node_id: int) -> Any:
-    """A zero-time COMP node for a rank with no work: ASTRA-sim's feeder rejects a file without a
-    dependency-free node; replay runs it for 1 ns, roofline mode skips it (tensor_size 0)."""
+    """A near-zero-time COMP node for a rank with no work: ASTRA-sim's feeder rejects a file without
+    a dependency-free node; replay runs it for 1 ns, roofline mode for 1 op on 1 byte (a node with
+    0 bytes it would skip without finishing the rank's graph)."""
     node = pb.Node(id=node_id, name="stratacl_idle", type=pb.COMP_NODE)
     node.attr.extend([pb.AttributeProto(name="is_cpu_op", bool_val=False),
-                      pb.AttributeProto(name="num_ops", uint64_val=0),
-                      pb.AttributeProto(name="tensor_size", uint64_val=0),
+                      pb.AttributeProto(name="num_ops", uint64_val=1),
+                      pb.AttributeProto(name="tensor_size", uint64_val=1),
                       pb.AttributeProto(name="stratacl_idle", bool_val=True)])
     return node
 
@@ -214,7 +259,8 @@ def _group_index(trace: Trace, op: Op) -> dict[int, tuple[str, int, int]]:
 
 
 def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
-           groups: dict[int, tuple[str, int, int]], pg_id: dict[str, str], sim: Any | None) -> list[Any]:
+           groups: dict[int, tuple[str, int, int]], pg_id: dict[str, str], sim: Any | None,
+           clock: _Carry) -> list[Any]:
     common = {"is_cpu_op": False, "stratacl_op": op.id, "stratacl_kind": op.kind,
               "stratacl_stream": op.stream, "stratacl_rank_pos": pos}
     if op.deps:
@@ -232,6 +278,7 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
             a = {"num_ops": 0, "tensor_size": round(2 * _at(op.nbytes, pos))}
         if op.fixed_time_s > 0:
             a["stratacl_fixed_time_s"] = float(op.fixed_time_s)
+        _floor(a)
         specs.append((base, "COMP_NODE", a))
     elif op.kind == "collective":
         comm, idx, n = groups[r]
@@ -253,11 +300,16 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
     nodes = []
     for node_id, node_type, a in specs:
         node = pb.Node(id=node_id, name=name, type=pb.NodeType.Value(node_type))
-        if op.kind == "compute" and op.fixed_time_s > 0:
-            node.duration_micros = round(op.fixed_time_s * 1e6)
+        seconds = op.fixed_time_s if op.kind == "compute" else 0.0
         if sim is not None:
             node.start_time_micros = round(float(sim.start[op.id]) * 1e6)
-            node.duration_micros = round(float(sim.end[op.id] - sim.start[op.id]) * 1e6)
+            seconds = float(sim.end[op.id] - sim.start[op.id])
+        if node_type == "COMP_NODE":
+            node.duration_micros = clock.micros(r, op.stream, seconds)
+        else:
+            node.duration_micros = round(seconds * 1e6)
+        if seconds > 0:
+            a["stratacl_duration_s"] = seconds
         for key, value in {**common, **a}.items():
             if key in ("comm_src", "comm_dst", "comm_tag"):  # ASTRA-sim reads these as int32
                 node.attr.append(pb.AttributeProto(name=key, int32_val=int(value)))
@@ -267,6 +319,18 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
                 node.attr.append(_attr(pb, key, value))
         nodes.append(node)
     return nodes
+
+
+def _floor(a: dict[str, object]) -> None:
+    """No COMP node with 0 operations or 0 bytes: ASTRA-sim's roofline mode skips a 0-byte node
+    without issuing its dependants (a silent stall) and prices 0 operations at 0/0. A memcpy's 1
+    operation on its bytes is memory-bound at the roofline's bandwidth, a kernel's 1 byte leaves
+    it compute-bound; `stratacl_floored` names the raised fields so import restores the zeros."""
+    raised = [k for k in ("num_ops", "tensor_size") if a[k] == 0]
+    for k in raised:
+        a[k] = 1
+    if raised:
+        a["stratacl_floored"] = ",".join(raised)
 
 
 def _compute_attrs(op: Op, pos: int) -> dict[str, object]:
