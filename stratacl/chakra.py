@@ -102,6 +102,7 @@ from stratacl.chakra_export import (  # noqa: F401 - SCHEMA, comm_size, export_c
     READS,
     SCHEMA,
     chakra_pb,
+    check_prefix,
     comm_size,
     export_chakra,
     harness_nbytes,
@@ -110,6 +111,7 @@ from stratacl.chakra_export import (  # noqa: F401 - SCHEMA, comm_size, export_c
     topological,
 )
 from stratacl.errors import HarnessError, TraceError
+from stratacl.run_traces import replay_times, saved_traces
 from stratacl.trace import Op, Trace
 
 # --------------------------------------------------------------------------- import
@@ -475,13 +477,30 @@ def _foreign_op(pb: Any, trace: Trace, op_id: int, key: tuple, ms: list, deps: t
 # --------------------------------------------------------------------------- CLI
 
 
+def _export_cli(args: argparse.Namespace) -> None:
+    check_prefix(args.prefix)
+    sources = saved_traces(args.trace, args.name)
+    for src in sources:
+        out = args.outdir / src.stem if args.trace.is_dir() else args.outdir
+        times = None if args.no_times else replay_times(src, args.library)
+        files = export_chakra(Trace.load(src), out, args.prefix, sim=times)
+        how = (f"compute times of {times.library}'s replay" if times else
+               "no simulated times (--no-times)" if args.no_times else
+               f"no simulated times: no {src.stem}.times.parquet beside it (a run's output.trace writes it)")
+        print(f"wrote {len(files)} ET files {out / args.prefix}.<rank>.et and {out / args.prefix}.json ({how})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stratacl.chakra", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    exp = sub.add_parser("export", help="harness trace (parquet) -> per-rank Chakra ET files")
-    exp.add_argument("trace", type=Path)
+    exp = sub.add_parser("export", help="run directory (output.trace=true) or harness trace (parquet) -> "
+                         "per-rank Chakra ET files")
+    exp.add_argument("trace", type=Path, help="run directory (each saved trace into <outdir>/<name>/) or trace file")
     exp.add_argument("outdir", type=Path)
     exp.add_argument("--prefix", default="trace", help="file names <prefix>.<rank>.et (default: trace)")
+    exp.add_argument("--trace", dest="name", help="export only this saved trace of a run directory")
+    exp.add_argument("--library", help="whose simulated times the nodes carry (default: the run's baseline)")
+    exp.add_argument("--no-times", action="store_true", help="leave simulated times out")
     imp = sub.add_parser("import", help="per-rank Chakra ET files -> harness trace (parquet)")
     imp.add_argument("source", type=Path, help="directory with one <prefix>.<rank>.et set, or <dir>/<prefix>")
     imp.add_argument("trace", type=Path)
@@ -489,9 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.cmd == "export":
-            files = export_chakra(Trace.load(args.trace), args.outdir, args.prefix)
-            print(f"wrote {len(files)} ET files {args.outdir / args.prefix}.<rank>.et and "
-                  f"{args.outdir / args.prefix}.json")
+            _export_cli(args)
         else:
             trace = import_chakra(args.source, merge=not args.no_merge)
             trace.save(args.trace)

@@ -477,6 +477,9 @@ def validate_run(cfg: RunConfig) -> None:
     if cfg.baseline not in cfg.library:
         raise ConfigError("baseline", f"'{cfg.baseline}' is not among the selected libraries "
                           f"{list(cfg.library)}", "add it to library=[...] or set baseline= one of them")
+    check = getattr(cfg.workload, "check", None)  # a workload's own cross-field check (its schema)
+    if callable(check):
+        check(cfg)
 
 
 def to_object(cfg: DictConfig) -> RunConfig:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from stratacl.errors import ConfigError, TraceError
 from stratacl.trace import Trace
 
 TRACES_DIR = "traces"
@@ -88,18 +89,61 @@ class TraceRecorder:
         return len(self._saved)
 
 
-def replay_times(trace_file: Path, library: str | None = None) -> tuple[str, Any, Any] | None:
-    """(library, start, end) of a saved trace's replay in its run (`<name>.times.parquet` beside
-    it); `library` None = the first one replayed. None when the file has no times beside it."""
+def saved_traces(source: Path, name: str | None = None) -> list[Path]:
+    """Trace files to work on: `source` itself (a trace file), or the traces a run directory saved
+    (all, or the one called `name`)."""
+    source = Path(source)
+    if not source.is_dir():
+        if not source.is_file():
+            raise ConfigError("trace", f"{source} does not exist", "give a run directory or a trace .parquet file")
+        return [source]
+    index = source / TRACES_DIR / INDEX
+    if not index.is_file():
+        raise ConfigError("trace", f"run directory {source} holds no saved traces ({TRACES_DIR}/{INDEX})",
+                          "run it again with output.trace=true")
+    try:
+        names = [str(entry["name"]) for entry in json.loads(index.read_text())]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise TraceError(f"{index}: not a trace index ({exc})") from None
+    if name is not None:
+        if name not in names:
+            raise ConfigError("--trace", f"'{name}' is not among the run's traces", f"use one of {names[:8]}")
+        names = [name]
+    return [source / TRACES_DIR / f"{n}.parquet" for n in names]
+
+
+def run_baseline(trace_file: Path) -> str | None:
+    """The baseline library of the run that saved `trace_file` (its summary.json), if any."""
+    summary = trace_file.parent.parent / "summary.json"
+    try:
+        return str(json.loads(summary.read_text())["baseline"]) if trace_file.parent.name == TRACES_DIR else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass
+class ReplayTimes:
+    """Op start / end times (s) of one library's replay of a saved trace (what `export_chakra`'s
+    `sim` reads)."""
+
+    library: str
+    start: Any
+    end: Any
+
+
+def replay_times(trace_file: Path, library: str | None = None) -> ReplayTimes | None:
+    """The replay times saved beside `trace_file` (`<name>.times.parquet`) for `library` (None: the
+    run's baseline, else the first library replayed); None when there are none."""
     times = trace_file.with_name(trace_file.name.removesuffix(".parquet") + TIMES_SUFFIX)
     if not times.is_file():
         return None
-    df = pd.read_parquet(times)
-    libs = list(dict.fromkeys(df["library"]))
-    lib = library if library is not None else libs[0]
+    try:
+        df = pd.read_parquet(times)
+        libs = list(dict.fromkeys(df["library"]))
+    except Exception as exc:  # pyarrow raises several types for damaged files
+        raise TraceError(f"{times}: not readable replay times ({exc})") from None
+    lib = library or (run_baseline(trace_file) if run_baseline(trace_file) in libs else libs[0])
     sel = df[df["library"] == lib].sort_values("op")
     if sel.empty:
-        from stratacl.errors import ConfigError
-
         raise ConfigError("--library", f"'{lib}' did not replay {trace_file.name}", f"use one of {libs}")
-    return lib, sel["start_s"].to_numpy(), sel["end_s"].to_numpy()
+    return ReplayTimes(lib, sel["start_s"].to_numpy(), sel["end_s"].to_numpy())
