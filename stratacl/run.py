@@ -39,12 +39,12 @@ from stratacl.precheck import one_line as precheck_one_line
 from stratacl.progress import Progress
 from stratacl.run_traces import TRACES_DIR, TraceRecorder
 from stratacl.sweep_resume import skip_finished
-from stratacl.timeline import write_timeline
+from stratacl.timeline import interval_timeline, write_timeline
 from stratacl.workload_api import RunContext, Workload, WorkloadResult
 
 log = logging.getLogger("stratacl")
 
-OUTPUTS = ("summary.json", "results.parquet", "timeline.json", "utilisation.parquet")
+OUTPUTS = ("summary.json", "results.parquet", "timeline.json", "run_timeline.json", "utilisation.parquet")
 
 
 def load_workload(name: str) -> Workload:
@@ -130,7 +130,11 @@ def _write(out_dir: Path, cfg: RunConfig, result: WorkloadResult, summary: dict,
         for name, frame in result.extra_rows.items():
             frame.to_parquet(out_dir / f"{name}.parquet", index=False)
         if cfg.output.timeline and result.timelines:
-            write_timeline(out_dir / "timeline.json", result.timelines, cfg.output.timeline_max_ranks)
+            write_timeline(out_dir / "timeline.json", result.timelines, cfg.output.timeline_max_ranks,
+                           result.timeline_label)
+        if cfg.output.timeline and result.run_timeline is not None:
+            (out_dir / "run_timeline.json").write_text(json.dumps(
+                interval_timeline(result.run_timeline, result.run_timeline_label)))
         util = [res.utilisation.assign(library=lib) for lib, (_, res) in result.timelines.items()
                 if cfg.output.utilisation and res.utilisation is not None]
         if util:

@@ -105,6 +105,10 @@ class WorkloadResult:
     rows: pd.DataFrame  # tidy, one row per request / iteration / size × library; has "library"
     metrics: dict[str, dict[str, float]]  # library -> metric (unit in the name) -> value
     timelines: dict[str, tuple[Trace, SimResult]] = field(default_factory=dict)  # library -> replay
+    timeline_label: str = ""  # what `timelines` show (timeline.json says it); "" = described from the trace
+    # the whole run as intervals (library, track, name, start_s, end_s, args…): run_timeline.json
+    run_timeline: pd.DataFrame | None = None
+    run_timeline_label: str = ""
     notes: list[str] = field(default_factory=list)
     table: pd.DataFrame | None = None  # side-by-side view printed at the end of a run
     extra_rows: dict[str, pd.DataFrame] = field(default_factory=dict)  # name -> <name>.parquet
