@@ -21,9 +21,11 @@ gathered output (input S/n per rank), reduce-scatter S = input (output S/n), oth
 | `pg_name` | id in the comm-group file; "" or "0" = all ranks (`Workload.cc` `extract_comm_group`) | communicators numbered 1, 2, … in trace order |
 | comm-group file ids | must be > 0: 0 is reserved for all ranks (`CommunicatorGroup.cc` `set_id` asserts) | 1, 2, …; import reads "0" on a node as all ranks and rejects it in the file |
 | SEND / RECV | issued by `comm_src` / `comm_dst` rank; `comm_size`, `comm_tag` as uint32 (`Workload.cc`) | one node per pair end, same size and tag on both |
-| COMP `duration_micros` | replay time (µs → ns, 0 → 1 ns); roofline mode uses `num_ops` / `tensor_size` instead (`Workload.cc`) | fixed time, or the simulated time with `sim` |
+| COMP `duration_micros` | replay time in whole µs (`issue_replay`: × 1000 ns, 0 → 1 ns); roofline mode uses `num_ops` / `tensor_size` instead (`issue_comp`) | the simulated time (a run's saved replay times, `sim`), else the fixed time; rounding carried along each rank's stream (below); exact seconds in `stratacl_duration_s` |
+| COMP `num_ops`, `tensor_size` in roofline mode | `tensor_size` 0: `skip_invalid`, which finishes the node without issuing its dependants (the rank stalls silently); `num_ops` 0: time = 0 / roofline(0) (`Workload.cc` `issue_comp`, `Roofline.cc`) | never 0: ops without any work are left out (dependants inherit their deps); a memcpy's `num_ops` and a kernel's 0 bytes become 1 (`stratacl_floored` names them for import) |
 | COMM nodes `is_cpu_op` | must be false (`Workload.cc` `issue_comm` throws) | false |
-| the file | GlobalMetadata first, then nodes; needs ≥ 1 node without deps ("No dependancy free nodes found") and every dep in the same file (`et_feeder.cpp`, `dependancy_solver.cpp`); every rank's file must exist (`Workload.cc`) | a rank with no work gets one zero-time COMP node `stratacl_idle` |
+| SEND / RECV timing | a SEND's transfer starts when the sender issues it, whether or not the RECV is posted; the RECV ends at max(transfer end, its own issue) (`Workload.cc` `issue_send_comm`; analytical `CommonNetworkApi.cc` `sim_send` / `sim_recv`) | import: a p2p op waits for its SEND's deps only, a node after a RECV for the p2p op and the RECV's deps |
+| the file | GlobalMetadata first, then nodes; needs ≥ 1 node without deps ("No dependancy free nodes found") and every dep in the same file (`et_feeder.cpp`, `dependancy_solver.cpp`); every rank's file must exist (`Workload.cc`) | a rank with no work gets one 1-op, 1-byte COMP node `stratacl_idle`; import names a missing rank file |
 
 Run as well: ASTRA-sim's congestion-unaware analytical backend built from that source runs these
 exports (8-NPU ring, α = 500 ns, 50 GB/s: an 8 MiB all-gather takes 140.30 µs against the α–β ring
@@ -35,14 +37,18 @@ Mapping (one harness op = one node per rank it runs on; p2p: one SEND/RECV node 
 | harness op | Chakra node | standard attributes |
 |---|---|---|
 | compute | COMP_NODE | `num_ops` = FLOPs (cube + vector pipeline of a mixed kernel), `tensor_size` = HBM bytes, `duration_micros` |
-| memcpy | COMP_NODE | `tensor_size` = 2·nbytes (read + write), `num_ops` = 0 |
+| memcpy | COMP_NODE | `tensor_size` = 2·nbytes (read + write), `num_ops` = 1 (memory-bound in a roofline) |
 | collective | COMM_COLL_NODE | `comm_type` (CollectiveCommType), `comm_size` (table above), `pg_name` |
 | p2p pair | COMM_SEND_NODE / COMM_RECV_NODE | `comm_src`, `comm_dst`, `comm_tag`, `comm_size` |
 
 `data_deps` hold the explicit dependencies that run on the same rank; `ctrl_deps` hold per-rank
 stream order (the previous op on the same rank and stream). Node ids are global: an op's node has
-the same id on every rank (a p2p op takes one id per pair). With a `SimResult`, every node also
-carries the simulated `start_time_micros` / `duration_micros`.
+the same id on every rank (a p2p op takes one id per pair). With simulated times (`sim`: a
+`SimResult`, or a run's `traces/<name>.times.parquet`), every node also carries
+`start_time_micros` / `duration_micros`. Chakra's durations are whole µs, so a COMP node gets
+round(Tᵢ) − round(Tᵢ₋₁), Tᵢ the exact time of its rank's stream so far: any run of consecutive
+kernels stays within 1 µs of its exact time (ten 2.4 µs kernels: 24 µs, not 20), and
+`stratacl_duration_s` keeps the exact seconds.
 
 Round trip: every node also carries `stratacl_*` attributes (op id, kind, stream, rank position,
 all explicit deps, communicator family, exact per-rank nbytes, exact fixed time, alltoallv rows),
@@ -69,21 +75,29 @@ Documented losses:
 - explicit dependencies on ops of *other* ranks cannot be expressed per rank in Chakra: they are
   kept in `stratacl_deps` for the round trip, but other tools see only same-rank `data_deps`;
 - alltoallv / dispatch / combine become ALL_TO_ALL for other tools (`stratacl_coll` keeps them).
-ASTRA-sim's roofline mode divides by `num_ops` / `tensor_size`: nodes with 0 FLOPs (memcpy,
-fixed-time compute) are meaningful to it only in replay mode, with the durations `sim` writes.
+- ops without any work (no FLOPs, bytes or fixed time on any rank: they take no time in the
+  replay) are not nodes; they travel in GlobalMetadata `stratacl_dropped` for the round trip.
+ASTRA-sim's roofline mode prices a kernel by `num_ops` / `tensor_size`: fixed-time compute (0
+FLOPs, 0 bytes, floored to 1 and 1) takes ~0 there; its time is meaningful in replay mode only.
 
 Foreign traces (e.g. from Chakra's converter or ASTRA-sim's generators) import too: collectives
 are matched across ranks by order of issue on their `pg_name` (no `pg_name` or "0": all ranks),
 SEND/RECV by (src, dst, tag) in order, and COMP / MEM nodes with the same (id, type, name) on
 several ranks merge into one SPMD op (their `duration_micros` becomes the op's minimum time, the
-slowest rank's). `comm_size` is read with ASTRA-sim's meaning (all-gather: × group size).
+slowest rank's; `stratacl_duration_s` when present). `comm_size` is read with ASTRA-sim's
+meaning (all-gather: × group size). SEND/RECV keep ASTRA-sim's eager-send timing (table above):
+ASTRA-sim's custom-collective example (examples/system/custom_collectives, an MSCCL ring in which
+every rank sends before it receives) imports; waiting for both ends would make that ring a cycle.
 Streams: one `compute` stream per rank (devices run one kernel at a time), one stream per process
-group for collectives (as NCCL does) and one for p2p. REDUCE / GATHER / SCATTER have no harness
+group for collectives (as NCCL does) and one per sender → receiver pair for p2p (a FIFO channel). REDUCE / GATHER / SCATTER have no harness
 equivalent and fail with a message naming the node; BARRIER becomes a 0-byte allreduce.
 
-CLI: `python -m stratacl.chakra export <trace.parquet> <outdir> [--prefix trace]` and
+CLI: `python -m stratacl.chakra export <run dir | trace.parquet> <outdir> [--prefix trace]
+[--trace NAME] [--library LIB] [--no-times]` (a run directory saved with `output.trace=true`: each
+trace into `<outdir>/<name>/`, with the simulated times of the run's baseline) and
 `python -m stratacl.chakra import <dir-or-prefix> <trace.parquet>`; bad input (a prefix that is
-not a plain file name, a missing or corrupt file) prints one line and exits 2.
+not a plain file name, a missing or corrupt file, a missing rank file) prints one line and exits 2.
+`workload=replay workload.trace=<dir-or-prefix>` simulates an imported set directly.
 """
 
 from __future__ import annotations
