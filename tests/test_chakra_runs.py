@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, compose_run, make_library, run_cli
+from helpers import ROOT, chakra_or_skip, compose_run, make_library, run_cli
 
 from stratacl.engine.replay import simulate
 from stratacl.errors import TraceError
@@ -20,14 +20,8 @@ from stratacl.fabric import Fabric
 from stratacl.run import run_overrides
 from stratacl.trace import Trace
 
-try:
-    from chakra.schema.protobuf import et_def_pb2 as pb
-    from chakra.src.third_party.utils.protolib import encodeMessage
-except ImportError:
-    if os.environ.get("CI"):  # .ci/run installs the schema: missing there is a failure, not a skip
-        raise
-    pytest.skip("Chakra tests need the schema: pip install protobuf && "
-                "pip install --no-deps 'mlc-chakra>=1.0,<2'", allow_module_level=True)
+pb = chakra_or_skip()
+from chakra.src.third_party.utils.protolib import encodeMessage  # noqa: E402
 
 from stratacl.chakra import export_chakra, import_chakra, main, read_et  # noqa: E402
 from stratacl.chakra_export import no_work  # noqa: E402
