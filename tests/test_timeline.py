@@ -274,3 +274,13 @@ def test_run_level_intervals_keep_every_interval_on_non_overlapping_lanes() -> N
     assert {e["tid"] for e in reqs} == {0, 1}  # the two requests overlap
     assert reqs[0]["args"] == {"ttft_ms": 1000.0, "tpot_ms": 20.0}
     json.dumps(out, allow_nan=False)  # strict JSON
+
+
+def test_serving_timeline_is_labelled_one_decode_iteration() -> None:
+    """llm_infer's timeline.json holds one decode iteration of its most frequent batch: it says so."""
+    from workloads.llm_infer.workload import _timeline_label
+
+    tr = Trace(world_size=16, meta={"phase": "decode", "size": 64, "context": 8192})
+    label = _timeline_label({"hccl": (tr, None)})
+    assert label.startswith("ONE decode iteration, not the run")
+    assert "64 per die, context 8192 tokens" in label and "16 dies" in label
