@@ -432,6 +432,10 @@ def _foreign_preds(pb: Any, members: dict[tuple, list], key_of: dict[tuple[int, 
                 out |= expanded[(r, d)]
         return out
 
+    for (r, nid), node in nodes.items():  # file order: a RECV's earlier RECVs are ready (no deep recursion)
+        if node.type == pb.COMM_RECV_NODE and (r, nid) not in expanded and (r, nid) in key_of:
+            expanded[(r, nid)] = set()
+            expanded[(r, nid)] = after(r, node)
     preds: dict[tuple, set[tuple]] = {}
     for key, ms in members.items():
         waiting = [m for m in ms if key[0] != "p2p" or m[1].type == pb.COMM_SEND_NODE]
