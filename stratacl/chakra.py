@@ -21,9 +21,11 @@ gathered output (input S/n per rank), reduce-scatter S = input (output S/n), oth
 | `pg_name` | id in the comm-group file; "" or "0" = all ranks (`Workload.cc` `extract_comm_group`) | communicators numbered 1, 2, … in trace order |
 | comm-group file ids | must be > 0: 0 is reserved for all ranks (`CommunicatorGroup.cc` `set_id` asserts) | 1, 2, …; import reads "0" on a node as all ranks and rejects it in the file |
 | SEND / RECV | issued by `comm_src` / `comm_dst` rank; `comm_size`, `comm_tag` as uint32 (`Workload.cc`) | one node per pair end, same size and tag on both |
-| COMP `duration_micros` | replay time (µs → ns, 0 → 1 ns); roofline mode uses `num_ops` / `tensor_size` instead (`Workload.cc`) | fixed time, or the simulated time with `sim` |
+| COMP `duration_micros` | replay time in whole µs (`issue_replay`: × 1000 ns, 0 → 1 ns); roofline mode uses `num_ops` / `tensor_size` instead (`issue_comp`) | the simulated time (a run's saved replay times, `sim`), else the fixed time; rounding carried along each rank's stream (below); exact seconds in `stratacl_duration_s` |
+| COMP `num_ops`, `tensor_size` in roofline mode | `tensor_size` 0: `skip_invalid`, which finishes the node without issuing its dependants (the rank stalls silently); `num_ops` 0: time = 0 / roofline(0) (`Workload.cc` `issue_comp`, `Roofline.cc`) | never 0: ops without any work are left out (dependants inherit their deps); a memcpy's `num_ops` and a kernel's 0 bytes become 1 (`stratacl_floored` names them for import) |
 | COMM nodes `is_cpu_op` | must be false (`Workload.cc` `issue_comm` throws) | false |
-| the file | GlobalMetadata first, then nodes; needs ≥ 1 node without deps ("No dependancy free nodes found") and every dep in the same file (`et_feeder.cpp`, `dependancy_solver.cpp`); every rank's file must exist (`Workload.cc`) | a rank with no work gets one zero-time COMP node `stratacl_idle` |
+| SEND / RECV timing | a SEND's transfer starts when the sender issues it, whether or not the RECV is posted; the RECV ends at max(transfer end, its own issue) (`Workload.cc` `issue_send_comm`; analytical `CommonNetworkApi.cc` `sim_send` / `sim_recv`) | import: a p2p op waits for its SEND's deps only, a node after a RECV for the p2p op and the RECV's deps |
+| the file | GlobalMetadata first, then nodes; needs ≥ 1 node without deps ("No dependancy free nodes found") and every dep in the same file (`et_feeder.cpp`, `dependancy_solver.cpp`); every rank's file must exist (`Workload.cc`) | a rank with no work gets one 1-op, 1-byte COMP node `stratacl_idle`; import names a missing rank file |
 
 Run as well: ASTRA-sim's congestion-unaware analytical backend built from that source runs these
 exports (8-NPU ring, α = 500 ns, 50 GB/s: an 8 MiB all-gather takes 140.30 µs against the α–β ring
@@ -35,14 +37,18 @@ Mapping (one harness op = one node per rank it runs on; p2p: one SEND/RECV node 
 | harness op | Chakra node | standard attributes |
 |---|---|---|
 | compute | COMP_NODE | `num_ops` = FLOPs (cube + vector pipeline of a mixed kernel), `tensor_size` = HBM bytes, `duration_micros` |
-| memcpy | COMP_NODE | `tensor_size` = 2·nbytes (read + write), `num_ops` = 0 |
+| memcpy | COMP_NODE | `tensor_size` = 2·nbytes (read + write), `num_ops` = 1 (memory-bound in a roofline) |
 | collective | COMM_COLL_NODE | `comm_type` (CollectiveCommType), `comm_size` (table above), `pg_name` |
 | p2p pair | COMM_SEND_NODE / COMM_RECV_NODE | `comm_src`, `comm_dst`, `comm_tag`, `comm_size` |
 
 `data_deps` hold the explicit dependencies that run on the same rank; `ctrl_deps` hold per-rank
 stream order (the previous op on the same rank and stream). Node ids are global: an op's node has
-the same id on every rank (a p2p op takes one id per pair). With a `SimResult`, every node also
-carries the simulated `start_time_micros` / `duration_micros`.
+the same id on every rank (a p2p op takes one id per pair). With simulated times (`sim`: a
+`SimResult`, or a run's `traces/<name>.times.parquet`), every node also carries
+`start_time_micros` / `duration_micros`. Chakra's durations are whole µs, so a COMP node gets
+round(Tᵢ) − round(Tᵢ₋₁), Tᵢ the exact time of its rank's stream so far: any run of consecutive
+kernels stays within 1 µs of its exact time (ten 2.4 µs kernels: 24 µs, not 20), and
+`stratacl_duration_s` keeps the exact seconds.
 
 Round trip: every node also carries `stratacl_*` attributes (op id, kind, stream, rank position,
 all explicit deps, communicator family, exact per-rank nbytes, exact fixed time, alltoallv rows),
@@ -69,317 +75,58 @@ Documented losses:
 - explicit dependencies on ops of *other* ranks cannot be expressed per rank in Chakra: they are
   kept in `stratacl_deps` for the round trip, but other tools see only same-rank `data_deps`;
 - alltoallv / dispatch / combine become ALL_TO_ALL for other tools (`stratacl_coll` keeps them).
-ASTRA-sim's roofline mode divides by `num_ops` / `tensor_size`: nodes with 0 FLOPs (memcpy,
-fixed-time compute) are meaningful to it only in replay mode, with the durations `sim` writes.
+- ops without any work (no FLOPs, bytes or fixed time on any rank: they take no time in the
+  replay) are not nodes; they travel in GlobalMetadata `stratacl_dropped` for the round trip.
+ASTRA-sim's roofline mode prices a kernel by `num_ops` / `tensor_size`: fixed-time compute (0
+FLOPs, 0 bytes, floored to 1 and 1) takes ~0 there; its time is meaningful in replay mode only.
 
 Foreign traces (e.g. from Chakra's converter or ASTRA-sim's generators) import too: collectives
 are matched across ranks by order of issue on their `pg_name` (no `pg_name` or "0": all ranks),
 SEND/RECV by (src, dst, tag) in order, and COMP / MEM nodes with the same (id, type, name) on
 several ranks merge into one SPMD op (their `duration_micros` becomes the op's minimum time, the
-slowest rank's). `comm_size` is read with ASTRA-sim's meaning (all-gather: × group size).
+slowest rank's; `stratacl_duration_s` when present). `comm_size` is read with ASTRA-sim's
+meaning (all-gather: × group size). SEND/RECV keep ASTRA-sim's eager-send timing (table above):
+ASTRA-sim's custom-collective example (examples/system/custom_collectives, an MSCCL ring in which
+every rank sends before it receives) imports; waiting for both ends would make that ring a cycle.
 Streams: one `compute` stream per rank (devices run one kernel at a time), one stream per process
-group for collectives (as NCCL does) and one for p2p. REDUCE / GATHER / SCATTER have no harness
+group for collectives (as NCCL does) and one per sender → receiver pair for p2p (a FIFO channel). REDUCE / GATHER / SCATTER have no harness
 equivalent and fail with a message naming the node; BARRIER becomes a 0-byte allreduce.
 
-CLI: `python -m stratacl.chakra export <trace.parquet> <outdir> [--prefix trace]` and
+CLI: `python -m stratacl.chakra export <run dir | trace.parquet> <outdir> [--prefix trace]
+[--trace NAME] [--library LIB] [--no-times]` (a run directory saved with `output.trace=true`: each
+trace into `<outdir>/<name>/`, with the simulated times of the run's baseline) and
 `python -m stratacl.chakra import <dir-or-prefix> <trace.parquet>`; bad input (a prefix that is
-not a plain file name, a missing or corrupt file) prints one line and exits 2.
+not a plain file name, a missing or corrupt file, a missing rank file) prints one line and exits 2.
+`workload=replay workload.trace=<dir-or-prefix>` simulates an imported set directly.
 """
 
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
-import re
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from stratacl.errors import ConfigError, HarnessError, TraceError
-from stratacl.trace import Op, Trace, family_of, stream_predecessors
-
-SCHEMA = "stratacl-chakra-4"  # 4: + kernel class and GEMM shapes; 3: + kernel format, vector FLOPs,
-# block_dim, MoE mode, stream core limits
-# schemas this import reads: 2 (ASTRA-sim's comm_size meaning, group ids from 1, stratacl_nbytes)
-# and 3 lack only the later optional attributes, which then take the Op / Trace defaults
-READS = ("stratacl-chakra-2", "stratacl-chakra-3", SCHEMA)
-INSTALL = 'pip install protobuf && pip install --no-deps "mlc-chakra>=1.0,<2"'
-ET_VERSION = "1.0.0"
-_ET_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et$")
-_COLL_TO_CHAKRA = {"allreduce": "ALL_REDUCE", "allgather": "ALL_GATHER", "reducescatter": "REDUCE_SCATTER",
-                   "alltoall": "ALL_TO_ALL", "alltoallv": "ALL_TO_ALL", "dispatch": "ALL_TO_ALL",
-                   "combine": "ALL_TO_ALL", "broadcast": "BROADCAST"}
-_CHAKRA_TO_COLL = {"ALL_REDUCE": "allreduce", "ALL_GATHER": "allgather", "REDUCE_SCATTER": "reducescatter",
-                   "REDUCE_SCATTER_BLOCK": "reducescatter", "ALL_TO_ALL": "alltoall",
-                   "BROADCAST": "broadcast", "BARRIER": "allreduce"}
-
-
-def _chakra() -> tuple[Any, Any]:
-    """(et_def_pb2, encode) from PyPI `mlc-chakra`, imported only when used (reading frames the
-    messages itself)."""
-    try:
-        from chakra.schema.protobuf import et_def_pb2
-        from chakra.src.third_party.utils.protolib import encodeMessage
-    except ImportError as exc:
-        raise ImportError(f"Chakra support needs the Chakra schema (PyPI mlc-chakra): {INSTALL}") from exc
-    return et_def_pb2, encodeMessage
-
-
-# --------------------------------------------------------------------------- attributes
-
-
-def _attr(pb: Any, name: str, value: object) -> Any:
-    if isinstance(value, bool):
-        return pb.AttributeProto(name=name, bool_val=value)
-    if isinstance(value, int | np.integer):
-        return pb.AttributeProto(name=name, int64_val=int(value))
-    if isinstance(value, float):
-        return pb.AttributeProto(name=name, double_val=value)
-    if isinstance(value, str):
-        return pb.AttributeProto(name=name, string_val=value)
-    if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
-        return pb.AttributeProto(name=name, int64_list=pb.Int64List(values=value))
-    if isinstance(value, tuple):
-        return pb.AttributeProto(name=name, double_list=pb.DoubleList(values=value))
-    raise TypeError(f"no Chakra attribute type for {name}={value!r}")
-
-
-def _attrs(node: Any) -> dict[str, object]:
-    """Node attributes by name, whatever oneof type the writer chose."""
-    out: dict[str, object] = {}
-    for a in node.attr:
-        kind = a.WhichOneof("value")
-        if kind is None:
-            continue
-        v = getattr(a, kind)
-        out[a.name] = list(v.values) if kind.endswith("_list") else v
-    return out
-
-
-# --------------------------------------------------------------------------- export
-
-
-def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
-                  sim: Any | None = None) -> list[Path]:
-    """Write `<out_dir>/<prefix>.<rank>.et` for every rank of the trace and `<prefix>.json`.
-
-    `sim` (a `SimResult` of this trace) adds simulated start times and durations.
-    Returns the ET files written.
-    """
-    check_prefix(prefix)
-    pb, encode = _chakra()
-    trace.validate()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    pg_id = pg_ids(trace.communicators)
-    (out / f"{prefix}.json").write_text(json.dumps(
-        {pg_id[n]: list(r) for n, r in trace.communicators.items()}) + "\n")
-
-    base, nid = [], 0
-    for op in trace.ops:  # global node ids: one per op, one per pair for p2p
-        base.append(nid)
-        nid += len(op.src) if op.kind == "p2p" else 1
-    preds = stream_predecessors(trace)
-    topo = {op_id: i for i, op_id in enumerate(_topological(preds))}
-    per_rank: dict[int, list[tuple[int, Any]]] = defaultdict(list)
-    last: dict[tuple[int, str], int] = {}
-    rank_sets = [set(op.ranks) for op in trace.ops]
-    for op in trace.ops:  # list order = stream order (Trace contract)
-        groups = _group_index(trace, op) if op.kind == "collective" else {}
-        for pos, r in enumerate(op.ranks):
-            prev = last.get((r, op.stream))
-            last[(r, op.stream)] = op.id
-            data = [i for d in op.deps if r in rank_sets[d] for i in _ids_on(trace.ops[d], base[d], r)]
-            ctrl = _ids_on(trace.ops[prev], base[prev], r) if prev is not None else []
-            for node in _nodes(pb, trace, op, base[op.id], r, pos, groups, pg_id, sim):
-                node.data_deps.extend(data)
-                node.ctrl_deps.extend(ctrl)
-                per_rank[r].append((topo[op.id], node))
-
-    meta = [_attr(pb, "schema", SCHEMA), _attr(pb, "stratacl_world_size", trace.world_size),
-            _attr(pb, "stratacl_communicators",
-                  json.dumps({k: list(v) for k, v in trace.communicators.items()})),
-            _attr(pb, "stratacl_meta", json.dumps(trace.meta, default=str)),
-            _attr(pb, "stratacl_buffers", json.dumps(trace.buffers)),
-            _attr(pb, "stratacl_stream_cores", json.dumps(trace.stream_cores))]
-    files = []
-    for r in range(trace.world_size):  # ASTRA-sim opens one file per NPU and exits if one is missing
-        nodes = [node for _, node in sorted(per_rank.get(r, []), key=lambda t: (t[0], t[1].id))]
-        path = out / f"{prefix}.{r}.et"
-        with path.open("wb") as f:
-            encode(f, pb.GlobalMetadata(version=ET_VERSION, attr=[*meta, _attr(pb, "stratacl_rank", r)]))
-            for node in nodes or [_idle_node(pb, nid)]:
-                encode(f, node)
-        files.append(path)
-    return files
-
-
-def check_prefix(prefix: str) -> str:
-    """An export prefix must be a plain file name: the files go inside the output folder."""
-    if (not prefix or prefix in (".", "..") or "/" in prefix or "\\" in prefix or "\0" in prefix
-            or Path(prefix).name != prefix):
-        raise ConfigError("prefix", f"{prefix!r} is not a plain file-name prefix (files must stay "
-                          "inside the output folder)", "use a name without '/', '\\' or '..', e.g. trace")
-    return prefix
-
-
-def pg_ids(comms: dict[str, tuple[int, ...]]) -> dict[str, str]:
-    """Communicator name -> `pg_name`: 1, 2, … in trace order (ASTRA-sim reserves 0 for all ranks)."""
-    return {name: str(i) for i, name in enumerate(comms, start=1)}
-
-
-def _idle_node(pb: Any, node_id: int) -> Any:
-    """A zero-time COMP node for a rank with no work: ASTRA-sim's feeder rejects a file without a
-    dependency-free node; replay runs it for 1 ns, roofline mode skips it (tensor_size 0)."""
-    node = pb.Node(id=node_id, name="stratacl_idle", type=pb.COMP_NODE)
-    node.attr.extend([pb.AttributeProto(name="is_cpu_op", bool_val=False),
-                      pb.AttributeProto(name="num_ops", uint64_val=0),
-                      pb.AttributeProto(name="tensor_size", uint64_val=0),
-                      pb.AttributeProto(name="stratacl_idle", bool_val=True)])
-    return node
-
-
-def comm_size(op: Op, n: int) -> int:
-    """`comm_size` of a collective for a member of an n-rank group, with ASTRA-sim's meaning
-    (module docstring). The same on every member: ASTRA-sim matches messages by size."""
-    size = max(op.nbytes)  # what the harness prices (LibraryRuntime._lower_collective)
-    if op.coll == "allgather":
-        return round(size / n)  # ASTRA-sim: the per-rank input; nccl-tests S: the gathered output
-    if op.peer_bytes and n > 1:  # uneven exchange -> uniform ALL_TO_ALL with the busiest member's volume
-        m = np.asarray(op.peer_bytes, dtype=float).reshape(n, n)
-        np.fill_diagonal(m, 0.0)
-        return round(max(m.sum(axis=1).max(), m.sum(axis=0).max()) * n / (n - 1))
-    return round(size)
-
-
-def harness_nbytes(coll: str, size: float, n: int) -> float:
-    """Inverse of `comm_size` for a uniform collective: ASTRA-sim's comm_size -> nccl-tests bytes."""
-    return size * n if coll == "allgather" else size
-
-
-def _topological(preds: list[list[int]]) -> list[int]:
-    """Ops in an order where every predecessor comes first (Chakra readers expect deps earlier)."""
-    indeg = [len(p) for p in preds]
-    succ: list[list[int]] = [[] for _ in preds]
-    for i, p in enumerate(preds):
-        for j in p:
-            succ[j].append(i)
-    ready = [i for i, d in enumerate(indeg) if d == 0]  # a heap: lowest ready id first, deterministic
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(ready, j)
-    return order
-
-
-def _ids_on(op: Op, base: int, rank: int) -> list[int]:
-    if op.kind != "p2p":
-        return [base]
-    return [base + j for j, (s, d) in enumerate(zip(op.src, op.dst, strict=True)) if rank in (s, d)]
-
-
-def _group_index(trace: Trace, op: Op) -> dict[int, tuple[str, int, int]]:
-    """rank -> (communicator name, group-local index, group size) for a collective op."""
-    out = {}
-    op_ranks = set(op.ranks)
-    for name, ranks in trace.communicators.items():
-        named = name == op.comm or (op.comm not in trace.communicators and family_of(name) == op.comm)
-        if named and op_ranks.issuperset(ranks):  # the same groups Trace.op_groups picks
-            for i, r in enumerate(ranks):
-                out[r] = (name, i, len(ranks))
-    return out
-
-
-def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
-           groups: dict[int, tuple[str, int, int]], pg_id: dict[str, str], sim: Any | None) -> list[Any]:
-    common = {"is_cpu_op": False, "stratacl_op": op.id, "stratacl_kind": op.kind,
-              "stratacl_stream": op.stream, "stratacl_rank_pos": pos}
-    if op.deps:
-        common["stratacl_deps"] = tuple(op.deps)
-    if op.buffer:
-        common["stratacl_buffer"] = op.buffer
-    if not op.name:
-        common["stratacl_unnamed"] = True
-    name = op.name or f"{op.kind}_{op.id}"
-    specs: list[tuple[int, str, dict[str, object]]] = []  # (node id, node type, attributes)
-    if op.kind in ("compute", "memcpy"):
-        if op.kind == "compute":
-            a = _compute_attrs(op, pos)
-        else:
-            a = {"num_ops": 0, "tensor_size": round(2 * _at(op.nbytes, pos))}
-        if op.fixed_time_s > 0:
-            a["stratacl_fixed_time_s"] = float(op.fixed_time_s)
-        specs.append((base, "COMP_NODE", a))
-    elif op.kind == "collective":
-        comm, idx, n = groups[r]
-        a = {"comm_type": pb.CollectiveCommType.Value(_COLL_TO_CHAKRA[op.coll]),
-             "comm_size": comm_size(op, n), "pg_name": pg_id[comm],
-             "stratacl_coll": op.coll, "stratacl_comm": op.comm, "stratacl_nbytes": _at(op.nbytes, pos)}
-        if op.moe_mode:
-            a["stratacl_moe_mode"] = op.moe_mode
-        if op.peer_bytes:
-            a["stratacl_peer_bytes"] = tuple(float(v) for v in op.peer_bytes[idx * n:(idx + 1) * n])
-        specs.append((base, "COMM_COLL_NODE", a))
-    else:  # p2p: one node per pair end on this rank
-        for j, (s, d) in enumerate(zip(op.src, op.dst, strict=True)):
-            if r not in (s, d):
-                continue
-            a = {"comm_src": s, "comm_dst": d, "comm_tag": (base + j) % 2**31,
-                 "comm_size": round(_at(op.nbytes, j)), "stratacl_pair": j}
-            specs.append((base + j, "COMM_SEND_NODE" if r == s else "COMM_RECV_NODE", a))
-    nodes = []
-    for node_id, node_type, a in specs:
-        node = pb.Node(id=node_id, name=name, type=pb.NodeType.Value(node_type))
-        if op.kind == "compute" and op.fixed_time_s > 0:
-            node.duration_micros = round(op.fixed_time_s * 1e6)
-        if sim is not None:
-            node.start_time_micros = round(float(sim.start[op.id]) * 1e6)
-            node.duration_micros = round(float(sim.end[op.id] - sim.start[op.id]) * 1e6)
-        for key, value in {**common, **a}.items():
-            if key in ("comm_src", "comm_dst", "comm_tag"):  # ASTRA-sim reads these as int32
-                node.attr.append(pb.AttributeProto(name=key, int32_val=int(value)))
-            elif key in ("num_ops", "tensor_size"):  # uint64 as Chakra's own generator writes them
-                node.attr.append(pb.AttributeProto(name=key, uint64_val=int(value)))
-            else:
-                node.attr.append(_attr(pb, key, value))
-        nodes.append(node)
-    return nodes
-
-
-def _compute_attrs(op: Op, pos: int) -> dict[str, object]:
-    """A compute node's fields. `num_ops` counts all its operations, the cube pipeline's and, for a
-    mixed kernel, the vector pipeline's (each rounded, so import recovers the cube FLOPs as
-    num_ops − round(vector FLOPs)); the split, the numeric format that picks the cube peak and the
-    launch width have no Chakra field and ride in `stratacl_*` attributes, written only when set."""
-    vf = _at(op.vector_flops, pos)
-    a: dict[str, object] = {"num_ops": round(_at(op.flops, pos)) + round(vf),
-                            "tensor_size": round(_at(op.hbm_bytes, pos)), "stratacl_core": op.core}
-    if any(op.vector_flops):
-        a["stratacl_vector_flops"] = vf  # exact; the node's share of num_ops is round(vf)
-    if op.dtype:
-        a["stratacl_dtype"] = op.dtype
-    if op.block_dim:
-        a["stratacl_block_dim"] = op.block_dim
-    if op.kernel:
-        a["stratacl_kernel"] = op.kernel
-    if op.gemms:
-        a["stratacl_gemms"] = tuple(int(x) for g in op.gemms for x in g)
-    return a
-
-
-def _at(values: tuple[float, ...], i: int) -> float:
-    return float(values[0] if len(values) == 1 else values[i])
-
+from stratacl.chakra_export import (  # noqa: F401 - SCHEMA, comm_size, export_chakra: the public API
+    CHAKRA_TO_COLL,
+    ET_FILE,
+    READS,
+    SCHEMA,
+    chakra_pb,
+    check_prefix,
+    comm_size,
+    export_chakra,
+    harness_nbytes,
+    node_attrs,
+    pg_ids,
+    topological,
+)
+from stratacl.errors import HarnessError, TraceError
+from stratacl.run_traces import replay_times, saved_traces
+from stratacl.trace import Op, Trace
 
 # --------------------------------------------------------------------------- import
 
@@ -395,7 +142,7 @@ def et_files(path: str | Path) -> dict[int, Path]:
         candidates, prefix = list(path.parent.glob(f"{path.name}.*.et")), path.name
     sets: dict[str, dict[int, Path]] = defaultdict(dict)
     for f in candidates:
-        m = _ET_FILE.match(f.name)
+        m = ET_FILE.match(f.name)
         if m and (prefix is None or m["prefix"] == prefix):
             sets[m["prefix"]][int(m["rank"])] = f
     if len(sets) != 1:
@@ -407,7 +154,7 @@ def et_files(path: str | Path) -> dict[int, Path]:
 def read_et(path: Path) -> tuple[dict[str, object], list[Any]]:
     """(global metadata attributes, nodes in file order) of one ET file; a damaged file is a
     TraceError naming it (Chakra's own reader would stop silently at the damage)."""
-    pb = _chakra()[0]
+    pb = chakra_pb()[0]
     from google.protobuf.message import DecodeError
 
     try:
@@ -427,7 +174,7 @@ def read_et(path: Path) -> tuple[dict[str, object], list[Any]]:
             raise TraceError(f"{path}: not a valid Chakra ET file ({what} at byte {offset} does not "
                              f"decode: {exc})") from None
         out.append(msg)
-    return _attrs(out[0]), out[1:]
+    return node_attrs(out[0]), out[1:]
 
 
 def _framed(data: bytes, path: Path) -> Iterable[tuple[int, bytes]]:
@@ -465,9 +212,11 @@ def import_chakra(path: str | Path, merge: bool = True) -> Trace:
         raise TraceError(f"{next(iter(files.values()))}: written by an older export ({schema}: other "
                          f"comm_size meaning and group ids); export the trace again")
     if schema in READS:
+        _check_rank_files(files, int(meta.get("stratacl_world_size", 0)))  # type: ignore[call-overload]
         trace = _import_own(meta, {r: nodes for r, (_, nodes) in ranks.items()})
     else:
         groups = _comm_groups(next(iter(files.values())))
+        _check_rank_files(files, max([*files, *(r for g in groups.values() for r in g), *_peers(ranks)]) + 1)
         try:
             trace = _import_foreign({r: nodes for r, (_, nodes) in ranks.items()}, groups, merge)
         except TraceError as exc:
@@ -478,8 +227,38 @@ def import_chakra(path: str | Path, merge: bool = True) -> Trace:
     return trace
 
 
+def _check_rank_files(files: dict[int, Path], world: int) -> None:
+    """Every rank 0..world−1 needs its file (as ASTRA-sim requires); name the first missing one."""
+    missing = [r for r in range(world) if r not in files]
+    if missing:
+        some = next(iter(files.values()))
+        prefix = ET_FILE.match(some.name)["prefix"]  # type: ignore[index]
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise TraceError(f"rank file {some.parent / f'{prefix}.{missing[0]}.et'} is missing{more}: the set "
+                         f"has ranks {_spans(sorted(files))} of {world}")
+
+
+def _spans(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out, start = [], ranks[0]
+    for a, b in zip(ranks, [*ranks[1:], None], strict=True):
+        if b != a + 1:
+            out.append(f"{start}-{a}" if a > start else f"{a}")
+            start = b  # type: ignore[assignment]
+    return ", ".join(out)
+
+
+def _peers(ranks: dict[int, tuple[dict[str, object], list[Any]]]) -> Iterable[int]:
+    """Ranks that SEND / RECV nodes name as their peer."""
+    for _, nodes in ranks.values():
+        for node in nodes:
+            for a in node.attr:
+                if a.name in ("comm_src", "comm_dst"):
+                    yield int(getattr(a, a.WhichOneof("value") or "int32_val"))
+
+
 def _comm_groups(et_file: Path) -> dict[str, tuple[int, ...]]:
-    m = _ET_FILE.match(et_file.name)
+    m = ET_FILE.match(et_file.name)
     group_file = et_file.parent / f"{m['prefix']}.json" if m else None
     if group_file is None or not group_file.is_file():
         return {}
@@ -503,17 +282,22 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
     by_op: dict[int, list[tuple[int, Any, dict[str, object]]]] = defaultdict(list)
     for r, nodes in nodes_by_rank.items():
         for node in nodes:
-            a = _attrs(node)
+            a = node_attrs(node)
             if not a.get("stratacl_idle"):
                 by_op[int(a["stratacl_op"])].append((r, node, a))  # type: ignore[arg-type]
-    if sorted(by_op) != list(range(len(by_op))):
-        raise TraceError("Chakra export is incomplete: op ids are not 0..n-1 (a rank file is missing?)")
-    for op_id in range(len(by_op)):
+    dropped = {int(d["id"]): d for d in json.loads(str(meta.get("stratacl_dropped", "[]")))}
+    n_ops = len(by_op) + len(dropped)
+    if sorted([*by_op, *dropped]) != list(range(n_ops)):
+        raise TraceError("Chakra export is incomplete: op ids are not 0..n-1")
+    for op_id in range(n_ops):
+        if op_id in dropped:  # an op without work: export left it out of the ranks' files
+            trace.add(**{k: v for k, v in dropped[op_id].items() if k != "id"})
+            continue
         members = by_op[op_id]
         node, a = members[0][1], members[0][2]
         pos = {r: int(x["stratacl_rank_pos"]) for r, _, x in members}  # type: ignore[arg-type]
         op_ranks = tuple(sorted(pos, key=pos.__getitem__))
-        first = {r: x for r, _, x in reversed(members)}  # p2p: any node of the rank will do
+        first = {r: _unfloored(x) for r, _, x in reversed(members)}  # p2p: any node of the rank will do
         kind = str(a["stratacl_kind"])
         op = Op(id=op_id, kind=kind, ranks=op_ranks, name="" if a.get("stratacl_unnamed") else node.name,
                 stream=str(a["stratacl_stream"]), deps=tuple(int(d) for d in a.get("stratacl_deps", [])),  # type: ignore[union-attr]
@@ -542,12 +326,20 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
                 op.peer_bytes = tuple(float(v) for r in pg for v in first[r]["stratacl_peer_bytes"])  # type: ignore[union-attr]
         else:
             pairs = sorted((int(x["stratacl_pair"]), int(x["comm_src"]), int(x["comm_dst"]), x["comm_size"])  # type: ignore[arg-type]
-                           for _, n, x in members if n.type == _chakra()[0].COMM_SEND_NODE)
+                           for _, n, x in members if n.type == chakra_pb()[0].COMM_SEND_NODE)
             op.src = tuple(p[1] for p in pairs)
             op.dst = tuple(p[2] for p in pairs)
             op.nbytes = _vec([p[3] for p in pairs])
         trace.ops.append(op)
     return trace
+
+
+def _unfloored(a: dict[str, object]) -> dict[str, object]:
+    """Undo export's `_floor`: fields it raised from 0 to 1 for ASTRA-sim's roofline mode."""
+    for key in str(a.get("stratacl_floored", "")).split(","):
+        if key:
+            a[key] = 0
+    return a
 
 
 def _allocs(value: object) -> Any:
@@ -567,14 +359,14 @@ def _vec(values: Iterable[object]) -> tuple[float, ...]:
 
 def _import_foreign(nodes_by_rank: dict[int, list[Any]], pg_ranks: dict[str, tuple[int, ...]],
                     merge: bool) -> Trace:
-    pb = _chakra()[0]
+    pb = chakra_pb()[0]
     world = max(nodes_by_rank) + 1
     key_of: dict[tuple[int, int], tuple] = {}  # (rank, node id) -> op key
     members: dict[tuple, list[tuple[int, Any, dict[str, object]]]] = defaultdict(list)
     for r, nodes in nodes_by_rank.items():
         seen: dict[tuple, int] = defaultdict(int)
         for node in nodes:
-            a = _attrs(node)
+            a = node_attrs(node)
             if a.get("stratacl_idle"):  # placeholder of a rank with no work (export)
                 continue
             key = _foreign_key(pb, r, node, a, seen, merge)
@@ -582,13 +374,15 @@ def _import_foreign(nodes_by_rank: dict[int, list[Any]], pg_ranks: dict[str, tup
                 raise TraceError(f"rank {r}: Chakra node id {node.id} appears twice")
             key_of[(r, node.id)] = key
             members[key].append((r, node, a))
-    order = _foreign_order(members, key_of)
+    preds = _foreign_preds(pb, members, key_of, {(r, n.id): n for r, nodes in nodes_by_rank.items() for n in nodes})
+    order = _foreign_order(members, preds)
     index = {k: i for i, k in enumerate(order)}
     trace = Trace(world_size=world, meta={"source": "chakra"})
     for pg, ranks in sorted(pg_ranks.items()):
         trace.add_communicator(f"pg[{pg}]", ranks)
     for key in order:
-        trace.ops.append(_foreign_op(pb, trace, index[key], key, members[key], key_of, index, world))
+        deps = tuple(sorted(index[p] for p in preds[key]))
+        trace.ops.append(_foreign_op(pb, trace, index[key], key, members[key], deps, world))
     return trace
 
 
@@ -613,19 +407,46 @@ def _foreign_key(pb: Any, r: int, node: Any, a: dict[str, object], seen: dict[tu
     return ("node", node.id, t, node.name) if merge else ("node", node.id, t, node.name, r)
 
 
-def _foreign_order(members: dict[tuple, list], key_of: dict[tuple[int, int], tuple]) -> list[tuple]:
-    preds: dict[tuple, set[tuple]] = {k: set() for k in members}
+def _foreign_preds(pb: Any, members: dict[tuple, list], key_of: dict[tuple[int, int], tuple],
+                   nodes: dict[tuple[int, int], Any]) -> dict[tuple, set[tuple]]:
+    """The ops each op waits for, with ASTRA-sim's point-to-point semantics (`Workload.cc`
+    `issue_send_comm`, analytical `CommonNetworkApi.cc` `sim_send` / `sim_recv`): a SEND starts
+    its transfer when the sender's dependencies are done, whether or not the receiver has posted
+    its RECV; a RECV ends when both the transfer and its own dependencies have. So a p2p op waits
+    only for its SEND node's dependencies, and a node after a RECV waits for the p2p op and for the
+    RECV's dependencies. (Waiting for both ends, as before, turns a ring in which every rank sends
+    before it receives — MSCCL-style custom collectives — into a dependency cycle.)"""
+    expanded: dict[tuple[int, int], set[tuple]] = {}
+
+    def after(r: int, node: Any) -> set[tuple]:  # ops that end before `node` may start on rank r
+        out: set[tuple] = set()
+        for d in (*node.data_deps, *node.ctrl_deps):
+            dep = key_of.get((r, d))
+            if dep is None:
+                raise TraceError(f"rank {r}: Chakra node {node.id} '{node.name}' depends on unknown node {d}")
+            out.add(dep)
+            if nodes[(r, d)].type == pb.COMM_RECV_NODE:
+                if (r, d) not in expanded:
+                    expanded[(r, d)] = set()  # a cycle through RECVs ends here; the order check names it
+                    expanded[(r, d)] = after(r, nodes[(r, d)])
+                out |= expanded[(r, d)]
+        return out
+
+    for (r, nid), node in nodes.items():  # file order: a RECV's earlier RECVs are ready (no deep recursion)
+        if node.type == pb.COMM_RECV_NODE and (r, nid) not in expanded and (r, nid) in key_of:
+            expanded[(r, nid)] = set()
+            expanded[(r, nid)] = after(r, node)
+    preds: dict[tuple, set[tuple]] = {}
     for key, ms in members.items():
-        for r, node, _ in ms:
-            for d in (*node.data_deps, *node.ctrl_deps):
-                dep = key_of.get((r, d))
-                if dep is None:
-                    raise TraceError(f"rank {r}: Chakra node {node.id} '{node.name}' depends on unknown node {d}")
-                if dep != key:
-                    preds[key].add(dep)
+        waiting = [m for m in ms if key[0] != "p2p" or m[1].type == pb.COMM_SEND_NODE]
+        preds[key] = set().union(*(after(r, node) for r, node, _ in waiting)) - {key}
+    return preds
+
+
+def _foreign_order(members: dict[tuple, list], preds: dict[tuple, set[tuple]]) -> list[tuple]:
     keys = list(members)
     idx = {k: i for i, k in enumerate(keys)}
-    order = _topological([sorted(idx[p] for p in preds[k]) for k in keys])
+    order = topological([sorted(idx[p] for p in preds[k]) for k in keys])
     if len(order) != len(keys):
         stuck = next(k for k in keys if idx[k] not in set(order))
         r, node, _ = members[stuck][0]
@@ -634,40 +455,38 @@ def _foreign_order(members: dict[tuple, list], key_of: dict[tuple[int, int], tup
     return [keys[i] for i in order]
 
 
-def _foreign_op(pb: Any, trace: Trace, op_id: int, key: tuple, ms: list, key_of: dict, index: dict,
+def _foreign_op(pb: Any, trace: Trace, op_id: int, key: tuple, ms: list, deps: tuple[int, ...],
                 world: int) -> Op:
     ms = sorted(ms, key=lambda m: m[0])
     r0, node0, a0 = ms[0]
-    deps = sorted({index[key_of[(r, d)]] for r, n, _ in ms for d in (*n.data_deps, *n.ctrl_deps)}
-                  - {op_id})
     ranks = tuple(r for r, _, _ in ms)
     where = f"rank {r0}: Chakra node {node0.id} '{node0.name}'"
     if key[0] == "coll":
         ctype = pb.CollectiveCommType.Name(int(a0.get("comm_type", 0)))  # type: ignore[arg-type]
-        if ctype not in _CHAKRA_TO_COLL:
+        if ctype not in CHAKRA_TO_COLL:
             raise TraceError(f"{where}: collective {ctype} has no harness equivalent "
-                             f"(supported: {sorted(_CHAKRA_TO_COLL)})")
+                             f"(supported: {sorted(CHAKRA_TO_COLL)})")
         pg = key[1]
         comm = f"pg[{pg}]" if pg else "world"
         if comm not in trace.communicators:
             trace.add_communicator(comm, ranks if pg else range(world))
-        n, coll = len(trace.communicators[comm]), _CHAKRA_TO_COLL[ctype]
+        n, coll = len(trace.communicators[comm]), CHAKRA_TO_COLL[ctype]
         nbytes = [0.0 if ctype == "BARRIER" else harness_nbytes(coll, float(a.get("comm_size", 0)), n)  # type: ignore[arg-type]
                   for _, _, a in ms]
         return Op(id=op_id, kind="collective", ranks=ranks, name=node0.name, stream=f"comm:{pg or 'world'}",
-                  deps=tuple(deps), coll=coll, comm=comm, nbytes=_vec(nbytes))
+                  deps=deps, coll=coll, comm=comm, nbytes=_vec(nbytes))
     if key[0] == "p2p":
         sends = [m for m in ms if m[1].type == pb.COMM_SEND_NODE]
         if len(sends) != 1 or len(ms) != 2:
             raise TraceError(f"{where}: SEND {key[1]}->{key[2]} tag {key[3]} has no matching RECV")
         size = float(sends[0][2].get("comm_size", 0))  # type: ignore[arg-type]
-        return Op(id=op_id, kind="p2p", ranks=(key[1], key[2]), name=node0.name, stream="p2p",
-                  deps=tuple(deps), src=(key[1],), dst=(key[2],), nbytes=(size,))
-    fixed = max(n.duration_micros for _, n, _ in ms) * 1e-6
+        return Op(id=op_id, kind="p2p", ranks=(key[1], key[2]), name=node0.name,  # one FIFO per pair
+                  stream=f"p2p:{key[1]}->{key[2]}", deps=deps, src=(key[1],), dst=(key[2],), nbytes=(size,))
+    fixed = max(float(a.get("stratacl_duration_s", n.duration_micros * 1e-6)) for _, n, a in ms)  # type: ignore[arg-type]
     if node0.type in (pb.MEM_LOAD_NODE, pb.MEM_STORE_NODE):
-        return Op(id=op_id, kind="memcpy", ranks=ranks, name=node0.name, stream="compute", deps=tuple(deps),
+        return Op(id=op_id, kind="memcpy", ranks=ranks, name=node0.name, stream="compute", deps=deps,
                   nbytes=_vec(float(a.get("tensor_size", 0)) for _, _, a in ms))  # type: ignore[arg-type]
-    return Op(id=op_id, kind="compute", ranks=ranks, name=node0.name, stream="compute", deps=tuple(deps),
+    return Op(id=op_id, kind="compute", ranks=ranks, name=node0.name, stream="compute", deps=deps,
               flops=_vec(float(a.get("num_ops", 0)) for _, _, a in ms),  # type: ignore[arg-type]
               hbm_bytes=_vec(float(a.get("tensor_size", 0)) for _, _, a in ms),  # type: ignore[arg-type]
               core=str(a0.get("stratacl_core", "cube")), fixed_time_s=fixed)
@@ -676,13 +495,30 @@ def _foreign_op(pb: Any, trace: Trace, op_id: int, key: tuple, ms: list, key_of:
 # --------------------------------------------------------------------------- CLI
 
 
+def _export_cli(args: argparse.Namespace) -> None:
+    check_prefix(args.prefix)
+    sources = saved_traces(args.trace, args.name)
+    for src in sources:
+        out = args.outdir / src.stem if args.trace.is_dir() else args.outdir
+        times = None if args.no_times else replay_times(src, args.library)
+        files = export_chakra(Trace.load(src), out, args.prefix, sim=times)
+        how = (f"compute times of {times.library}'s replay" if times else
+               "no simulated times (--no-times)" if args.no_times else
+               f"no simulated times: no {src.stem}.times.parquet beside it (a run's output.trace writes it)")
+        print(f"wrote {len(files)} ET files {out / args.prefix}.<rank>.et and {out / args.prefix}.json ({how})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stratacl.chakra", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    exp = sub.add_parser("export", help="harness trace (parquet) -> per-rank Chakra ET files")
-    exp.add_argument("trace", type=Path)
+    exp = sub.add_parser("export", help="run directory (output.trace=true) or harness trace (parquet) -> "
+                         "per-rank Chakra ET files")
+    exp.add_argument("trace", type=Path, help="run directory (each saved trace into <outdir>/<name>/) or trace file")
     exp.add_argument("outdir", type=Path)
     exp.add_argument("--prefix", default="trace", help="file names <prefix>.<rank>.et (default: trace)")
+    exp.add_argument("--trace", dest="name", help="export only this saved trace of a run directory")
+    exp.add_argument("--library", help="whose simulated times the nodes carry (default: the run's baseline)")
+    exp.add_argument("--no-times", action="store_true", help="leave simulated times out")
     imp = sub.add_parser("import", help="per-rank Chakra ET files -> harness trace (parquet)")
     imp.add_argument("source", type=Path, help="directory with one <prefix>.<rank>.et set, or <dir>/<prefix>")
     imp.add_argument("trace", type=Path)
@@ -690,9 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.cmd == "export":
-            files = export_chakra(Trace.load(args.trace), args.outdir, args.prefix)
-            print(f"wrote {len(files)} ET files {args.outdir / args.prefix}.<rank>.et and "
-                  f"{args.outdir / args.prefix}.json")
+            _export_cli(args)
         else:
             trace = import_chakra(args.source, merge=not args.no_merge)
             trace.save(args.trace)

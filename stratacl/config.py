@@ -298,6 +298,7 @@ class OutputConfig:
     timeline_max_ranks: int = knob(32, ge=1)  # per-rank tracks drawn for at most this many ranks
     utilisation: bool = False  # write utilisation.parquet (resource utilisation of the timeline replays)
     progress: bool = True
+    trace: bool = False  # write traces/: every trace the run replays, with its replay times (run_traces.py)
 
 
 @dataclass
@@ -476,6 +477,9 @@ def validate_run(cfg: RunConfig) -> None:
     if cfg.baseline not in cfg.library:
         raise ConfigError("baseline", f"'{cfg.baseline}' is not among the selected libraries "
                           f"{list(cfg.library)}", "add it to library=[...] or set baseline= one of them")
+    check = getattr(cfg.workload, "check", None)  # a workload's own cross-field check (its schema)
+    if callable(check):
+        check(cfg)
 
 
 def to_object(cfg: DictConfig) -> RunConfig:

@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import pkgutil
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -36,13 +37,14 @@ from stratacl.fabric import Fabric
 from stratacl.precheck import CONF, precheck
 from stratacl.precheck import one_line as precheck_one_line
 from stratacl.progress import Progress
+from stratacl.run_traces import TRACES_DIR, TraceRecorder
 from stratacl.sweep_resume import skip_finished
-from stratacl.timeline import write_timeline
+from stratacl.timeline import interval_timeline, write_timeline
 from stratacl.workload_api import RunContext, Workload, WorkloadResult
 
 log = logging.getLogger("stratacl")
 
-OUTPUTS = ("summary.json", "results.parquet", "timeline.json", "utilisation.parquet")
+OUTPUTS = ("summary.json", "results.parquet", "timeline.json", "run_timeline.json", "utilisation.parquet")
 
 
 def load_workload(name: str) -> Workload:
@@ -85,7 +87,8 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
              cfg.workload.name, fabric.name, fabric.world, list(libraries), cfg.baseline, cfg.seed, out_dir)
     progress = Progress(cfg.workload.name, enabled=cfg.output.progress)
     ctx = RunContext(cfg=cfg, fabric=fabric, libraries=libraries, baseline=cfg.baseline,
-                     seed=cfg.seed, progress=progress)
+                     seed=cfg.seed, progress=progress,
+                     recorder=TraceRecorder(out_dir) if cfg.output.trace else None)
     try:
         result = workload(ctx)
     except BaseException:
@@ -104,7 +107,7 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
     }
     if cfg.output.timeline or cfg.output.utilisation:
         result.timelines = _recorded(result.timelines, libraries)
-    _write(out_dir, cfg, result, summary)
+    _write(out_dir, cfg, result, summary, ctx.recorder)
     log.info("wrote %s in %.1f s", out_dir, time.perf_counter() - t0)
     if echo:
         _print_tables(result, summary)
@@ -119,18 +122,25 @@ def _recorded(timelines: dict, libraries: dict[str, LibraryModel]) -> dict:
             for lib, (trace, res) in timelines.items()}
 
 
-def _write(out_dir: Path, cfg: RunConfig, result: WorkloadResult, summary: dict) -> None:
+def _write(out_dir: Path, cfg: RunConfig, result: WorkloadResult, summary: dict,
+           recorder: TraceRecorder | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         result.rows.to_parquet(out_dir / "results.parquet", index=False)
         for name, frame in result.extra_rows.items():
             frame.to_parquet(out_dir / f"{name}.parquet", index=False)
         if cfg.output.timeline and result.timelines:
-            write_timeline(out_dir / "timeline.json", result.timelines, cfg.output.timeline_max_ranks)
+            write_timeline(out_dir / "timeline.json", result.timelines, cfg.output.timeline_max_ranks,
+                           result.timeline_label)
+        if cfg.output.timeline and result.run_timeline is not None:
+            (out_dir / "run_timeline.json").write_text(json.dumps(
+                interval_timeline(result.run_timeline, result.run_timeline_label)))
         util = [res.utilisation.assign(library=lib) for lib, (_, res) in result.timelines.items()
                 if cfg.output.utilisation and res.utilisation is not None]
         if util:
             pd.concat(util, ignore_index=True).to_parquet(out_dir / "utilisation.parquet", index=False)
+        if recorder is not None:
+            recorder.close()
         tmp = out_dir / "summary.json.tmp"
         tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
         os.replace(tmp, out_dir / "summary.json")  # last, atomically: its presence means success
@@ -144,6 +154,7 @@ def _remove_outputs(out_dir: Path) -> None:
         (out_dir / name).unlink(missing_ok=True)
     for extra in out_dir.glob("*.parquet"):  # workload-specific tables (e.g. iterations.parquet)
         extra.unlink()
+    shutil.rmtree(out_dir / TRACES_DIR, ignore_errors=True)  # output.trace
 
 
 def _strict(metrics: dict[str, dict[str, float]]) -> dict[str, dict[str, float | None]]:

@@ -11,6 +11,11 @@ Layout, per library and shown rank (one Chrome *process* each):
 With a utilisation series, a per-library "fabric utilisation" process carries counter tracks
 (ports, HBM, cores, SDMA; mean over the dies in use). Everything shares one event budget so the
 file stays openable: op slices come first, then flows, phases, engine lanes and counters.
+
+What the file holds is said in it: `otherData.timeline_of` (the workload's `timeline_label`, e.g.
+"one decode iteration … not the run", or a generic one naming the trace) and `otherData.traces`
+(per library: the trace's meta, ops, ranks, shown ranks, simulated span), and a first process
+"timeline of: …" whose one slice spans the replay, so the Perfetto UI shows it on opening.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ RANK_PID = 1_000_000  # pid = library index × RANK_PID + rank
 COUNTER_PID = RANK_PID - 1  # per-library utilisation process (above any rank id)
 ENGINE_TID = {"sdma": 10_000, "cores": 20_000}  # + lane index; stream lanes are 0, 1, …
 ENGINE_NAME = {"sdma": "SDMA engines", "cores": "comm cores (vector)"}
+ABOUT_PID = RANK_PID - 2  # the "timeline of: …" process, sorted first
 COUNTER_GROUPS = {"ports": PORTS, "hbm": ("hbm",),
                   "cores": ("vec", "cube"), "sdma": ("sdma",)}
 
@@ -50,10 +56,25 @@ class _Budget:
         return True
 
 
+def describe(runs: dict[str, tuple[Trace, SimResult]]) -> str:
+    """What a timeline of these replays shows when the workload does not say (`timeline_label`)."""
+    trace = next(iter(runs.values()))[0]
+    meta = ", ".join(f"{k}={v}" for k, v in trace.meta.items() if isinstance(v, str | int | float | bool))
+    return (f"one trace replayed once per library ({len(trace.ops)} ops on {trace.world_size} ranks"
+            f"{'; ' + meta if meta else ''}), as the workload chose it for its timeline")
+
+
 def chrome_trace(runs: dict[str, tuple[Trace, SimResult]], max_ranks: int,
-                 max_events: int = MAX_EVENTS) -> dict:
+                 max_events: int = MAX_EVENTS, label: str = "") -> dict:
     budget = _Budget(max_events)
-    meta: list[dict] = []
+    label = label or describe(runs)
+    span = max(float(res.makespan_s) for _, res in runs.values())
+    meta: list[dict] = [  # first: what this file is
+        {"ph": "M", "name": "process_name", "pid": ABOUT_PID, "args": {"name": f"timeline of: {label}"}},
+        {"ph": "M", "name": "process_sort_index", "pid": ABOUT_PID, "args": {"sort_index": -2}}]
+    if budget.take():
+        meta.append({"ph": "X", "name": label, "cat": "about", "pid": ABOUT_PID, "tid": 0, "ts": 0.0,
+                     "dur": _dur(0.0, span)})
     slices: list[dict] = []
     details: list[list[dict]] = []  # per library: flows, phases, engines, counters (lower priority)
     shown_by_lib = {}
@@ -76,10 +97,13 @@ def chrome_trace(runs: dict[str, tuple[Trace, SimResult]], max_ranks: int,
     for li, (lib, (trace, res)) in enumerate(runs.items()):
         details.append(_details(li, lib, trace, res, shown_by_lib[lib], budget, meta, next_id))
     events = meta + slices + [e for d in details for e in d]
-    out: dict = {"traceEvents": events, "displayTimeUnit": "ns"}
+    other: dict = {"timeline_of": label, "traces": {
+        lib: {"meta": json.loads(json.dumps(trace.meta, default=str)), "ops": len(trace.ops),
+              "ranks": trace.world_size, "shown_ranks": shown_by_lib[lib], "span_s": float(res.makespan_s)}
+        for lib, (trace, res) in runs.items()}}
     if budget.dropped:
-        out["otherData"] = {"dropped_events": budget.dropped, "max_events": max_events}
-    return out
+        other.update(dropped_events=budget.dropped, max_events=max_events)
+    return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
 
 
 def _op_slice(op: Op, res: SimResult, pid: int, tid: int) -> dict:
@@ -240,5 +264,42 @@ def _shown_ranks(trace: Trace, max_ranks: int) -> list[int]:
     return sorted({used[i] for i in idx})
 
 
-def write_timeline(path: Path, runs: dict[str, tuple[Trace, SimResult]], max_ranks: int) -> None:
-    path.write_text(json.dumps(chrome_trace(runs, max_ranks)))
+def interval_timeline(intervals: pd.DataFrame, label: str, max_events: int = MAX_EVENTS) -> dict:
+    """A run-level Chrome trace from tidy intervals (columns library, track, name, start_s, end_s;
+    every other column goes to the slice's args): one process per (library, track), overlapping
+    intervals of a track on extra lanes (greedy by start), so e.g. a serving run's iterations per
+    instance and its requests show over the whole run. Events past `max_events` are dropped (the
+    count is in otherData)."""
+    budget = _Budget(max_events)
+    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": ABOUT_PID, "args": {"name": f"timeline of: {label}"}},
+                          {"ph": "M", "name": "process_sort_index", "pid": ABOUT_PID, "args": {"sort_index": -2}}]
+    extra = [c for c in intervals.columns if c not in ("library", "track", "name", "start_s", "end_s")]
+    df = intervals.sort_values(["library", "track", "start_s"], kind="stable")
+    df = df[df["end_s"].notna() & df["start_s"].notna()]
+    for pid, ((lib, track), sub) in enumerate(df.groupby(["library", "track"], sort=False)):
+        events += [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"{lib} · {track}"}},
+                   {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}]
+        lane_end: list[float] = []
+        for row in sub.itertuples(index=False):
+            t0, t1 = float(row.start_s), float(row.end_s)
+            k = next((k for k, e in enumerate(lane_end) if e <= t0), len(lane_end))
+            lane_end[k:k + 1] = [t1]
+            if budget.take():
+                args = {c: v for c in extra if (v := _plain(getattr(row, c))) is not None}
+                events.append({"ph": "X", "name": str(row.name), "cat": str(track), "pid": pid, "tid": k,
+                               "ts": _us(t0), "dur": _dur(t0, t1), "args": args})
+    other: dict = {"timeline_of": label}
+    if budget.dropped:
+        other.update(dropped_events=budget.dropped, max_events=max_events)
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
+
+
+def _plain(v: object) -> object:
+    """A JSON value: numpy scalars as Python ones, NaN as null."""
+    v = v.item() if hasattr(v, "item") else v
+    return None if isinstance(v, float) and v != v else v
+
+
+def write_timeline(path: Path, runs: dict[str, tuple[Trace, SimResult]], max_ranks: int,
+                   label: str = "") -> None:
+    path.write_text(json.dumps(chrome_trace(runs, max_ranks, label=label)))

@@ -21,6 +21,7 @@ from stratacl.fabric import Fabric
 from stratacl.memory import DieMemory
 from stratacl.memory.communicators import Communicator
 from stratacl.progress import Progress
+from stratacl.run_traces import TraceRecorder
 from stratacl.trace import Trace
 
 __all__ = ["Library", "RegistrationMechanism", "RunContext", "WorkloadResult", "Workload"]
@@ -79,10 +80,14 @@ class RunContext:
     baseline: str
     seed: int
     progress: Progress = field(default_factory=lambda: Progress("run", enabled=False))
+    recorder: TraceRecorder | None = None  # output.trace: every replayed trace saved (run_traces.py)
 
     def simulate(self, trace: Trace, library: str) -> SimResult:
-        """Replay `trace` with one selected library."""
-        return simulate(trace, self.libraries[library])
+        """Replay `trace` with one selected library (every workload replay comes through here)."""
+        res = simulate(trace, self.libraries[library])
+        if self.recorder is not None:
+            self.recorder.record(trace, library, res)
+        return res
 
     def replay_all(self, trace: Trace, progress: bool = False) -> dict[str, SimResult]:
         """Replay the same trace once per selected library, in the run's order (advancing the
@@ -100,6 +105,10 @@ class WorkloadResult:
     rows: pd.DataFrame  # tidy, one row per request / iteration / size × library; has "library"
     metrics: dict[str, dict[str, float]]  # library -> metric (unit in the name) -> value
     timelines: dict[str, tuple[Trace, SimResult]] = field(default_factory=dict)  # library -> replay
+    timeline_label: str = ""  # what `timelines` show (timeline.json says it); "" = described from the trace
+    # the whole run as intervals (library, track, name, start_s, end_s, args…): run_timeline.json
+    run_timeline: pd.DataFrame | None = None
+    run_timeline_label: str = ""
     notes: list[str] = field(default_factory=list)
     table: pd.DataFrame | None = None  # side-by-side view printed at the end of a run
     extra_rows: dict[str, pd.DataFrame] = field(default_factory=dict)  # name -> <name>.parquet

@@ -9,14 +9,13 @@ for a `comm_size` (Ring.cc, AllToAll.cc).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from helpers import make_library
+from helpers import chakra_or_skip, make_library
 
 from stratacl.comm import algorithms as alg
 from stratacl.comm.library import staging_bytes
@@ -24,14 +23,8 @@ from stratacl.engine.replay import Replay
 from stratacl.errors import ConfigError, TraceError
 from stratacl.trace import Op, Trace
 
-try:
-    from chakra.schema.protobuf import et_def_pb2 as pb
-    from chakra.src.third_party.utils.protolib import decodeMessage, encodeMessage
-except ImportError:
-    if os.environ.get("CI"):  # .ci/run installs the schema: missing there is a failure, not a skip
-        raise
-    pytest.skip("Chakra tests need the schema: pip install protobuf && "
-                "pip install --no-deps 'mlc-chakra>=1.0,<2'", allow_module_level=True)
+pb = chakra_or_skip()
+from chakra.src.third_party.utils.protolib import decodeMessage, encodeMessage  # noqa: E402
 
 from stratacl.chakra import SCHEMA, comm_size, export_chakra, import_chakra, read_et  # noqa: E402
 

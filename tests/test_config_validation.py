@@ -34,9 +34,11 @@ from stratacl.schemas.base import BOUND, Bound, WorkloadConfig, check_ranges
 WORKLOADS = sorted(p.stem for p in (ROOT / "conf" / "workload").glob("*.yaml"))
 NVIDIA = ["library=[nccl,nccl_ubr,nccl_roa]", "baseline=nccl"]
 ASCEND_LIBS = sorted(p.stem for p in (ROOT / "conf" / "library").glob("*.yaml") if not p.stem.startswith("nccl"))
+# what a workload cannot run without (workload=replay: the trace to replay)
+REQUIRED = {"replay": [f"workload.trace={ROOT / 'tests' / 'data' / 'replay_small.parquet'}"]}
 # composed defaults covering every workload, fabric and library preset
 DEFAULTS = {
-    **{f"workload={w}": [f"workload={w}"] for w in WORKLOADS},
+    **{f"workload={w}": [f"workload={w}", *REQUIRED.get(w, [])] for w in WORKLOADS},
     "fabric=dgx_b200": ["fabric=dgx_b200", *NVIDIA],
     "fabric=hgx_h800": ["fabric=hgx_h800", *NVIDIA],
     "ascend libraries": [f"library=[{','.join(ASCEND_LIBS)}]"],

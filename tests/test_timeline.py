@@ -50,7 +50,8 @@ def replays(fabric) -> dict[str, tuple[Trace, SimResult]]:  # noqa: ANN001
 
 
 def _by(events: list[dict], ph: str, cat: str | None = None) -> list[dict]:
-    return [e for e in events if e["ph"] == ph and (cat is None or e.get("cat") == cat)]
+    """Events of one phase type (and category); the "timeline of" slice only when asked for."""
+    return [e for e in events if e["ph"] == ph and (e.get("cat") == cat if cat else e.get("cat") != "about")]
 
 
 def test_timeline_is_valid_json_with_ops_on_every_rank(tmp_path, replays) -> None:  # noqa: ANN001
@@ -138,9 +139,28 @@ def test_event_budget_keeps_op_slices_first(replays) -> None:  # noqa: ANN001
     counted = [e for e in small["traceEvents"] if e["ph"] != "M"]
     assert len(counted) <= n_ops + 10
     assert len([e for e in counted if e["ph"] == "X" and e["cat"] in ("compute", "collective", "p2p")]) == n_ops
-    assert small["otherData"]["dropped_events"] > 0 and "otherData" not in full
+    assert small["otherData"]["dropped_events"] > 0 and "dropped_events" not in full["otherData"]
     few = chrome_trace(replays, max_ranks=2)
-    assert len({e["pid"] for e in few["traceEvents"] if e["ph"] == "X"}) == 4  # 2 ranks × 2 libraries
+    assert len({e["pid"] for e in _by(few["traceEvents"], "X")}) == 4  # 2 ranks × 2 libraries
+
+
+def test_the_file_says_what_it_shows(replays) -> None:  # noqa: ANN001
+    """timeline.json is one replayed trace per library, not a whole run: the label (the workload's,
+    or one naming the trace) is in otherData and is the first process's name and only slice."""
+    said = chrome_trace(replays, max_ranks=32, label="one decode iteration, not the run")
+    assert said["otherData"]["timeline_of"] == "one decode iteration, not the run"
+    (about,) = _by(said["traceEvents"], "X", "about")
+    assert about["name"] == "one decode iteration, not the run" and about["ts"] == 0
+    names = [e for e in said["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"]
+    assert names[0]["args"]["name"] == "timeline of: one decode iteration, not the run"
+    sorts = {e["pid"]: e["args"]["sort_index"] for e in said["traceEvents"] if e["name"] == "process_sort_index"}
+    assert sorts[about["pid"]] == min(sorts.values())
+    trace, res = next(iter(replays.values()))
+    assert about["dur"] == pytest.approx(max(r.makespan_s for _, r in replays.values()) * 1e6, abs=1e-3)
+    info = said["otherData"]["traces"]
+    assert set(info) == set(replays) and info[next(iter(replays))]["ops"] == len(trace.ops)
+    generic = chrome_trace(replays, max_ranks=32)["otherData"]["timeline_of"]
+    assert f"{len(trace.ops)} ops on {trace.world_size} ranks" in generic
 
 
 def test_timeline_without_recorded_phases_keeps_the_split_in_args(fabric) -> None:  # noqa: ANN001
@@ -221,3 +241,46 @@ def test_held_cores_count_as_busy(fabric) -> None:  # noqa: ANN001
     assert model.cfg.comm_cores == 24 and fabric.vector_cores == 48  # conf/library/hccl.yaml, 910C die
     assert _value_at(res.utilisation, "vec", mid) == pytest.approx(0.5)  # 24 of the 48 vector cores
     assert _value_at(res.utilisation, "cube", mid) == 0.0 or fabric.cores_shared
+
+
+def test_run_level_intervals_keep_every_interval_on_non_overlapping_lanes() -> None:
+    """run_timeline.json (llm_infer: iterations per instance, requests): each interval is one
+    slice of its (library, track) process, overlapping ones on separate lanes, NaN ends dropped."""
+    import pandas as pd
+
+    from stratacl.timeline import interval_timeline
+    from workloads.llm_infer.workload import _run_intervals
+
+    it = pd.DataFrame({"library": "hccl", "phase": ["prefill", "decode", "decode"], "instance": [0, 0, 0],
+                       "start_s": [0.0, 1.0, 1.05], "time_s": [1.0, 0.05, 0.05], "batch_per_die": [1, 8, 8],
+                       "tokens": [4096, 8, 8], "exposed_comm_s": [0.001, 0.002, 0.002]})
+    req = pd.DataFrame({"library": "hccl", "request": [0, 1, 2], "arrival_s": [0.0, 0.2, 0.3],
+                        "completion_s": [2.0, 1.5, float("nan")], "ttft_s": [1.0, 1.1, float("nan")],
+                        "tpot_s": [0.02, 0.03, float("nan")]})
+    out = interval_timeline(_run_intervals(it, req), "the whole run")
+    assert out["otherData"]["timeline_of"] == "the whole run"
+    xs = [e for e in out["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) == 3 + 2  # request 2 never completed
+    procs = {e["pid"]: e["args"]["name"] for e in out["traceEvents"] if e["name"] == "process_name"}
+    assert sorted(procs.values()) == ["hccl · decode instance 0", "hccl · prefill instance 0",
+                                      "hccl · requests (arrival → completion)", "timeline of: the whole run"]
+    lanes = defaultdict(list)
+    for e in xs:
+        lanes[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    for spans in lanes.values():
+        spans.sort()
+        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:], strict=False))
+    reqs = [e for e in xs if e["name"].startswith("request")]
+    assert {e["tid"] for e in reqs} == {0, 1}  # the two requests overlap
+    assert reqs[0]["args"] == {"ttft_ms": 1000.0, "tpot_ms": 20.0}
+    json.dumps(out, allow_nan=False)  # strict JSON
+
+
+def test_serving_timeline_is_labelled_one_decode_iteration() -> None:
+    """llm_infer's timeline.json holds one decode iteration of its most frequent batch: it says so."""
+    from workloads.llm_infer.workload import _timeline_label
+
+    tr = Trace(world_size=16, meta={"phase": "decode", "size": 64, "context": 8192})
+    label = _timeline_label({"hccl": (tr, None)})
+    assert label.startswith("ONE decode iteration, not the run")
+    assert "64 per die, context 8192 tokens" in label and "16 dies" in label

@@ -290,7 +290,30 @@ def run(ctx: RunContext) -> WorkloadResult:
     if slo_frames:
         extra["slo_search"] = pd.concat(slo_frames, ignore_index=True)
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=table, notes=notes,
-                          extra_rows=extra)
+                          extra_rows=extra, timeline_label=_timeline_label(timelines),
+                          run_timeline=_run_intervals(extra["iterations"], rows),
+                          run_timeline_label="the whole serving run: every iteration per instance and "
+                          "every request from arrival to completion, per library")
+
+
+def _run_intervals(it: pd.DataFrame, req: pd.DataFrame) -> pd.DataFrame:
+    """Iterations per instance and requests (arrival → completion) as run_timeline.json intervals."""
+    iters = pd.DataFrame({"library": it["library"], "track": it["phase"] + " instance " + it["instance"].astype(str),
+                          "name": it["phase"] + " batch " + it["batch_per_die"].astype(str),
+                          "start_s": it["start_s"], "end_s": it["start_s"] + it["time_s"], "tokens": it["tokens"],
+                          "exposed_comm_ms": it["exposed_comm_s"] * 1e3})
+    reqs = pd.DataFrame({"library": req["library"], "track": "requests (arrival → completion)",
+                         "name": "request " + req["request"].astype(str), "start_s": req["arrival_s"],
+                         "end_s": req["completion_s"], "ttft_ms": req["ttft_s"] * 1e3, "tpot_ms": req["tpot_s"] * 1e3})
+    return pd.concat([iters, reqs], ignore_index=True)
+
+
+def _timeline_label(timelines: dict) -> str:
+    trace = next(iter(timelines.values()))[0]
+    return (f"ONE decode iteration, not the run: the run's most frequent decode batch "
+            f"({trace.meta.get('size')} per die, context {trace.meta.get('context')} tokens) on "
+            f"{trace.world_size} dies, replayed once per library; the run itself is in results.parquet "
+            f"(requests) and iterations.parquet (every iteration)")
 
 
 def _typical_decode_timeline(iters: IterationModel, sim: ServingSim, library: str):  # noqa: ANN202
