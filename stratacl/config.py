@@ -144,6 +144,21 @@ class SwitchConfig:
     routing: Routing = Routing.spray
 
 
+class GpuArch(StrEnum):
+    """GPU generation, as NCCL's tuning tables index it (src/graph/tuning.cc compCapIndex)."""
+
+    none = "none"  # not an NVIDIA GPU: algorithm=nccl uses the Hopper tables
+    volta = "volta"
+    ampere = "ampere"
+    hopper = "hopper"
+    blackwell = "blackwell"
+
+
+class HostCpu(StrEnum):
+    intel = "intel"
+    amd = "amd"
+
+
 @dataclass
 class FabricConfig:
     name: str = MISSING
@@ -157,6 +172,12 @@ class FabricConfig:
     # switch: each flow also capped at its tier's β; the port groups in stratacl/fabric_switch.py
     fidelity: Fidelity = Fidelity.die_ports
     switch: SwitchConfig = field(default_factory=SwitchConfig)
+    # NVIDIA GPU fabrics (read by algorithm=nccl, stratacl/comm/nccl.py): the GPU generation that
+    # indexes NCCL's tuning tables, whether the NVLink switches reduce in-switch (NVLS / NVLink
+    # SHARP: NVSwitch 3 and later), and the host CPU vendor (NCCL's network overhead and LL caps)
+    gpu_arch: GpuArch = GpuArch.none
+    nvls: bool = False
+    host_cpu: HostCpu = HostCpu.intel
 
 
 # --------------------------------------------------------------------------- library
@@ -193,6 +214,7 @@ class Algorithm(StrEnum):
     auto = "auto"
     hccl = "hccl"  # HCCL's own A3 selection: hierarchical / grouped algorithms (comm/hierarchical.py)
     hierarchical = "hierarchical"  # intra-server (double) ring + inter-server level 1, at every size
+    nccl = "nccl"  # NCCL's own choice: ring / tree / NVLS / NVLS-tree × LL / LL128 / Simple (comm/nccl.py)
 
 
 class HcclLevel1(StrEnum):
