@@ -224,19 +224,19 @@ def physical(coll: str, algo: str, size: float, lay: Layout, channels: int) -> a
 
 
 def choices(coll: str, size: float, lay: Layout, channels: int, arch: str, nvls_ok: bool,
-            cpu: str = "intel") -> list[Choice]:
+            cpu: str = "intel", algos: tuple[str, ...] = (), protos: tuple[str, ...] = ()) -> list[Choice]:
     """Every (algorithm, protocol) NCCL prices for this op, with its modelled latency and
     bandwidth: the plan's own bandwidth on the fabric as NCCL's `nChannels × bw`, then NCCL's
     refinements."""
     c = tune.Comm(coll, lay.n, lay.nodes, channels, arch, cpu)
     out: list[Choice] = []
-    for algo in tune.ALGOS:
-        if not any(tune.enabled(c, algo, p, nvls_ok) for p in tune.PROTOS):
+    for algo in algos or tune.ALGOS:
+        if not any(tune.enabled(c, algo, p, nvls_ok) for p in protos or tune.PROTOS):
             continue
         plan = physical(coll, algo, size, lay, channels)
         phys_alg = size / plan.wire_s / 1e9  # GB/s
         r = tune.ratio(c, algo)
-        for proto in tune.PROTOS:
+        for proto in protos or tune.PROTOS:
             if not tune.enabled(c, algo, proto, nvls_ok):
                 continue
             if algo in ("nvls", "nvls_tree"):  # nvlsEfficiency and one channel short, as tuning.cc
@@ -263,8 +263,11 @@ def nccl_plan(lib: LibraryModel, coll: str, size: float, tidx: np.ndarray,
         return replace(plan, algorithm=f"nccl:{plan.algorithm}", latency_s=_p2p_latency(lay))
     if lay is None:
         return replace(alg.ring(coll, n, size, tidx, fab, cfg.plane), algorithm="nccl:ring")
-    best = min(choices(coll, size, lay, cfg.comm_cores, fab.gpu_arch, fab.nvls, fab.host_cpu),
-               key=lambda ch: ch.latency_us + size / (1000.0 * ch.alg_bw_GBps))
+    found = choices(coll, size, lay, cfg.comm_cores, fab.gpu_arch, fab.nvls, fab.host_cpu,
+                    tuple(cfg.nccl_algos), tuple(cfg.nccl_protos))
+    if not found:  # NCCL_ALGO / NCCL_PROTO leave nothing for this collective: NCCL falls back to ring
+        found = choices(coll, size, lay, cfg.comm_cores, fab.gpu_arch, fab.nvls, fab.host_cpu, ("ring",))
+    best = min(found, key=lambda ch: ch.latency_us + size / (1000.0 * ch.alg_bw_GBps))
     return chosen_plan(best, size, cfg.launch_us, cfg.comm_cores)
 
 
