@@ -134,3 +134,14 @@ def test_unknown_nccl_algo_is_a_config_error() -> None:
     lib.nccl_algos = ["collnet"]
     with pytest.raises(ConfigError, match="nccl_algos"):
         validate_library("nccl", lib, cfg.fabric)
+
+
+def test_nvl72_rack_is_one_nccl_node() -> None:
+    # multi-node NVLink: the 72 GPUs of a rack reach each other without a NIC, so NCCL sees one
+    # node (NVLS in the switch trays, nothing on the NICs); two racks run NVLS-tree over the rails
+    fab = Fabric(compose_run(["fabric=gb200_nvl72"]).fabric)
+    rack = _lib(fab).wire_plan("allreduce", 1.0 * GiB, tuple(range(72)))
+    assert rack.algorithm == "nccl:nvls/Simple" and "rdma" not in rack.tx_s
+    assert rack.send_bytes == pytest.approx(GiB * (1 + 1 / 72))
+    two = _lib(fab).wire_plan("allreduce", 1.0 * GiB, tuple(range(144)))
+    assert two.algorithm.startswith("nccl:nvls_tree") and two.port_bytes["rdma"] > 0
