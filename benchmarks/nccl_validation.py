@@ -24,6 +24,7 @@ from stratacl.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "benchmarks" / "nccl_validation.csv"
+BEFORE = ("library.nccl.algorithm=ring",)  # the nccl preset before algorithm=nccl: one flat ring
 
 
 def harness_busbw(fabric: str, coll: str, n: int, size: float, algos: str = "",
@@ -50,23 +51,23 @@ def rows() -> list[dict[str, str]]:
 
 
 def main() -> None:
-    print(f"{'id':34s} {'harness':>8s} {'documented':>16s} {'error':>7s}  algorithm")
+    print(f"{'id':34s} {'before':>7s} {'harness':>8s} {'documented':>16s} {'error':>7s}  algorithm")
     for r in rows():
         n, size = int(r["ranks"]), float(r["size_bytes"])
         bw, algo = harness_busbw(r["fabric"], r["collective"], n, size, r["nccl_algos"])
         if r["documented_busbw_GBps"]:
             doc = float(r["documented_busbw_GBps"])
+            before, _ = harness_busbw(r["fabric"], r["collective"], n, size, extra=BEFORE)
             rng = f"{doc:.0f} ({float(r['documented_low_GBps']):.0f}-{float(r['documented_high_GBps']):.0f})"
-            print(f"{r['id']:34s} {bw:8.1f} {rng:>16s} {bw / doc - 1:+7.1%}  {algo}")
+            print(f"{r['id']:34s} {before:7.1f} {bw:8.1f} {rng:>16s} {bw / doc - 1:+7.1%}  {algo}")
         else:
             ring, _ = harness_busbw(r["fabric"], r["collective"], n, size, "ring")
             holds = "holds" if bw > ring else "FAILS"
-            print(f"{r['id']:34s} {bw:8.1f} {'> ring ' + f'{ring:.0f}':>16s} {holds:>7s}  {algo}")
+            print(f"{r['id']:34s} {'':7s} {bw:8.1f} {'> ring ' + f'{ring:.0f}':>16s} {holds:>7s}  {algo}")
 
 
 GRID_FABRICS = ("hgx_h100", "hgx_h200", "dgx_b200")
 GRID_COLLS = ("allreduce", "allgather", "alltoall")
-BEFORE = ("library.nccl.algorithm=ring",)  # the nccl preset before algorithm=nccl: one flat ring
 
 
 def grid(size: float = 2.0**30) -> None:
