@@ -29,7 +29,7 @@ SMALL = {
     "llm_train": ["workload=llm_train", "workload.model.preset=deepseek_v3", f"+workload.model.overrides={TINY}",
                   "workload.num_layers=2", "workload.iterations=[0]", "workload.dies=32", "workload.fsdp=8",
                   "workload.tp=4", "workload.ep=16", "workload.global_batch=32", "workload.seq_len=1024"],
-    "dlrm_train": SLOW_BASES["dlrm_train"],
+    "dlrm_train": [*SLOW_BASES["dlrm_train"], "workload.total_table_TiB=0.5"],
 }
 
 
