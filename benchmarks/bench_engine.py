@@ -1,6 +1,7 @@
 """Engine speed: replay a synthetic 100 000-op trace over 768 ranks; compare with raw simpy.
 
     python benchmarks/bench_engine.py [--ops 100000] [--library stratacl] [--fidelity switch]
+                                      [--fabric hgx_h100 --group 16]   # a multi-node GPU fabric
 
 Reports ops/s of the replay next to raw simpy timeout events/s measured in the same process.
 The trace mixes cube and vector compute, memory-bound kernels, per-group all-reduces and
@@ -77,14 +78,17 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=100_000)
     ap.add_argument("--library", default="stratacl")
     ap.add_argument("--fidelity", default="die_ports", choices=["die_ports", "switch"])
+    ap.add_argument("--fabric", default="", help="a conf/fabric preset (default: the config's)")
+    ap.add_argument("--group", type=int, default=32, help="ranks per group (divides the fabric's dies)")
     args = ap.parse_args()
+    fab = [f"fabric={args.fabric}"] if args.fabric else []
     with initialize_config_dir(config_dir=CONF, version_base=None):
-        cfg = to_object(compose("config", overrides=[f"library=[{args.library}]", f"baseline={args.library}",
+        cfg = to_object(compose("config", overrides=[*fab, f"library=[{args.library}]", f"baseline={args.library}",
                                                      f"fabric.fidelity={args.fidelity}"]))
     fabric = Fabric(cfg.fabric)
     lib = LibraryModel(args.library, cfg.library[args.library], fabric)
     t0 = time.perf_counter()
-    trace = synthetic_trace(args.ops, fabric.world)
+    trace = synthetic_trace(args.ops, fabric.world, args.group)
     trace.validate()
     t_build = time.perf_counter() - t0
     res = simulate(trace, lib)

@@ -144,6 +144,21 @@ class SwitchConfig:
     routing: Routing = Routing.spray
 
 
+class GpuArch(StrEnum):
+    """GPU generation, as NCCL's tuning tables index it (src/graph/tuning.cc compCapIndex)."""
+
+    none = "none"  # not an NVIDIA GPU: algorithm=nccl uses the Hopper tables
+    volta = "volta"
+    ampere = "ampere"
+    hopper = "hopper"
+    blackwell = "blackwell"
+
+
+class HostCpu(StrEnum):
+    intel = "intel"
+    amd = "amd"
+
+
 @dataclass
 class FabricConfig:
     name: str = MISSING
@@ -157,6 +172,12 @@ class FabricConfig:
     # switch: each flow also capped at its tier's β; the port groups in stratacl/fabric_switch.py
     fidelity: Fidelity = Fidelity.die_ports
     switch: SwitchConfig = field(default_factory=SwitchConfig)
+    # NVIDIA GPU fabrics (read by algorithm=nccl, stratacl/comm/nccl.py): the GPU generation that
+    # indexes NCCL's tuning tables, whether the NVLink switches reduce in-switch (NVLS / NVLink
+    # SHARP: NVSwitch 3 and later), and the host CPU vendor (NCCL's network overhead and LL caps)
+    gpu_arch: GpuArch = GpuArch.none
+    nvls: bool = False
+    host_cpu: HostCpu = HostCpu.intel
 
 
 # --------------------------------------------------------------------------- library
@@ -193,6 +214,7 @@ class Algorithm(StrEnum):
     auto = "auto"
     hccl = "hccl"  # HCCL's own A3 selection: hierarchical / grouped algorithms (comm/hierarchical.py)
     hierarchical = "hierarchical"  # intra-server (double) ring + inter-server level 1, at every size
+    nccl = "nccl"  # NCCL's own choice: ring / tree / NVLS / NVLS-tree × LL / LL128 / Simple (comm/nccl.py)
 
 
 class HcclLevel1(StrEnum):
@@ -274,6 +296,10 @@ class LibraryConfig:
     # algorithm=hccl: HCCL_ALGO's per-operator level-1 (inter-server) choice, e.g. {allreduce: ring,
     # alltoall: pairwise}; operators not listed use HCCL's adaptive choice
     hccl_algo: dict[str, HcclLevel1] = field(default_factory=dict)
+    # algorithm=nccl: the algorithms / protocols NCCL may choose among, as NCCL_ALGO / NCCL_PROTO
+    # restrict them (empty = NCCL's defaults): ring, tree, nvls, nvls_tree / LL, LL128, Simple
+    nccl_algos: list[str] = field(default_factory=list)
+    nccl_protos: list[str] = field(default_factory=list)
     # the host in the loop: operators ("coll" or "coll:mode") whose arguments the host must read
     # first (host arrays, a CPU wait for received counts): a device→host copy + host round trip
     # each, and a graph split in a captured step
@@ -403,6 +429,8 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     if bad:
         raise ConfigError(f"{where}.auto_candidates", f"{bad} cannot be auto candidates",
                           "use ring, mesh, fullmesh, rhd, hierarchical, hccl")
+    _check_names(f"{where}.nccl_algos", lib.nccl_algos, ("ring", "tree", "nvls", "nvls_tree"))
+    _check_names(f"{where}.nccl_protos", lib.nccl_protos, ("LL", "LL128", "Simple"))
     validate_expansion(name, lib, fab)
     for entry in lib.host_sync:
         coll, _, mode = entry.partition(":")
@@ -415,6 +443,12 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     if lib.partitioning == Partitioning.balanced and lib.mover == Mover.vector_cores and not lib.unit_KiB:
         raise ConfigError(f"{where}.unit_KiB", "balanced partitioning needs transfer unit sizes",
                           "e.g. unit_KiB: {die: 256, node: 256, supernode: 512}")
+
+
+def _check_names(where: str, names: list[str], allowed: tuple[str, ...]) -> None:
+    bad = [a for a in names if a not in allowed]
+    if bad:
+        raise ConfigError(where, f"unknown {bad}", f"use some of {list(allowed)} (empty = NCCL's defaults)")
 
 
 def resolved_mover(lib: LibraryConfig) -> tuple[Mover, Trigger]:

@@ -92,6 +92,10 @@ class Fabric:
         self.sdma_Bps = die.sdma.engines * die.sdma.engine_GBps * 1e9
         self.port_Bps = {p: r * 1e9 for p, r in cfg.port_GBps.items()}
         self.fidelity = cfg.fidelity
+        # NCCL's tuning tables (stratacl/comm/nccl.py)
+        self.gpu_arch = "hopper" if cfg.gpu_arch == "none" else str(cfg.gpu_arch)
+        self.nvls = bool(cfg.nvls)
+        self.host_cpu = str(cfg.host_cpu)
         self.switch = SwitchModel(cfg.switch, self.dies_per_node, self.port_Bps.get("ub", 0.0)) \
             if cfg.fidelity == Fidelity.switch else None
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}

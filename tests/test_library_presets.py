@@ -26,12 +26,17 @@ DELIBERATE: dict[str, dict[str, tuple[object, object]]] = {
         # issue 20 item 5: the knob says its unit (it always was MiB, as HCCL_BUFFSIZE)
         "comm_buffer_MB": ("any", None),
         "comm_buffer_MiB": (None, "= comm_buffer_MB"),
+        # issue 22: NCCL_ALGO / NCCL_PROTO restrictions of algorithm=nccl (empty = NCCL's defaults)
+        "nccl_algos": (None, []),
+        "nccl_protos": (None, []),
     },
-    # NCCL_BUFFSIZE is 4 MiB (NCCL src/init.cc DEFAULT_BUFFSIZE 1 << 22), written 4.194 "MB" before
-    "nccl": {"comm_buffer_MiB": (None, 4.0)},
+    # NCCL_BUFFSIZE is 4 MiB (NCCL src/init.cc DEFAULT_BUFFSIZE 1 << 22), written 4.194 "MB" before;
+    # issue 22: NCCL's own algorithm choice instead of one flat ring
+    "nccl": {"comm_buffer_MiB": (None, 4.0), "algorithm": ("ring", "nccl")},
+    "nccl_ubr": {"algorithm": ("ring", "nccl")},
     # inherited from the parent, unused by the variant's mechanisms:
     # JIT cache matching without JIT registration
-    "nccl_roa": {"jit_cache_match": ("exact", "cover")},
+    "nccl_roa": {"jit_cache_match": ("exact", "cover"), "algorithm": ("ring", "nccl")},
     # transfer units / policy generator of balanced partitioning under uniform partitioning
     "stratacl_no_partition": {"refine_units_below": (0.0, 8.0),
                               "unit_KiB": ({}, {"die": 256.0, "node": 256.0, "supernode": 512.0,

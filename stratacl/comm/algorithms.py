@@ -46,6 +46,9 @@ class WirePlan:
     # bytes through each plane's port on that plane's busiest die, when peer_work (the flows of
     # one die) does not say it (rings whose dies use different planes); empty = from peer_work
     port_bytes: dict[str, float] = field(default_factory=dict)
+    # least wire time on an idle fabric beyond the ports' (NCCL: its tuning model's bandwidth,
+    # which carries protocol efficiencies and per-channel caps; comm/nccl.py)
+    floor_s: float = 0.0
 
     @property
     def wire_s(self) -> float:

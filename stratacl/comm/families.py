@@ -14,6 +14,7 @@ import numpy as np
 
 from stratacl.comm import algorithms as alg
 from stratacl.comm import hierarchical as hier
+from stratacl.comm import nccl
 from stratacl.config import Algorithm, LibraryConfig
 from stratacl.trace import EXCHANGES
 
@@ -121,6 +122,18 @@ class Hierarchical(AlgorithmFamily):
         return hier.hccl_plan(choice, coll, size, tidx, lib.fabric, lib.cfg.plane, peer_bytes)
 
 
+class Nccl(AlgorithmFamily):
+    """NCCL's own choice for every collective (comm/nccl.py): rail rings, double binary trees, NVLS
+    and NVLS-tree under LL / LL128 / Simple by NCCL's tuning model; exchanges through PXN."""
+
+    kind = Algorithm.nccl
+    exchanges_run = "nccl"
+
+    @staticmethod
+    def plan(lib: LibraryModel, coll: str, size: float, tidx: Tiers, peer_bytes: Peers) -> Plan:
+        return nccl.nccl_plan(lib, coll, size, tidx, peer_bytes)
+
+
 class Auto(AlgorithmFamily):
     """The fastest of `auto_candidates` (default ring, mesh, full-mesh) on an idle fabric;
     exchanges: full-mesh (if a candidate) or pairwise. Never a plan itself."""
@@ -135,4 +148,4 @@ class Auto(AlgorithmFamily):
 
 
 FAMILIES: dict[Algorithm, type[AlgorithmFamily]] = {
-    c.kind: c for c in (Ring, Pairwise, Rhd, Mesh, FullMesh, Hccl, Hierarchical, Auto)}
+    c.kind: c for c in (Ring, Pairwise, Rhd, Mesh, FullMesh, Hccl, Hierarchical, Nccl, Auto)}

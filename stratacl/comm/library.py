@@ -383,7 +383,7 @@ class LibraryModel:
         loads.append(("all", R["hbm"], hbm / fab.hbm_Bps))
         phases: list[Phase] = []
         holds, min_t = self.mover_model.transfer(plan, loads, cores, phases, sync_s, agent_running)
-        phases.append(Phase("wire", loads=tuple(loads), holds=holds, min_time_s=max(min_t, pace),
+        phases.append(Phase("wire", loads=tuple(loads), holds=holds, min_time_s=max(min_t, pace, plan.floor_s),
                             wire_bytes=plan.group_wire_bytes, hbm_bytes=hbm * n,
                             copy_bytes=overlapped_copy * n))
         return phases
