@@ -195,7 +195,7 @@ def test_gemm_shapes_scale_with_routed_rows() -> None:
 
 def test_model_costs_cache_key_names_the_parts_version(tmp_path) -> None:  # noqa: ANN001
     from workloads.modelcost import costs as mc_costs
-    assert mc_costs.CACHE_VERSION == "modelcost-7"
+    assert mc_costs.CACHE_VERSION == "modelcost-8"
     a = ModelCosts(load_model_yaml("llama3_8b"), cache_dir=str(tmp_path))
     first = a.costs_for_shape(64, phase="prefill")
     b = ModelCosts(load_model_yaml("llama3_8b"), cache_dir=str(tmp_path))
@@ -240,3 +240,21 @@ def test_shapes_between_two_measured_ends_interpolate_the_dimension_that_grows()
     got = sorted(mid.parts[0].gemms, key=lambda g: g[1:])
     assert [tuple(round(x) for x in g) for g in got] == [(4, 4096, 4, 640), (640, 4096, 7168, 1)]
     assert mid.cube_flops == pytest.approx(2 * 4096 * (4 * 4 * 640 + 640 * 7168))
+
+
+def test_production_decode_passes_do_not_reread_the_kv_cache() -> None:
+    """A serving stack writes only the new tokens into its paged KV cache: a decode step's
+    element-wise passes are the same at 256 and 4096 cached tokens (the attention core reads the
+    cache, priced apart). The reference mode keeps transformers' concatenating cache, whose append
+    rereads and rewrites the whole cache, so its passes grow by ≥ 2 × the extra cache bytes."""
+    cfg = load_model_yaml("llama3_8b")
+    cfg.num_hidden_layers = 1
+    ew = {}
+    for mode in ("production", "reference"):
+        mc = ModelCosts(cfg, attention=mode)
+        for ctx in (256, 4096):
+            ew[mode, ctx] = next(p[3] for p in mc.costs_for_shape(8, ctx, "decode")["attention"].parts
+                                 if p[0] == "elementwise")  # (kernel, cube, vector, bytes, gemms)
+    assert ew["production", 4096] == pytest.approx(ew["production", 256], rel=1e-6)
+    kv_per_token = 2 * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 2  # K+V, bf16
+    assert ew["reference", 4096] - ew["reference", 256] >= 2 * 8 * (4096 - 256) * kv_per_token

@@ -32,7 +32,7 @@ from .fakemodel import (
 from .measure import PHASES, Measured, make_shape, measure_shape
 from .sizes import ROLES, count_by_role, count_layer_by_role
 
-CACHE_VERSION = "modelcost-7"  # 7: matmuls with K < 16 are vector work; 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes; 5: chain-fused pass bytes; 6: query heads sharing a KV head packed into rows
+CACHE_VERSION = "modelcost-8"  # 8: production decode does not count the dynamic cache's concatenation; 7: matmuls with K < 16 are vector work; 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes; 5: chain-fused pass bytes; 6: query heads sharing a KV head packed into rows
 ATTENTION_CORE_FORMAT = "bf16"  # scores/values over the KV cache: bf16 in W8A8 and FP8 stacks
 
 
