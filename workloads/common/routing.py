@@ -18,6 +18,7 @@ experts/ep. Three uses share these pieces:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,32 +65,117 @@ def expert_weights(experts: int, skew: ExpertSkew | str, zipf_s: float = 1.0,
 
 
 # ---------------------------------------------------------------------------- sampled batches
+@dataclass(frozen=True)
+class GroupLimit:
+    """Node-limited (group-limited) routing, DeepSeek-V3's gate (`n_group`, `topk_group` in its
+    config; DeepEP's test_internode.py routes the same way with one group per node): the experts
+    are cut into `n_group` contiguous groups, each token first picks `topk_group` groups, then its
+    top_k experts only inside them — so it reaches at most `topk_group` groups (nodes, when the
+    groups are the nodes' expert blocks). n_group = 0: no limit."""
+
+    n_group: int = 0
+    topk_group: int = 0
+
+    def check(self, experts: int, top_k: int, field: str = "workload") -> None:
+        if not self.n_group:
+            return
+        if experts % self.n_group:
+            raise ConfigError(f"{field}.n_group", f"{self.n_group} groups do not divide {experts} experts",
+                              "use a divisor of the expert count, or 0 for no group limit")
+        if not 0 < self.topk_group <= self.n_group:
+            raise ConfigError(f"{field}.topk_group", f"must be in 1..{self.n_group}, got {self.topk_group}")
+        if top_k > self.topk_group * experts // self.n_group:
+            raise ConfigError(f"{field}.topk_group", f"top_k={top_k} experts do not fit in {self.topk_group} "
+                              f"groups of {experts // self.n_group}", "raise topk_group or lower top_k")
+
+
 def route(tokens_per_rank: int, ep: int, experts: int, top_k: int, weights: np.ndarray,
-          rng: np.random.Generator, *, placed: bool = False) -> np.ndarray:
+          rng: np.random.Generator, *, placed: bool = False, limit: GroupLimit = GroupLimit()) -> np.ndarray:
     """Chosen experts per token: array (ep, tokens, top_k). k draws with replacement, redrawn for
     the tokens that drew an expert twice (cheap: ~10 % of tokens for top-8 of 256 uniform).
-    `placed`: experts sit by a `workloads.common.placement.Placement`, so ep need not divide them."""
+    `placed`: experts sit by a `workloads.common.placement.Placement`, so ep need not divide them.
+    `limit`: node-limited routing — each token first draws `topk_group` distinct groups (by their
+    summed popularity), and its experts are then drawn inside those groups only."""
     if experts % ep and not placed:
         raise ConfigError("workload.ep", f"{ep} ranks do not divide {experts} experts",
                           "use an EP size that divides the number of experts")
     if not 0 < top_k <= experts:
         raise ConfigError("workload.top_k", f"must be in 1..{experts}, got {top_k}")
+    limit.check(experts, top_k)
+    n_tok = ep * tokens_per_rank
+    if limit.n_group:
+        return _route_grouped(n_tok, experts, top_k, weights, rng, limit).reshape(ep, tokens_per_rank, top_k)
     cdf = np.cumsum(weights)
     cdf /= cdf[-1]
-    n_tok = ep * tokens_per_rank
-    choice = np.empty((n_tok, top_k), dtype=np.int64)
+    return _distinct(lambda rows: np.searchsorted(cdf, rng.random((rows.size, top_k)), side="right"),
+                     n_tok, top_k, experts).reshape(ep, tokens_per_rank, top_k)
+
+
+def _distinct(draw_rows: Callable[[np.ndarray], np.ndarray], n_tok: int, k: int, hi: int) -> np.ndarray:
+    """k distinct draws per row: `draw_rows(rows)` draws k values for each of `rows` (values ≥ hi
+    clipped); rows that drew a value twice are drawn again (rejection: distinct draws ∝ weights)."""
+    choice = np.empty((n_tok, k), dtype=np.int64)
     todo = np.arange(n_tok)
     for _ in range(1000):
-        draw = np.searchsorted(cdf, rng.random((todo.size, top_k)), side="right")
-        draw = np.minimum(draw, experts - 1)
+        draw = np.minimum(draw_rows(todo), hi - 1)
         srt = np.sort(draw, axis=1)
         ok = (np.diff(srt, axis=1) != 0).all(axis=1)
         choice[todo[ok]] = draw[ok]
         todo = todo[~ok]
         if todo.size == 0:
-            return choice.reshape(ep, tokens_per_rank, top_k)
+            return choice
     raise ConfigError("workload.zipf_s", "expert popularity too concentrated to draw top_k distinct "
                       "experts", "lower the skew or top_k")
+
+
+def _route_grouped(n_tok: int, experts: int, top_k: int, weights: np.ndarray, rng: np.random.Generator,
+                   limit: GroupLimit) -> np.ndarray:
+    """Node-limited draw: topk_group distinct groups ∝ group popularity, then top_k distinct
+    experts ∝ popularity among the chosen groups' experts (a group drawn ∝ its weight, an expert
+    inside it ∝ its weight)."""
+    size = experts // limit.n_group
+    w = np.asarray(weights, dtype=float) / np.sum(weights)
+    gw = w.reshape(limit.n_group, size).sum(axis=1)
+    gcdf = np.cumsum(gw) / gw.sum()
+    groups = _distinct(lambda r: np.searchsorted(gcdf, rng.random((r.size, limit.topk_group)), side="right"),
+                       n_tok, limit.topk_group, limit.n_group)
+    cdf = np.concatenate([[0.0], np.cumsum(w)])
+    gsel = gw[groups]  # (n_tok, topk_group) weights of the chosen groups
+    gsel_cdf = np.cumsum(gsel, axis=1)
+    gsel_cdf /= gsel_cdf[:, -1:]
+
+    def draw(rows: np.ndarray) -> np.ndarray:
+        u = rng.random((rows.size, top_k))
+        pos = np.minimum((u[..., None] >= gsel_cdf[rows][:, None, :]).sum(axis=2), limit.topk_group - 1)
+        g = np.take_along_axis(groups[rows], pos, axis=1)
+        # inside group g: the expert whose cumulative popularity interval holds the draw
+        target = cdf[g * size] + rng.random((rows.size, top_k)) * gw[g]
+        e = np.searchsorted(cdf, target, side="right") - 1
+        return np.clip(e, g * size, g * size + size - 1)
+
+    return _distinct(draw, n_tok, top_k, experts)
+
+
+def group_tokens(dest: np.ndarray, n: int) -> np.ndarray:
+    """The (token, destination block) counts a node-deduplicating dispatch needs, for every node
+    size a fabric could give the group: for each divisor g ≥ 2 of n (ascending), the n × n/g
+    matrix of tokens member s sends to at least one member of block j = members j·g … j·g+g−1,
+    flattened and concatenated (the trace's `Op.group_tokens`). `dest`: (n, tokens, c) destination
+    member of each routed copy (< 0: none)."""
+    src, tokens, c = dest.shape
+    assert src == n
+    out = []
+    for g in range(2, n + 1):
+        if n % g:
+            continue
+        blk = np.where(dest >= 0, dest // g, -1)
+        srt = np.sort(blk, axis=2)
+        first = np.ones(srt.shape, dtype=bool)
+        first[..., 1:] = srt[..., 1:] != srt[..., :-1]
+        first &= srt >= 0
+        s_idx = np.broadcast_to(np.arange(n)[:, None, None], srt.shape)
+        out.append(np.bincount((s_idx * (n // g) + srt)[first], minlength=n * (n // g)))
+    return np.concatenate(out).astype(float) if out else np.zeros(0)
 
 
 def copies_matrix(choice: np.ndarray, ep: int, experts: int, per_expert: bool) -> np.ndarray:
