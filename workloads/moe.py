@@ -30,7 +30,6 @@ from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.routing import GroupLimit, copies_matrix, expert_weights, group_tokens, route
 
-
 # (column, the bytes it counts, the factor on them given n ranks): each bandwidth convention once
 _CONVENTIONS = (
     ("algbw_GBps", "send_bytes_mean", lambda n: 1.0),  # nccl-tests

@@ -33,9 +33,8 @@ from functools import lru_cache
 import numpy as np
 
 from stratacl.comm import algorithms as alg
-from stratacl.comm import ep
+from stratacl.comm import ep, partition
 from stratacl.comm import hierarchical as hier
-from stratacl.comm import partition
 from stratacl.comm.datapath import data_path_model, staging_bytes
 from stratacl.comm.families import FAMILIES
 from stratacl.comm.movers import MOVERS
