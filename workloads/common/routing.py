@@ -137,8 +137,8 @@ def _route_grouped(n_tok: int, experts: int, top_k: int, weights: np.ndarray, rn
     w = np.asarray(weights, dtype=float) / np.sum(weights)
     gw = w.reshape(limit.n_group, size).sum(axis=1)
     gcdf = np.cumsum(gw) / gw.sum()
-    groups = _distinct(lambda r: np.searchsorted(gcdf, rng.random((r.size, limit.topk_group)), side="right"),
-                       n_tok, limit.topk_group, limit.n_group)
+    groups = _successive(lambda r: np.searchsorted(gcdf, rng.random((r.size, limit.topk_group)), side="right"),
+                         n_tok, limit.topk_group, limit.n_group)
     cdf = np.concatenate([[0.0], np.cumsum(w)])
     gsel = gw[groups]  # (n_tok, topk_group) weights of the chosen groups
     gsel_cdf = np.cumsum(gsel, axis=1)
@@ -153,7 +153,25 @@ def _route_grouped(n_tok: int, experts: int, top_k: int, weights: np.ndarray, rn
         e = np.searchsorted(cdf, target, side="right") - 1
         return np.clip(e, g * size, g * size + size - 1)
 
-    return _distinct(draw, n_tok, top_k, experts)
+    return _successive(draw, n_tok, top_k, experts)
+
+
+def _successive(draw_rows: Callable[[np.ndarray], np.ndarray], n_tok: int, k: int, hi: int) -> np.ndarray:
+    """k distinct draws per row, successively: a value already drawn earlier in its row is drawn
+    again (sampling without replacement ∝ the weights; converges where whole-row rejection would
+    not, e.g. top_k close to a small, skewed group's size)."""
+    choice = np.minimum(draw_rows(np.arange(n_tok)), hi - 1)
+    earlier = np.tril(np.ones((k, k), dtype=bool), -1)
+    for _ in range(10000):
+        dup = ((choice[:, :, None] == choice[:, None, :]) & earlier).any(axis=2)
+        rows = np.flatnonzero(dup.any(axis=1))
+        if rows.size == 0:
+            return choice
+        sub, new = choice[rows], np.minimum(draw_rows(rows), hi - 1)
+        sub[dup[rows]] = new[dup[rows]]
+        choice[rows] = sub
+    raise ConfigError("workload.zipf_s", "expert popularity too concentrated to draw top_k distinct "
+                      "experts in the allowed groups", "lower the skew or top_k, or raise topk_group")
 
 
 def group_tokens(dest: np.ndarray, n: int) -> np.ndarray:
