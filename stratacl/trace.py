@@ -86,8 +86,8 @@ class Op:
     buffer: str = ""  # user buffer the op reads/writes (registration, staging)
     moe_mode: str = ""  # dispatch/combine: "ht" | "ll" (MOE_MODES); how the library lowers it
     # dispatch/combine: tokens each member sends to ≥ 1 member of each block of g consecutive
-    # members, for every divisor g ≥ 2 of the group size n (ascending; n × n/g each, row = sender,
-    # dispatch direction), concatenated: the (token, destination node) pairs of any node size
+    # members, for every divisor g of the group size n (ascending from 1; n × n/g each, row =
+    # sender, dispatch direction), concatenated: the (token, destination node) pairs of any node size
     # (workloads/common/routing.group_tokens; a node-deduplicating library reads its node's block)
     group_tokens: Vec = ()
     # p2p: pairs src[i] -> dst[i]
@@ -288,8 +288,8 @@ class Trace:
         n = sizes.pop()
         if op.peer_bytes and len(op.peer_bytes) != n * n:
             raise bad(f"peer_bytes must be a {n}x{n} matrix, got {len(op.peer_bytes)} values")
-        if op.group_tokens and len(op.group_tokens) != n * sum(n // g for g in range(2, n + 1) if n % g == 0):
-            raise bad(f"group_tokens must hold an n×n/g matrix per divisor g ≥ 2 of n={n}, got "
+        if op.group_tokens and len(op.group_tokens) != n * sum(n // g for g in range(1, n + 1) if n % g == 0):
+            raise bad(f"group_tokens must hold an n×n/g matrix per divisor g of n={n}, got "
                       f"{len(op.group_tokens)} values")
         if op.coll == "alltoallv" and not op.peer_bytes:
             raise bad("alltoallv needs peer_bytes (group-local n×n matrix)")

@@ -26,8 +26,9 @@ mc2/moe_distribute_dispatch_v2/docs/aclnnMoeDistributeDispatchV4.md @28ee37e: "o
 cards of different servers use RDMA; inside the server HCCS"); on A3 CANN offers only full-mesh
 templates.
 
-What the trace must say: the rank-level copies (HT `peer_bytes`) and the (token, destination node)
-counts (`Op.group_tokens`, one matrix per node size the group could have).
+What the trace must say: the (token, destination rank) and (token, destination node) counts
+(`Op.group_tokens`, one matrix per block size the group could have, g = 1 the ranks); the bytes per
+token follow from them and the op's `peer_bytes` (its format: FP8 + scales, BF16, ...).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def node_size(fabric: Fabric, group: tuple[int, ...]) -> int:
 def block_tokens(group_tokens: tuple[float, ...], n: int, g: int) -> np.ndarray:
     """The n × n/g (token, block) counts for blocks of g members out of `Op.group_tokens`."""
     off = 0
-    for d in range(2, n + 1):
+    for d in range(1, n + 1):
         if n % d:
             continue
         size = n * (n // d)

@@ -163,13 +163,13 @@ class LibraryModel:
             return 0, ()
         n = len(group)
         g = ep.node_size(self.fabric, group)
-        bpc, gtok = moe[1], moe[4] if len(moe) > 4 else ()
-        if g < 2 or g == n or not gtok or not peer_bytes or bpc <= 0:
+        gtok = moe[4] if len(moe) > 4 else ()
+        if g < 2 or g == n or not gtok or not peer_bytes:
             return g, ()
-        copies = np.asarray(peer_bytes, dtype=float).reshape(n, n) / bpc
-        if coll == "combine":  # its matrix is the dispatch's reversed (row = sender)
-            copies = copies.T
-        return g, tuple(ep.flow_bytes(coll, copies, ep.block_tokens(gtok, n, g), g, bpc).ravel())
+        copies = ep.block_tokens(gtok, n, 1)
+        # the op's own bytes per token (its format): peer_bytes counts one copy per destination rank
+        per_token = float(np.sum(peer_bytes)) / max(float(copies.sum()), 1e-300)
+        return g, tuple(ep.flow_bytes(coll, copies, ep.block_tokens(gtok, n, g), g, per_token).ravel())
 
     @lru_cache(maxsize=65536)  # noqa: B019 - one model per run
     def _plan(self, coll: str, size: float, n: int, tkey: bytes, peer_bytes: tuple[float, ...],
