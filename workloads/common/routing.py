@@ -160,15 +160,17 @@ def _successive(draw_rows: Callable[[np.ndarray], np.ndarray], n_tok: int, k: in
     """k distinct draws per row, successively: a value already drawn earlier in its row is drawn
     again (sampling without replacement ∝ the weights; converges where whole-row rejection would
     not, e.g. top_k close to a small, skewed group's size)."""
-    choice = np.minimum(draw_rows(np.arange(n_tok)), hi - 1)
+    rows = np.arange(n_tok)
+    choice = np.minimum(draw_rows(rows), hi - 1)
     earlier = np.tril(np.ones((k, k), dtype=bool), -1)
-    for _ in range(10000):
-        dup = ((choice[:, :, None] == choice[:, None, :]) & earlier).any(axis=2)
-        rows = np.flatnonzero(dup.any(axis=1))
+    for _ in range(10000):  # only the rows redrawn last round can hold a duplicate
+        sub = choice[rows]
+        dup = ((sub[:, :, None] == sub[:, None, :]) & earlier).any(axis=2)
+        bad = dup.any(axis=1)
+        rows, sub, dup = rows[bad], sub[bad], dup[bad]
         if rows.size == 0:
             return choice
-        sub, new = choice[rows], np.minimum(draw_rows(rows), hi - 1)
-        sub[dup[rows]] = new[dup[rows]]
+        sub[dup] = np.minimum(draw_rows(rows), hi - 1)[dup]
         choice[rows] = sub
     raise ConfigError("workload.zipf_s", "expert popularity too concentrated to draw top_k distinct "
                       "experts in the allowed groups", "lower the skew or top_k, or raise topk_group")
@@ -227,10 +229,10 @@ def dispatch_rows(ep: int, n_experts: int, top_k: int, tokens_per_rank: int, exp
 
 
 # Tokens per EP rank routed token by token for a training layer (ASSUMPTION, a knob of speed, not
-# of physics): the rest follow the same distribution, counts are scaled up. Sampling all 4,096
-# tokens × 64 ranks × 58 layers per iteration would take minutes; 512 keeps the (token, rank) and
-# (token, node) counts within ~1 % (relative noise ~ 1/sqrt(512 · ep)).
-TRAIN_SAMPLE_TOKENS = 512
+# of physics): the rest follow the same distribution, counts are scaled up. Routing all 4,096
+# tokens × 64 ranks × 58 layers per iteration would take about a minute; 256 keeps the summed
+# (token, rank) and (token, node) counts within ~1 % (relative noise ~ 1/sqrt(256 · ep · top_k)).
+TRAIN_SAMPLE_TOKENS = 256
 
 
 @dataclass(frozen=True)
