@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 from stratacl.errors import ConfigError, TraceError
 from stratacl.fabric import Fabric
 from stratacl.trace import Trace
-from workloads.common.routing import GroupLimit, copies_matrix, expert_weights, group_tokens, route
+from workloads.common.routing import (
+    GroupLimit,
+    copies_matrix,
+    ep_routing,
+    expert_weights,
+    group_tokens,
+    model_group_limit,
+    route,
+)
 
 EP, G, EXPERTS, TOP_K, TOKENS = 32, 8, 64, 6, 96  # 4 nodes of 8 GPUs
 FP8, BF16 = 7392.0, 14336.0  # DeepEP FP8 token (7168 + 7168/128·4 scales) and BF16 token
@@ -199,3 +207,36 @@ def test_group_limit_errors_name_the_field() -> None:
         route(4, 4, 64, 4, w, np.random.default_rng(0), limit=GroupLimit(7, 2))
     with pytest.raises(ConfigError, match="topk_group"):
         route(4, 4, 64, 8, w, np.random.default_rng(0), limit=GroupLimit(64, 4))
+
+
+def test_model_group_limit_reads_the_models_config() -> None:
+    from transformers import AutoConfig
+
+    assert model_group_limit(AutoConfig.for_model("deepseek_v3")) == GroupLimit(8, 4)  # n_group, topk_group
+    assert model_group_limit(AutoConfig.for_model("mixtral")) == GroupLimit()
+
+
+def test_training_routing_scales_a_token_sample() -> None:
+    r = ep_routing(16, 64, 6, 1024, 0.3, 0, 1, 2, GroupLimit(8, 2), sample=128)
+    assert r.rows.sum() == pytest.approx(16 * 1024 * 6)  # every (token, expert) row
+    assert 16 * 1024 <= r.copies.sum() < r.rows.sum()  # one copy per distinct rank
+    np.testing.assert_allclose(r.group_tokens[:16 * 16].reshape(16, 16), r.copies)
+
+
+def test_moe_workload_counts_token_node_pairs_as_deepep_does() -> None:
+    """DeepEP's internode convention (tests/legacy/test_internode.py): `num_rdma_token_sent` = the
+    (token, node) pairs of a rank's tokens, its own node included."""
+    from stratacl.schemas.moe import MoeConfig, MoeMode
+    from workloads import moe
+
+    cfg = MoeConfig(ep=EP, tokens_ht=TOKENS, experts=EXPERTS, top_k=TOP_K, iters=1, warmup=0,
+                    dispatch_bytes_per_token=int(FP8), n_group=4, topk_group=2)
+    tr, pts = moe.build_trace(cfg, MoeMode.ht, 0, node_ranks=G)
+    w = expert_weights(EXPERTS, "uniform")
+    choice = route(TOKENS, EP, EXPERTS, TOP_K, w, np.random.default_rng(0), limit=GroupLimit(4, 2))
+    nodes = choice // (EXPERTS // EP) // G
+    pairs = sum(len(set(tok)) for tok in nodes.reshape(-1, TOP_K).tolist())
+    assert max(len(set(tok)) for tok in nodes.reshape(-1, TOP_K).tolist()) <= 2
+    disp = next(p for p in pts if p["kind"] == "dispatch")
+    assert disp["rdma_bytes_mean"] == pytest.approx(pairs / EP * FP8)
+    assert tr.ops[disp["op"]].group_tokens == tuple(group_tokens(choice // (EXPERTS // EP), EP))
