@@ -282,13 +282,14 @@ class LibraryModel:
         return self._best(coll, size, group, peer_bytes, cores)[0]
 
     def op_info(self, coll: str, size: float, group: tuple[int, ...],
-                peer_bytes: tuple[float, ...] = (), cores: int | None = None) -> OpInfo:
+                peer_bytes: tuple[float, ...] = (), cores: int | None = None, moe: tuple = ()) -> OpInfo:
         """The algorithm that runs and the spread of the comm cores' completion times under the
-        library's core partitioning (as a vector-core mover would run this plan)."""
-        algo = self.chosen_algorithm(coll, size, group, peer_bytes, cores)
+        library's core partitioning (as a vector-core mover would run this plan). `moe`: as
+        `wire_plan`'s (a node-forwarding dispatch reports its own plan)."""
+        algo, _, cand = self._best(coll, size, group, peer_bytes, cores, moe)
         if len(group) < 2:
             return OpInfo(algo, 0.0)
-        plan = self.wire_plan(coll, size, group, peer_bytes, self._best(coll, size, group, peer_bytes, cores)[2])
+        plan = self.wire_plan(coll, size, group, peer_bytes, cand, moe)
         # a staged plan: the stage whose cores take longest decides the spread reported
         sched = max((self.core_schedule(st, cores) for st in (plan.stages or (plan,))),
                     key=lambda c: c.makespan_s)
@@ -583,7 +584,9 @@ class LibraryRuntime:
             t = sum(p.standalone_s() for p in phases)
             if t > best_t:
                 best, best_t, best_group = phases, t, g
-        info = self.model.op_info(op.coll, size, tuple(best_group), op.peer_bytes, cores)
+        shape = self._moe_shape(op)  # an HT op may run the node-forwarding plan: report that one
+        info = self.model.op_info(op.coll, size, tuple(best_group), op.peer_bytes, cores,
+                                  ("ht", *shape) if op.moe_mode == "ht" and shape else ())
         # accounting fields count bytes over the whole op (all groups)
         return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1, info
 
