@@ -40,8 +40,8 @@ PAPER = pd.DataFrame(
     {"deepep": [61, 61, 50, 55], "cann_ep": [98, 85, 61, 68], "cann_ep_zerocopy": [106, 93, 82, 79],
      "stratacl": [130, 121, 107, 108]},
     index=pd.Index(["dispatch HT", "combine HT", "dispatch LL", "combine LL"], name="operator"))
-METRIC = {"dispatch HT": "dispatch_ht_busbw_GBps", "combine HT": "combine_ht_busbw_GBps",
-          "dispatch LL": "dispatch_ll_busbw_GBps", "combine LL": "combine_ll_busbw_GBps"}
+METRIC = {"dispatch HT": "dispatch_ht_deepep_logical_GBps", "combine HT": "combine_ht_deepep_logical_GBps",
+          "dispatch LL": "dispatch_ll_deepep_logical_GBps", "combine LL": "combine_ll_deepep_logical_GBps"}
 
 runs = runs_for("moe_table", "moe", ["+experiment=moe_table"], keep=has_libraries(*LIBRARIES))
 

@@ -217,6 +217,15 @@ class Algorithm(StrEnum):
     nccl = "nccl"  # NCCL's own choice: ring / tree / NVLS / NVLS-tree × LL / LL128 / Simple (comm/nccl.py)
 
 
+class MoeHtPath(StrEnum):
+    """How a high-throughput MoE dispatch/combine crosses nodes (stratacl/comm/ep.py)."""
+
+    flat = "flat"  # one copy per destination rank, straight to it (a rank-level full mesh)
+    # one copy per destination node over the scale-out plane to the GPU with the same local index,
+    # forwarded inside the node over the scale-up links (DeepEP normal kernels, CANN "hierarchy")
+    node_forward = "node_forward"
+
+
 class HcclLevel1(StrEnum):
     """HCCL_ALGO's level-1 (inter-server) algorithm of one operator (hicann/hccl docs/zh/user_guide/
     hccl_env/HCCL_ALGO.md); comm/hierarchical.py runs them."""
@@ -290,6 +299,7 @@ class LibraryConfig:
     # does not remove staging for reducescatter and only partly for ring allreduce)
     stage_anyway: dict[str, float] = knob(factory=dict, ge=0, le=1)
     moe_layout_exchange: bool = True  # MoE dispatch: exchange per-peer counts first (an extra step)
+    moe_ht_path: MoeHtPath = MoeHtPath.flat  # HT dispatch/combine across nodes (comm/ep.py)
     expansion_mode: ExpansionMode = ExpansionMode.custom  # HCCL-style mode; not custom: sets mover/trigger
     sdma_submit_cores: int = knob(1, ge=1)  # device-triggered SDMA: vector cores that write the descriptors
     stream_core_split: bool = True  # run with the workload's per-stream core limits (False: all cores)

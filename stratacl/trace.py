@@ -85,6 +85,11 @@ class Op:
     peer_bytes: Vec = ()  # alltoallv/dispatch/combine: group-local n×n matrix, row = sender
     buffer: str = ""  # user buffer the op reads/writes (registration, staging)
     moe_mode: str = ""  # dispatch/combine: "ht" | "ll" (MOE_MODES); how the library lowers it
+    # dispatch/combine: tokens each member sends to ≥ 1 member of each block of g consecutive
+    # members, for every divisor g of the group size n (ascending from 1; n × n/g each, row =
+    # sender, dispatch direction), concatenated: the (token, destination node) pairs of any node size
+    # (workloads/common/routing.group_tokens; a node-deduplicating library reads its node's block)
+    group_tokens: Vec = ()
     # p2p: pairs src[i] -> dst[i]
     src: tuple[int, ...] = ()
     dst: tuple[int, ...] = ()
@@ -97,11 +102,11 @@ class Op:
         return f"op {self.id}" + (f" '{self.name}'" if self.name else "") + f" ({self.kind})"
 
 
-_VEC_FIELDS = ("flops", "hbm_bytes", "nbytes", "peer_bytes", "vector_flops")
+_VEC_FIELDS = ("flops", "hbm_bytes", "nbytes", "peer_bytes", "vector_flops", "group_tokens")
 # columns added after format 1 was first written: traces saved before them load with these values
 # columns added after format 1 was first written, with the value older files mean
 _LATE_COLUMNS = {"vector_flops": [0.0], "block_dim": 0, "moe_mode": "", "dtype": "", "kernel": "",
-                 "gemms": []}
+                 "gemms": [], "group_tokens": []}
 _INT_TUPLE_FIELDS = ("ranks", "deps", "src", "dst")
 
 
@@ -283,6 +288,9 @@ class Trace:
         n = sizes.pop()
         if op.peer_bytes and len(op.peer_bytes) != n * n:
             raise bad(f"peer_bytes must be a {n}x{n} matrix, got {len(op.peer_bytes)} values")
+        if op.group_tokens and len(op.group_tokens) != n * sum(n // g for g in range(1, n + 1) if n % g == 0):
+            raise bad(f"group_tokens must hold an n×n/g matrix per divisor g of n={n}, got "
+                      f"{len(op.group_tokens)} values")
         if op.coll == "alltoallv" and not op.peer_bytes:
             raise bad("alltoallv needs peer_bytes (group-local n×n matrix)")
 

@@ -29,11 +29,16 @@ DELIBERATE: dict[str, dict[str, tuple[object, object]]] = {
         # issue 22: NCCL_ALGO / NCCL_PROTO restrictions of algorithm=nccl (empty = NCCL's defaults)
         "nccl_algos": (None, []),
         "nccl_protos": (None, []),
+        # issue 22: how an HT MoE dispatch/combine crosses nodes (stratacl/comm/ep.py)
+        "moe_ht_path": (None, "flat"),
     },
     # NCCL_BUFFSIZE is 4 MiB (NCCL src/init.cc DEFAULT_BUFFSIZE 1 << 22), written 4.194 "MB" before;
     # issue 22: NCCL's own algorithm choice instead of one flat ring
     "nccl": {"comm_buffer_MiB": (None, 4.0), "algorithm": ("ring", "nccl")},
     "nccl_ubr": {"algorithm": ("ring", "nccl")},
+    # issue 22: DeepEP's normal kernels forward across nodes (csrc/kernels/legacy/internode.cu)
+    "deepep": {"moe_ht_path": (None, "node_forward")},
+    "cann_ep_hierarchy": {"moe_ht_path": (None, "node_forward")},  # added with issue 22
     # inherited from the parent, unused by the variant's mechanisms:
     # JIT cache matching without JIT registration
     "nccl_roa": {"jit_cache_match": ("exact", "cover"), "algorithm": ("ring", "nccl")},

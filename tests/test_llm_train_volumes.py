@@ -74,15 +74,24 @@ def test_tp_and_ep_volumes(small) -> None:  # noqa: ANN001
     # head one each way
     assert n[("allgather", "tp")] == 6 * layers + 2
     assert n[("reducescatter", "tp")] == 6 * layers + 2
-    # EP: dispatch + combine in fwd, recompute and bwd for each MoE layer; every rank's tokens×top_k rows
+    # EP: dispatch + combine in fwd, recompute and bwd for each MoE layer, as the library's HT
+    # dispatch/combine: one copy per distinct destination rank of a token (between one and top_k per
+    # token), the forward dispatch in the dispatch format with its scales (native: int8, 1 B + 4 B
+    # per 128 channels, as DeepEP's FP8), the combine and every backward exchange in bf16
     moe_layers = mc_moe = model_costs(w)[0].moe_info()["n_moe_layers"]
     assert n[("dispatch", "ep")] == n[("combine", "ep")] == 3 * moe_layers
+    fp8, bf16 = plan.hidden * (1 + 4 / 128), plan.hidden * w.model.dtype_bytes
     for op in trace.ops:
         if op.coll in ("dispatch", "combine"):
+            assert op.moe_mode == "ht"
             m = np.asarray(op.peer_bytes).reshape(w.ep, w.ep)
-            assert m.sum() == pytest.approx(w.ep * tokens // w.tp * plan.top_k * plan.hidden * w.model.dtype_bytes)
+            copies = np.asarray(op.group_tokens[:w.ep * w.ep]).reshape(w.ep, w.ep)  # block size 1: ranks
+            per_token = fp8 if op.coll == "dispatch" and ".bwd." not in op.name else bf16
+            np.testing.assert_allclose(m, (copies if op.coll == "dispatch" else copies.T) * per_token)
+            assert w.ep * tokens // w.tp <= copies.sum() < w.ep * tokens // w.tp * plan.top_k
             assert max(op.nbytes) == pytest.approx((m.sum(axis=1)).max())
     assert mc_moe == 1
+    assert trace.meta["moe"]["bytes_per_copy"] == {"dispatch": fp8, "combine": bf16}
 
 
 def test_iteration_covers_compute_and_more_bandwidth_is_never_slower(small) -> None:  # noqa: ANN001

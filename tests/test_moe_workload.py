@@ -135,7 +135,10 @@ def test_run_prices_every_op_once_per_library_on_the_same_routing(result) -> Non
         assert comb.register_s == pytest.approx(c - (d.time_s - d.register_s), rel=1e-9)
     assert (rows.loc[~strat0, "register_s"] == 0).all()
     assert (rows.loc[first, "time_s"] > rows.loc[first, "register_s"]).all()
-    np.testing.assert_allclose(rows["busbw_GBps"], rows["recv_bytes_mean"] / rows["time_s"] / 1e9, rtol=1e-12)
+    np.testing.assert_allclose(rows["deepep_logical_GBps"], rows["recv_bytes_mean"] / rows["time_s"] / 1e9, rtol=1e-12)
+    n = ctx.cfg.workload.ep  # nccl-tests all-to-all: S = bytes a rank sends, busbw = S/t·(n−1)/n
+    np.testing.assert_allclose(rows["algbw_GBps"], rows["send_bytes_mean"] / rows["time_s"] / 1e9, rtol=1e-12)
+    np.testing.assert_allclose(rows["busbw_GBps"], rows["algbw_GBps"] * (n - 1) / n, rtol=1e-12)
 
 
 def test_run_metrics_average_the_measured_iterations(result) -> None:  # noqa: ANN001
@@ -145,7 +148,7 @@ def test_run_metrics_average_the_measured_iterations(result) -> None:  # noqa: A
             for kind in ("dispatch", "combine"):
                 sub = rows[(rows["library"] == lib) & (rows["mode"] == mode) & (rows["kind"] == kind)]
                 steady = sub[sub["measured"]]
-                assert m[f"{kind}_{mode}_busbw_GBps"] == pytest.approx(
+                assert m[f"{kind}_{mode}_deepep_logical_GBps"] == pytest.approx(
                     (steady["recv_bytes_mean"] / steady["time_s"]).mean() / 1e9, rel=1e-12)
                 assert m[f"{kind}_{mode}_time_us"] == pytest.approx(steady["time_s"].mean() * 1e6, rel=1e-12)
                 assert m[f"{kind}_{mode}_first_time_us"] == pytest.approx(sub["time_s"].iloc[0] * 1e6, rel=1e-12)

@@ -61,7 +61,7 @@ def test_moe_notebook_uses_existing_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "simulating:" not in proc.stdout and "Runs(1 runs, 4 run×library rows" in proc.stdout
     # the printed side-by-side table shows this run's StrataCL dispatch-HT value
-    value = summary["libraries"]["stratacl"]["dispatch_ht_busbw_GBps"]
+    value = summary["libraries"]["stratacl"]["dispatch_ht_deepep_logical_GBps"]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("dispatch HT"))
     assert f"{value:,.2f}" in line and "130.00" in line  # harness and paper side by side
 

@@ -33,8 +33,8 @@ from functools import lru_cache
 import numpy as np
 
 from stratacl.comm import algorithms as alg
+from stratacl.comm import ep, partition
 from stratacl.comm import hierarchical as hier
-from stratacl.comm import partition
 from stratacl.comm.datapath import data_path_model, staging_bytes
 from stratacl.comm.families import FAMILIES
 from stratacl.comm.movers import MOVERS
@@ -43,6 +43,7 @@ from stratacl.config import (
     Algorithm,
     ExpansionMode,
     LibraryConfig,
+    MoeHtPath,
     Partitioning,
     RegistrationMechanism,
     resolved_mover,
@@ -63,7 +64,7 @@ COUNT_BYTES = 4  # one int32 token count per peer in the MoE layout exchange
 # core spread) gets DEFAULT_UNIT_KiB. ASSUMPTION: the die/node unit of conf/library/stratacl.yaml.
 DEFAULT_UNIT_KiB = 256.0
 # plans whose flows to all peers run at once (the switch model paces them by the slowest flow)
-_CONCURRENT = ("fullmesh", "hccl:mesh", "hccl:direct_fullmesh", "direct_fullmesh", "mesh_aiv")
+_CONCURRENT = ("fullmesh", "hccl:mesh", "hccl:direct_fullmesh", "direct_fullmesh", "mesh_aiv", ep.ALGORITHM)
 
 
 class LibraryModel:
@@ -138,13 +139,37 @@ class LibraryModel:
     def wire_plan(self, coll: str, size: float, group: tuple[int, ...],
                   peer_bytes: tuple[float, ...] = (), algorithm: str | None = None,
                   moe: tuple = ()) -> alg.WirePlan:
-        """`moe` = (mode, bytes per token copy, experts per rank) of a dispatch/combine."""
+        """`moe` = (mode, bytes per token copy, experts per rank, top_k, group tokens) of a
+        dispatch/combine. A node-forwarding library's HT dispatch/combine (comm/ep.py) runs one
+        concurrent exchange of its two-hop flows instead of the rank-level matrix."""
         tidx = self.fabric.group_tiers(group)
         algo = algorithm or self.candidates(coll)[0]
+        flows = self._node_flows(coll, group, peer_bytes, moe)[1]
+        if flows:
+            plan = self._plan(coll, size, len(group), tidx.tobytes(), flows, Algorithm.fullmesh.value)
+            return replace(plan, algorithm=ep.ALGORITHM)
         plan = self._plan(coll, size, len(group), tidx.tobytes(), peer_bytes, algo)
         if moe and plan.peer_work:
-            plan = replace(plan, peer_copies=moe_windows(plan, *moe))
+            plan = replace(plan, peer_copies=moe_windows(plan, *moe[:3]))
         return plan
+
+    def _node_flows(self, coll: str, group: tuple[int, ...], peer_bytes: tuple[float, ...],
+                    moe: tuple) -> tuple[int, tuple[float, ...]]:
+        """(ranks per node, n×n wire bytes) of an HT dispatch/combine on the node-forwarding path;
+        (g, ()) where the flat path runs: another path or mode, a group inside one node (DeepEP's
+        intranode kernels send straight over NVLink), one that does not fill its nodes in equal
+        contiguous blocks, or an op without (token, node) counts."""
+        if not moe or moe[0] != "ht" or self.cfg.moe_ht_path != MoeHtPath.node_forward:
+            return 0, ()
+        n = len(group)
+        g = ep.node_size(self.fabric, group)
+        gtok = moe[4] if len(moe) > 4 else ()
+        if g < 2 or g == n or not gtok or not peer_bytes:
+            return g, ()
+        copies = ep.block_tokens(gtok, n, 1)
+        # the op's own bytes per token (its format): peer_bytes counts one copy per destination rank
+        per_token = float(np.sum(peer_bytes)) / max(float(copies.sum()), 1e-300)
+        return g, tuple(ep.flow_bytes(coll, copies, ep.block_tokens(gtok, n, g), g, per_token).ravel())
 
     @lru_cache(maxsize=65536)  # noqa: B019 - one model per run
     def _plan(self, coll: str, size: float, n: int, tkey: bytes, peer_bytes: tuple[float, ...],
@@ -171,7 +196,7 @@ class LibraryModel:
     # ------------------------------------------------------------------ pricing
     def collective_phases(self, coll: str, size: float, group: tuple[int, ...],
                           peer_bytes: tuple[float, ...] = (), moe_mode: str = "",
-                          cores: int | None = None, moe_shape: tuple[float, int] = ()) -> list[Phase]:
+                          cores: int | None = None, moe_shape: tuple = ()) -> list[Phase]:
         """Static phases of one collective on one communicator (registration is added at run
         time by the runtime). With algorithm=auto, the fastest candidate on an idle fabric.
         `cores`: vector cores the comm kernel may use (a stream limit; default comm_cores).
@@ -181,21 +206,40 @@ class LibraryModel:
         kernels write into fixed per-expert slots and skip it (`moe_layout_exchange` turns the
         step off for a library that derives the layout otherwise).
 
-        `moe_shape` = (bytes per token copy, experts per rank): an LL kernel writes each peer's
-        copies into one window per expert hit, each its own start-up (`moe_windows`). A library
+        `moe_shape` = (bytes per token copy, experts per rank, top_k, group tokens): an LL kernel
+        writes each peer's copies into one window per expert hit, each its own start-up
+        (`moe_windows`); a node-forwarding HT kernel sends once per (token, node) and forwards inside
+        the node, after its layout kernel and a two-hop count exchange (`_notify`). A library
         that signals completion with remote atomics pays `moe_signal_rtts` round trips; one whose
         operator needs the host first (`host_sync`) pays a device→host copy and host round trip."""
         moe = (moe_mode, *moe_shape) if moe_mode and moe_shape else ()
         phases = self._best(coll, size, group, peer_bytes, cores, moe)[1]
         if coll == "dispatch" and moe_mode == "ht" and self.cfg.moe_layout_exchange and len(group) > 1:
-            counts = self._best("alltoall", COUNT_BYTES * len(group), group, (), cores)[1]
-            phases = merge_delays([*counts, *phases])
+            phases = merge_delays([*self._notify(group, peer_bytes, moe, cores), *phases])
         if coll in ("dispatch", "combine") and self.cfg.moe_signal_rtts > 0 and len(group) > 1:
             far = self.fabric.tier(int(self.fabric.group_tiers(group).max()), self.cfg.plane)
             phases = merge_delays([*phases, *delay("sync", self.cfg.moe_signal_rtts * 2 * far.alpha_s)])
         if self.needs_host(coll, moe_mode) and len(group) > 1:
             phases = merge_delays([*delay("host", self.cfg.host_roundtrip_us * 1e-6), *phases])
         return phases
+
+    def _notify(self, group: tuple[int, ...], peer_bytes: tuple[float, ...], moe: tuple,
+                cores: int | None) -> list[Phase]:
+        """The count exchange before an HT dispatch: a rank-level all-to-all of per-peer counts, or
+        on the node-forwarding path DeepEP's layout kernel and `notify_dispatch` (counts to the
+        same-index GPU of every node over RDMA, then inside the node over NVLink; comm/ep.py)."""
+        n = len(group)
+        g = self._node_flows("dispatch", group, peer_bytes, moe)[0] if moe else 0
+        if not (2 <= g < n and len(moe) > 4 and moe[4]):
+            return self._best("alltoall", COUNT_BYTES * n, group, (), cores)[1]
+        tokens = float(ep.block_tokens(moe[4], n, n).max())  # routed tokens of the busiest rank
+        layout = delay("launch", self.cfg.launch_us * 1e-6
+                       + ep.layout_bytes(tokens, int(moe[3]), n) / self.fabric.hbm_Bps)
+        rdma_g, node_g = ep.notify_groups(group, g)
+        rdma_b, nvl_b = ep.notify_bytes(n, g, int(moe[2]))
+        rdma = self._best("alltoall", rdma_b, rdma_g, (), cores)[1] if len(rdma_g) > 1 else []
+        nvl = [p for p in self._best("alltoall", nvl_b, node_g, (), cores)[1] if p.category != "launch"]
+        return [*layout, *rdma, *nvl]
 
     # ------------------------------------------------------------------ the host in the loop
     def needs_host(self, coll: str, moe_mode: str = "") -> bool:
@@ -238,13 +282,14 @@ class LibraryModel:
         return self._best(coll, size, group, peer_bytes, cores)[0]
 
     def op_info(self, coll: str, size: float, group: tuple[int, ...],
-                peer_bytes: tuple[float, ...] = (), cores: int | None = None) -> OpInfo:
+                peer_bytes: tuple[float, ...] = (), cores: int | None = None, moe: tuple = ()) -> OpInfo:
         """The algorithm that runs and the spread of the comm cores' completion times under the
-        library's core partitioning (as a vector-core mover would run this plan)."""
-        algo = self.chosen_algorithm(coll, size, group, peer_bytes, cores)
+        library's core partitioning (as a vector-core mover would run this plan). `moe`: as
+        `wire_plan`'s (a node-forwarding dispatch reports its own plan)."""
+        algo, _, cand = self._best(coll, size, group, peer_bytes, cores, moe)
         if len(group) < 2:
             return OpInfo(algo, 0.0)
-        plan = self.wire_plan(coll, size, group, peer_bytes, self._best(coll, size, group, peer_bytes, cores)[2])
+        plan = self.wire_plan(coll, size, group, peer_bytes, cand, moe)
         # a staged plan: the stage whose cores take longest decides the spread reported
         sched = max((self.core_schedule(st, cores) for st in (plan.stages or (plan,))),
                     key=lambda c: c.makespan_s)
@@ -514,7 +559,7 @@ class LibraryRuntime:
 
     def _static(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
         key = (op.kind, op.coll, op.comm, op.ranks, op.nbytes, op.peer_bytes, op.src, op.dst, op.moe_mode,
-               self.cores(op))
+               op.group_tokens, self.cores(op))
         hit = self._cache.get(key)
         if hit is None:
             hit = self._cache[key] = self._lower_p2p(op) if op.kind == "p2p" else self._lower_collective(op)
@@ -539,17 +584,20 @@ class LibraryRuntime:
             t = sum(p.standalone_s() for p in phases)
             if t > best_t:
                 best, best_t, best_group = phases, t, g
-        info = self.model.op_info(op.coll, size, tuple(best_group), op.peer_bytes, cores)
+        shape = self._moe_shape(op)  # an HT op may run the node-forwarding plan: report that one
+        info = self.model.op_info(op.coll, size, tuple(best_group), op.peer_bytes, cores,
+                                  ("ht", *shape) if op.moe_mode == "ht" and shape else ())
         # accounting fields count bytes over the whole op (all groups)
         return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1, info
 
-    def _moe_shape(self, op: Op) -> tuple[float, int]:
-        """(bytes per token copy, experts per rank) a MoE workload declares in trace.meta["moe"]
-        for its dispatch/combine ops; () when it does not."""
+    def _moe_shape(self, op: Op) -> tuple:
+        """(bytes per token copy, experts per rank, top_k, the op's (token, block) counts) a MoE
+        workload declares in trace.meta["moe"] and `Op.group_tokens` for its dispatch/combine ops;
+        () when it does not."""
         meta = self.trace.meta.get("moe") if op.moe_mode else None
         if not meta:
             return ()
-        return float(meta["bytes_per_copy"][op.coll]), int(meta["experts_per_rank"])
+        return (float(meta["bytes_per_copy"][op.coll]), int(meta["experts_per_rank"]), int(meta.get("top_k", 0)), op.group_tokens)
 
     def _lower_p2p(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
         fab = self.fabric

@@ -31,6 +31,10 @@ class MoeConfig(WorkloadConfig):
     top_k: int = knob(8, ge=1)
     dispatch_bytes_per_token: int = knob(7680, ge=1)  # INT8 hidden + FP32 scales
     combine_bytes_per_token: int = knob(14336, ge=1)  # BF16 hidden
+    # node-limited routing (DeepSeek-V3's n_group / topk_group; workloads/common/routing.py):
+    # experts in n_group contiguous groups, each token's top_k inside topk_group of them. 0 = off
+    n_group: int = knob(0, ge=0)
+    topk_group: int = knob(0, ge=0)
     skew: ExpertSkew = ExpertSkew.uniform
     zipf_s: float = knob(1.0, ge=0)  # Zipf exponent over experts (skew=zipf)
     histogram: list[float] = knob(factory=list, ge=0)  # per-expert weights (skew=histogram)

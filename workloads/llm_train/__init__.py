@@ -18,15 +18,21 @@ from stratacl.limits import RunSize
 from stratacl.schemas.llm_train import LlmTrainConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import Library, RunContext, WorkloadResult
-from workloads.common.routing import dispatch_rows, imbalance, zipf_exponent
+from workloads.common.routing import (
+    EpRouting,
+    ep_routing,
+    imbalance,
+    model_group_limit,
+    zipf_exponent,
+)
 
 from .allocation import allocator_peak
 from .blocks import ModelPlan
 from .layout import Layout
 from .memory import check_fits, memory_breakdown
-from .model import build_plan
+from .model import build_plan, model_costs
 from .report import iteration_figures
-from .schedule import Knobs, build_iteration
+from .schedule import Knobs, build_iteration, moe_meta
 
 __all__ = ["Prepared", "estimate", "iteration_trace", "prepare", "run"]
 
@@ -64,23 +70,27 @@ def estimate(cfg: LlmTrainConfig) -> RunSize:
     return RunSize(trace_ops=per_trace, replayed_ops=per_trace * len(cfg.iterations))
 
 
-def routing_for(prep: Prepared, iteration: int, seed: int) -> tuple[dict[int, np.ndarray], float, float]:
-    """Per-unit dispatch rows for one iteration, the Zipf exponent and the mean EP imbalance."""
+def routing_for(prep: Prepared, iteration: int, seed: int) -> tuple[dict[int, EpRouting], float, float]:
+    """Per-unit routing for one iteration (token by token, node-limited where the model's config
+    says so), the Zipf exponent and the mean EP imbalance."""
     plan, lay = prep.plan, prep.layout
     s = zipf_exponent(prep.cfg.skew, iteration)
+    limit = model_group_limit(model_costs(prep.cfg)[0].cfg)
     rows = {}
     for i, unit in enumerate(plan.units):
         if any(sub.routed for sub in unit.subs) and lay.ep > 1:
-            rows[i] = dispatch_rows(lay.ep, plan.n_experts, plan.top_k, plan.tokens // lay.tp, s, seed, i,
-                                    iteration)
-    imb = float(np.mean([imbalance(r) for r in rows.values()])) if rows else 1.0
+            rows[i] = ep_routing(lay.ep, plan.n_experts, plan.top_k, plan.tokens // lay.tp, s, seed, i,
+                                 iteration, limit)
+    imb = float(np.mean([imbalance(r.rows) for r in rows.values()])) if rows else 1.0
     return rows, s, imb
 
 
 def iteration_trace(prep: Prepared, iteration: int, seed: int) -> tuple[Trace, float, float]:
     rows, s, imb = routing_for(prep, iteration, seed)
-    trace = build_iteration(prep.plan, prep.layout, prep.knobs, rows,
-                            meta={"iteration": iteration, "zipf_exponent": s})
+    meta = {"iteration": iteration, "zipf_exponent": s}
+    if rows:
+        meta["moe"] = moe_meta(prep.plan, prep.layout, model_costs(prep.cfg)[0].formats, prep.knobs)
+    trace = build_iteration(prep.plan, prep.layout, prep.knobs, rows, meta=meta)
     return trace, s, imb
 
 

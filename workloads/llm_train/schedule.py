@@ -19,6 +19,8 @@ import numpy as np
 from stratacl.trace import Trace
 from workloads.common.cost import Cost
 from workloads.common.kernels import TRAINING_FUSED, add_cost
+from workloads.common.quant import FORMAT_BYTES, Formats
+from workloads.common.routing import EpRouting
 
 from .blocks import ModelPlan, SubBlock, Unit
 from .layout import Layout
@@ -57,7 +59,7 @@ class Knobs:
 
 class IterationBuilder:
     def __init__(self, plan: ModelPlan, layout: Layout, knobs: Knobs,
-                 routing: dict[int, np.ndarray] | None = None, meta: dict | None = None) -> None:
+                 routing: dict[int, EpRouting] | None = None, meta: dict | None = None) -> None:
         self.plan, self.layout, self.k = plan, layout, knobs
         self.routing = routing or {}
         self.t = Trace(world_size=layout.dies, meta={"workload": "llm_train", **(meta or {})})
@@ -115,9 +117,14 @@ class IterationBuilder:
             self._main_coll(after, "tp", size, f"{tag}.tp_{after}", "tp.out")
 
     def _moe(self, tag: str, unit_idx: int, sub: SubBlock, base: Cost, bwd: bool) -> None:
-        rows = self.routing[unit_idx]
-        row_bytes = float(self.plan.hidden * self.k.act_bytes)
-        recv = rows.sum(axis=0).astype(float)
+        """The MoE layer through the library's dispatch/combine (HT kernels): one copy per
+        destination rank of a token — the library decides whether per node, with forwarding —,
+        the forward dispatch in its quantised format, combines and every backward exchange (the
+        gradients) in the activation format (DeepSeek-V3 report §3.3: FP8 dispatch, BF16 combine)."""
+        route = self.routing[unit_idx]
+        per_copy = self.t.meta["moe"]["bytes_per_copy"]
+        disp_bytes = per_copy["combine"] if bwd else per_copy["dispatch"]
+        recv = route.rows.sum(axis=0).astype(float)
         # router + shared experts (unfused GEMMs + their activation work; allocates the dispatch
         # buffers), then the routed experts at the rows each rank received; the expert weights
         # they read (the row-independent part of the measured grouped GEMM) ride on that kernel
@@ -125,22 +132,23 @@ class IterationBuilder:
         base = base - weights
         if not bwd:
             self._compute(f"{tag}.router", "shared_experts", base, dtype=sub.dtype)
-        self._ep(tag, "dispatch", rows * row_bytes)
+        self._ep(tag, "dispatch", route.copies * disp_bytes, route.group_tokens)
         row = sub.row_bwd if bwd else sub.row_fwd
         assert row is not None
         self._compute(f"{tag}.experts", sub.name, row, per_rank=recv[self.ep_pos], dtype=sub.dtype,
                       hbm_extra=weights.hbm_bytes)
-        self._ep(tag, "combine", rows.T * row_bytes)
+        self._ep(tag, "combine", route.copies.T * per_copy["combine"], route.group_tokens)
         if bwd:
             self._compute(f"{tag}.router", "shared_experts", base, dtype=sub.dtype)
 
-    def _ep(self, tag: str, coll: str, matrix: np.ndarray) -> None:
-        """All-to-all with a per-peer matrix (row = sender); its buffer is allocated when the
-        kernel group before it (router or experts) starts: routed sizes change every step."""
+    def _ep(self, tag: str, coll: str, matrix: np.ndarray, group_tokens: np.ndarray) -> None:
+        """An HT dispatch/combine with a per-peer matrix (row = sender) and the routing's (token,
+        block) counts; its buffer is allocated when the kernel group before it (router or experts)
+        starts: routed sizes change every step."""
         buf = self.t.add_buffer(f"{tag}.{coll}", self.group_start.get(self.last_main, self.last_main))
         sent = matrix.sum(axis=1)
         self._main_coll(coll, "ep", sent[self.ep_pos], f"{tag}.{coll}", buf,
-                        peer_bytes=matrix.ravel())
+                        peer_bytes=matrix.ravel(), moe_mode="ht", group_tokens=group_tokens)
 
     # ------------------------------------------------------------------ FSDP
     def _gathers(self, unit: Unit, pos: int, release: list[int]) -> list[int]:
@@ -204,6 +212,21 @@ class IterationBuilder:
         hbm = local * (2 * k.master_bytes + k.grad_bytes + 2 * k.state_bytes)
         self.last_main = add_cost(self.t, self.ranks, "optimizer", Cost(0.0, local * k.optimizer_flops_per_param, hbm),
                                   fused=TRAINING_FUSED, name="optimizer.step", deps=rs_ops[-1:])[-1]
+
+
+# FP8 / INT8 tokens carry one fp32 scale per 128 channels (DeepEP's per-token FP8 cast:
+# tests/legacy/test_internode.py @dd758ca, fp8_factor = (1 + 4/128) / 2 of BF16)
+SCALE_BYTES_PER_128 = 4.0
+
+
+def moe_meta(plan: ModelPlan, layout: Layout, formats: Formats, knobs: Knobs) -> dict:
+    """trace.meta["moe"] of a training iteration: bytes per token copy of the forward dispatch (the
+    model's dispatch format, with its per-128-channel scales when quantised) and of the combine
+    (the activations' format), experts per rank and top_k."""
+    fmt = FORMAT_BYTES[formats.dispatch]
+    dispatch = plan.hidden * fmt + (plan.hidden / 128 * SCALE_BYTES_PER_128 if fmt <= 1 else 0.0)
+    return {"bytes_per_copy": {"dispatch": float(dispatch), "combine": float(plan.hidden * knobs.act_bytes)},
+            "experts_per_rank": plan.n_experts // layout.ep, "top_k": plan.top_k}
 
 
 def build_iteration(plan: ModelPlan, layout: Layout, knobs: Knobs,
