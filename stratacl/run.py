@@ -16,6 +16,7 @@ import os
 import pkgutil
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import hydra
@@ -241,6 +242,9 @@ def _check_choices(choices: dict, overrides: list[str]) -> None:
 
 
 def cli(argv: list[str]) -> None:
+    # conf/hydra/launcher/ray.yaml shares its name with the plugin's schema node, which Hydra 1.3
+    # still merges it into (a check we want) with a deprecation notice a user can do nothing about
+    warnings.filterwarnings("ignore", message=".*is validated against ConfigStore schema with the same name")
     precheck(argv)
     try:
         main()
