@@ -91,6 +91,27 @@ def test_a_window_refusal_on_the_cli_writes_nothing(tmp_path) -> None:  # noqa: 
     assert not out.exists()
 
 
+TINY = ("{num_hidden_layers:3,first_k_dense_replace:1,hidden_size:256,intermediate_size:512,"
+        "moe_intermediate_size:128,n_routed_experts:16,num_experts_per_tok:4,n_group:1,topk_group:1,"
+        "num_attention_heads:4,num_key_value_heads:4,kv_lora_rank:64,q_lora_rank:64,qk_rope_head_dim:16,"
+        "qk_nope_head_dim:32,v_head_dim:32,vocab_size:1024}")
+TINY_SERVE = [*INFER, "workload.model.preset=deepseek_v3", f"+workload.model.overrides={TINY}",
+              "workload.layout.prefill_instances=1", "workload.layout.prefill_dp=4", "workload.layout.prefill_ep=4",
+              "workload.layout.decode_instances=1", "workload.layout.decode_dp=4", "workload.layout.decode_ep=4",
+              "workload.requests.arrival=poisson", "workload.requests.rate=20", "workload.warmup_s=0",
+              "workload.cache_dir=", "workload.capacity.saturation=false", "output.timeline=false",
+              "output.progress=false"]
+
+
+def test_a_window_without_a_token_is_refused_not_reported_as_zero(tmp_path) -> None:  # noqa: ANN001
+    # 1.2 expected arrivals pass the precheck; seed 0 draws none before 0.06 s: no token, no rate
+    out = tmp_path / "run"
+    proc = run_cli([*TINY_SERVE, "workload.requests.duration_s=0.06", f"hydra.run.dir={out}"], tmp_path)
+    _one_line_refusal(proc, "workload.requests.duration_s")
+    assert "no output token falls inside the measured window [0, 0.06) s (0 requests" in proc.stderr
+    assert not (out / "summary.json").exists()
+
+
 # --------------------------------------------------------------------------- 8. hints
 
 
