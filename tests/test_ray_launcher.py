@@ -36,8 +36,9 @@ except ImportError:
 # Ray rewrites 127.0.0.1 to the machine's routable address (a cluster's nodes must reach it);
 # this switch (its loopback mode for laptops) keeps the head, its workers and the driver on loopback.
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-# Ray >= 2.5x starts a head with token authentication; a driver joining it needs the same token
-# (a real cluster: ~/.ray/auth_token or RAY_AUTH_TOKEN_PATH on every submitting machine).
+# Token authentication as a real cluster would run it (Ray 2.60 turns it on for a head that finds
+# a token, e.g. ~/.ray/auth_token): head and driver share this token file, so the test does not
+# depend on the user's ~/.ray.
 TOKEN = Path(tempfile.mkdtemp(prefix="raytok", dir="/tmp")) / "auth_token"
 AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(TOKEN)}
 POINTS = ["workload.max_bytes=1048576", "workload.ranks=16,32",
