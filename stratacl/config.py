@@ -513,6 +513,7 @@ def world_size(fab: FabricConfig) -> int:
 def validate_run(cfg: RunConfig) -> None:
     """Everything checkable before a simulation: every field's range, then cross-field meaning."""
     check_ranges(cfg)
+    cfg.workload.check()  # the workload schema's cross-field checks (e.g. measurement windows)
     validate_fabric(cfg.fabric)
     if not cfg.library:
         raise ConfigError("library", "no library selected", "e.g. library=[hccl,stratacl]")

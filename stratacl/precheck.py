@@ -16,12 +16,13 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from stratacl.config import RENAMED_KNOBS, to_object, validate_run
 from stratacl.errors import ConfigError
+from stratacl.paths import CONF
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 # flags after which Hydra does something other than one run (sweeps, printing, help)
 _OTHER_MODES = {"-m", "--multirun", "-c", "--cfg", "-h", "--help", "--hydra-help", "-i", "--info",
                 "--shell-completion", "-sc", "-cp", "--config-path", "-cn", "--config-name", "-cd",
@@ -65,25 +66,116 @@ def one_line(exc: BaseException) -> str:
     return f"config field '{field}': {problem} — fix: {fix}"
 
 
-def _check_run_dir(argv: list[str]) -> None:
-    """Hydra creates the run directory before any of our code runs: an unwritable one would end in
-    its traceback, so try it first."""
+def misplaced(overrides: list[str]) -> str:
+    """The one-line error for an override that names something not in this config, when Hydra's
+    own hint (`+key=value`) would send the user the wrong way: a knob of a library that is not
+    selected, or a model chosen as a top-level group. "" when no override is of that kind."""
+    for ov in overrides:
+        key = ov.partition("=")[0].lstrip("+~")
+        parts = key.split(".")
+        if parts[0] == "model" and len(parts) == 1:
+            return str(ConfigError("model", "a model is chosen inside the workload that runs it, not as a "
+                                   "top-level group", "workload.model.preset=<name> (workload=llm_infer or "
+                                   f"llm_train), one of {', '.join(options('model'))}"))
+        if parts[0] != "library" or len(parts) < 2:
+            continue
+        selected = _selected_libraries(overrides)
+        name = parts[1]
+        if selected is None or name in selected:
+            continue
+        if name not in options("library"):
+            return str(ConfigError(f"library.{name}", f"unknown library '{name}'",
+                                   f"use one of {', '.join(options('library'))}"))
+        return str(ConfigError(key, f"library '{name}' is not selected (selected: {', '.join(selected)})",
+                               f"select it: library=[{','.join([*selected, name])}] (then {key.removeprefix('+')}=...)"))
+    return ""
+
+
+def _selected_libraries(overrides: list[str]) -> list[str] | None:
+    """The libraries the run selects, from the config composed without per-library overrides."""
+    keep = [o for o in overrides if not o.lstrip("+~").startswith("library.") and o.partition("=")[0] != "model"]
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            return list(compose("config", overrides=keep).library)
+    except (HydraException, OmegaConfBaseException, ValueError):
+        return None
+
+
+def _dir_override(argv: list[str], key: str) -> str | None:
+    """The value of a `hydra.<run|sweep>.dir=...` override (quotes stripped), None if absent."""
+    found = None
     for a in argv:
-        key, _, value = a.partition("=")
-        if key.lstrip("+") == "hydra.run.dir" and value:
-            try:
-                Path(value).mkdir(parents=True, exist_ok=True)
-                probe = Path(value) / ".write_probe"
-                probe.touch()
-                probe.unlink()
-            except OSError as exc:
-                print(f"error: config field 'hydra.run.dir': cannot write '{value}': {exc.strerror or exc} "
-                      "— fix: a writable directory", file=sys.stderr)
-                sys.exit(2)
+        k, eq, value = a.partition("=")
+        if eq and k.lstrip("+") == key:
+            found = value.strip().strip("'\"").strip()
+    return found
+
+
+def _refuse(field: str, problem: str, fix: str) -> None:
+    print(f"error: {ConfigError(field, problem, fix)}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_dirs(argv: list[str], multirun: bool) -> None:
+    """Before Hydra creates anything: an empty output directory would put the run into the current
+    directory (Hydra reads '' as '.'), so refuse it for the mode that uses it."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if _dir_override(argv, key) == "":
+        _refuse(key, "is empty (the run would write into the current directory)",
+                f"give a directory, e.g. {key}=runs/mine, or drop the override for the default")
+
+
+def _check_run_dir(argv: list[str]) -> None:
+    """Hydra creates the run directory and writes `.hydra/` into it before any of our code runs: a
+    directory that already holds a run's results would end up with that run's results and this
+    run's config, and an unwritable one in Hydra's traceback — so check both first."""
+    value = _dir_override(argv, "hydra.run.dir")
+    if not value:
+        return
+    held = [f for f in HELD if (Path(value) / f).exists()]
+    if held:
+        _refuse("hydra.run.dir", f"'{value}' already holds a run ({', '.join(held)})",
+                "choose a new hydra.run.dir (or delete that run directory first)")
+    try:
+        Path(value).mkdir(parents=True, exist_ok=True)
+        probe = Path(value) / ".write_probe"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        _refuse("hydra.run.dir", f"cannot write '{value}': {exc.strerror or exc}", "a writable directory")
+
+
+# what marks a directory as holding a run's results (the CLI's outputs; summary.json last)
+HELD = ("summary.json", "results.parquet")
+
+
+def print_help(argv: list[str]) -> None:
+    """`--help`: the choices a user can pass (Hydra's own listing also shows the `*_schema` nodes
+    and `model`, which is no top-level group), then the composed config."""
+    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
+    print("python -m stratacl.run [group=option ...] [key=value ...]   (--hydra-help: Hydra's flags)\n")
+    print("Groups (group=option):")
+    for group in ("workload", "fabric", "library", "experiment"):
+        how = {"library": " (a list: library=[a,b])", "experiment": " (+experiment=<name>)"}.get(group, "")
+        print(f"  {group}{how}: {', '.join(options(group))}")
+    print(f"  model presets (workload.model.preset=<name>, workload=llm_infer or llm_train): "
+          f"{', '.join(options('model'))}")
+    print("  sweeps: --multirun hydra/launcher=local (joblib, default), slurm, submitit_local or ray\n")
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            print(OmegaConf.to_yaml(compose("config", overrides=overrides)))
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        print(f"error: {misplaced(overrides) or one_line(exc)}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(0)
 
 
 def precheck(argv: list[str]) -> None:
     """Compose a single run's config; exit 2 with one line if Hydra would refuse it."""
+    if any(a in ("-h", "--help") for a in argv):
+        print_help(argv)
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    check_dirs(argv, multirun)
     if any(a in _OTHER_MODES or a.split("=")[0] in _OTHER_MODES for a in argv):
         return
     overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
@@ -92,7 +184,7 @@ def precheck(argv: list[str]) -> None:
             cfg = compose("config", overrides=overrides)
         validate_run(to_object(cfg))
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        print(f"error: {one_line(exc)}", file=sys.stderr)
+        print(f"error: {misplaced(overrides) or one_line(exc)}", file=sys.stderr)
         sys.exit(2)
     except ConfigError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)

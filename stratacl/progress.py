@@ -58,9 +58,12 @@ class Progress:
             self.enabled = False
         self._end_phase()
 
-    def _line(self) -> None:
+    def _line(self, end: bool = False) -> None:
         self._last = time.perf_counter()
-        pct = 100.0 * self._done / self._total if self._total else 100.0
+        if end:  # a phase that ended finished its work, however far the workload advanced the count
+            print(f"[{self.label}] {self._name}: done in {self._last - self._t0:.1f} s", file=sys.stderr, flush=True)
+            return
+        pct = 100.0 * self._done / self._total if self._total else 0.0
         print(f"[{self.label}] {self._name}: {pct:3.0f}% ({self._done:g}/{self._total:g} {self._unit}) "
               f"{self._last - self._t0:.1f} s", file=sys.stderr, flush=True)
 
@@ -72,7 +75,7 @@ class Progress:
             self._bar.close()
             self._bar = None
         elif self.enabled and not self.tty:
-            self._line()
+            self._line(end=True)
         log.info("phase %s: %g/%g %s in %.2f s", self._name, self._done, self._total, self._unit,
                  time.perf_counter() - self._t0)
         self._name = ""

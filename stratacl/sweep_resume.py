@@ -10,7 +10,12 @@ directory exactly when its overrides are the same.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
 
 MARKER = "summary.json"
 
@@ -32,3 +37,21 @@ def sweep_status(sweep_dir: Path) -> tuple[list[Path], list[Path]]:
     `.hydra/` directory; unfinished ones are what `resume=true` will run again."""
     started = sorted(p.parent for p in Path(sweep_dir).glob("**/.hydra"))
     return [p for p in started if is_finished(p)], [p for p in started if not is_finished(p)]
+
+
+class RememberSweepDir(Callback):
+    """Hydra callback (conf/config.yaml `hydra.callbacks`): keeps the resolved sweep directory in
+    the driver, so an interrupted sweep can name it in its resume command."""
+
+    sweep_dir: str | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        RememberSweepDir.sweep_dir = str(config.hydra.sweep.dir)  # resolves ${now:...} once, cached
+
+
+def resume_command(argv: list[str], sweep_dir: str | None) -> str:
+    """The command that finishes an interrupted sweep: the same arguments, the sweep's directory
+    and resume=true (replacing any hydra.sweep.dir / resume the user gave)."""
+    keep = [a for a in argv if a.partition("=")[0].lstrip("+") not in ("hydra.sweep.dir", "resume")]
+    tail = ([f"hydra.sweep.dir={sweep_dir}"] if sweep_dir else []) + ["resume=true"]
+    return shlex.join(["python", "-m", "stratacl.run", *keep, *tail])

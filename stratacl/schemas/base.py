@@ -64,6 +64,10 @@ class WorkloadConfig:
 
     name: str = MISSING
 
+    def check(self, prefix: str = "workload") -> None:
+        """Cross-field checks of this workload's own fields (measurement windows), run with the
+        range checks before anything is written; a schema overrides it where fields interact."""
+
 
 # --------------------------------------------------------------------------- the walker
 

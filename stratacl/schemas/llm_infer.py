@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from hydra.core.config_store import ConfigStore
 
+from stratacl.errors import ConfigError
 from stratacl.schemas.base import WorkloadConfig, knob
 from stratacl.schemas.model import (  # ModelRef re-exported: the shared model reference
     ModelRef,
@@ -166,6 +167,10 @@ class FixedShapeConfig:
     prompt_tokens: int = knob(4096, ge=1)
 
 
+# fewer expected arrivals in the measured window than this cannot give a latency percentile or a rate
+MIN_MEASURED_ARRIVALS = 1
+
+
 @dataclass
 class LlmInferConfig(WorkloadConfig):
     name: str = "llm_infer"
@@ -184,6 +189,31 @@ class LlmInferConfig(WorkloadConfig):
     dispatch_scale_ratio: float = knob(0.0714, ge=0)
     warmup_s: float = knob(10.0, ge=0)  # requests arriving before this are excluded from the statistics
     cache_dir: str = "runs/.cache/modelcost"  # disk cache of measured model costs ("" = off)
+
+    def check(self, prefix: str = "workload") -> None:
+        """Measurement windows: statistics cover requests arriving in [warmup_s, duration_s), the
+        closed loop [saturation_warmup_s, saturation_duration_s); an empty window is refused."""
+        if self.capacity.saturation and self.capacity.saturation_warmup_s >= self.capacity.saturation_duration_s:
+            c = self.capacity
+            raise ConfigError(f"{prefix}.capacity.saturation_warmup_s",
+                              f"{c.saturation_warmup_s:g} s is not shorter than saturation_duration_s "
+                              f"({c.saturation_duration_s:g} s): the closed-loop window would be empty",
+                              "a saturation_warmup_s below saturation_duration_s")
+        if self.mode != ServingMode.serve:
+            return  # fixed shapes: no arrivals, no window
+        r = self.requests
+        if self.warmup_s >= r.duration_s:
+            raise ConfigError(f"{prefix}.warmup_s",
+                              f"{self.warmup_s:g} s is not shorter than requests.duration_s ({r.duration_s:g} s): "
+                              "no request would arrive inside the measured window",
+                              f"a warmup_s below {r.duration_s:g} s (or a longer {prefix}.requests.duration_s)")
+        timed = r.arrival != Arrival.csv and not (r.arrival == Arrival.trace and r.trace_timing == TraceTiming.recorded)
+        expected = r.rate * (r.duration_s - self.warmup_s)
+        if timed and expected < MIN_MEASURED_ARRIVALS:
+            raise ConfigError(f"{prefix}.requests.duration_s",
+                              f"the measured window [{self.warmup_s:g}, {r.duration_s:g}) s at {r.rate:g} req/s "
+                              f"expects {expected:.3g} arrivals, fewer than {MIN_MEASURED_ARRIVALS}",
+                              f"a duration_s of at least {self.warmup_s + MIN_MEASURED_ARRIVALS / r.rate:.3g} s")
 
 
 ConfigStore.instance().store(group="workload", name="llm_infer_schema", node=LlmInferConfig)

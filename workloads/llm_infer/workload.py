@@ -260,6 +260,10 @@ def run(ctx: RunContext) -> WorkloadResult:
     for library in ctx.libraries:
         sim, dies = serving.serve(library, reqs)
         m = summarise(sim, cfg.warmup_s, cfg.requests.duration_s)
+        if not m["throughput_tok_per_s"] > 0:  # latency percentiles beside 0 tok/s would read as a result
+            raise ConfigError("workload.requests.duration_s", f"no output token falls inside the measured window "
+                              f"[{cfg.warmup_s:g}, {cfg.requests.duration_s:g}) s ({len(reqs)} requests, TTFT "
+                              f"p50 {m['ttft_p50_s']:.3g} s)", "a window several times longer than the time to first token")
         m.update(memory_metrics(dies))
         m.update(registration_metrics(sim, cfg.warmup_s))
         if cfg.capacity.saturation:

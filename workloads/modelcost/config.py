@@ -17,10 +17,12 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, PretrainedConfig
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+from stratacl.paths import CONF
+
 from .attention import ATTENTION_KEY, ATTENTION_MODES
 from .errors import ModelConfigError
 
-CONF_MODEL_DIR = Path(__file__).resolve().parents[2] / "conf" / "model"
+CONF_MODEL_DIR = CONF / "model"
 
 # Keys a config accepts although they are not dataclass fields of every config class:
 # legacy aliases the V4 config folds in, and the base PretrainedConfig attributes.
