@@ -522,9 +522,9 @@ def validate_run(cfg: RunConfig) -> None:
     if cfg.baseline not in cfg.library:
         raise ConfigError("baseline", f"'{cfg.baseline}' is not among the selected libraries "
                           f"{list(cfg.library)}", "add it to library=[...] or set baseline= one of them")
-    check = getattr(cfg.workload, "check", None)  # a workload's own cross-field check (its schema)
-    if callable(check):
-        check(cfg)
+    check_run = getattr(cfg.workload, "check_run", None)  # checks that need the run (e.g. the fabric)
+    if callable(check_run):
+        check_run(cfg)
 
 
 def to_object(cfg: DictConfig) -> RunConfig:

@@ -20,7 +20,7 @@ class ReplayConfig(WorkloadConfig):
     merge: bool = True  # Chakra: merge equal-looking COMP nodes of several ranks into one SPMD op
     top_ops: int = knob(15, ge=0)  # slowest ops (by baseline time) printed per library
 
-    def check(self, run: Any) -> None:  # noqa: ANN401 - RunConfig (validate_run calls it)
+    def check_run(self, run: Any) -> None:  # noqa: ANN401 - RunConfig (validate_run calls it)
         """The trace must load and fit the fabric: checked before the run directory exists."""
         from workloads.replay import check  # the loaders live with the workload
 
