@@ -38,7 +38,7 @@ from workloads.common.kernels import (
     stream_limits,
 )
 from workloads.common.placement import copies
-from workloads.common.routing import expert_weights, route
+from workloads.common.routing import expert_weights, group_tokens, model_group_limit, route
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import CORE, ServingCosts, payload_bytes
 from workloads.llm_infer.memory import registers_just_in_time
@@ -130,6 +130,7 @@ class IterationModel:
         self.decode_dies = tuple(decode_dies)
         self.seed = seed = ctx.seed
         self.weights = expert_weights(costs.experts, cfg.skew, cfg.zipf_s, seed=seed) if costs.experts else None
+        self.group_limit = model_group_limit(costs.mc.cfg)  # node-limited routing, as the model's gate
         self.dispatch_bytes, self.combine_bytes = payload_bytes(costs, cfg.dispatch_scale_ratio)
         self._traces: dict[tuple, Trace] = {}
         self._stats: dict[tuple, IterStats] = {}
@@ -284,13 +285,13 @@ class IterationModel:
             order = [(m, st) for m in range(mbs) for st in range(3)] if paths else \
                 [(m, st) for st in range(3) for m in range(mbs)]
             for m, st in order:
-                disp, load = routed[m]
+                disp, load, pairs = routed[m]
                 if st == 0:
                     peer = disp * self.dispatch_bytes
                     buf = self._buffer(tr, "dispatch", li, m, next(use) in miss, attn_op[m])
                     last[m] = [tr.collective("dispatch", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
                                              stream=xs, deps=last[m], buffer=buf, moe_mode=mode,
-                                             name=f"L{li}.dispatch.mb{m}")]
+                                             group_tokens=pairs, name=f"L{li}.dispatch.mb{m}")]
                 elif st == 1:
                     # each die's experts: the rows the placement sent it (skew: hot dies) and its weights
                     var, scale, weights = c.moe_per_die(phase, costs[m]["moe"], max(1, math.ceil(rows[m])), load)
@@ -301,7 +302,7 @@ class IterationModel:
                     buf = self._buffer(tr, "combine", li, m, next(use) in miss, attn_op[m])
                     last[m] = [tr.collective("combine", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
                                              stream=xs, deps=last[m], buffer=buf, moe_mode=mode,
-                                             name=f"L{li}.combine.mb{m}")]
+                                             group_tokens=pairs, name=f"L{li}.combine.mb{m}")]
         for m in range(mbs):
             self._compute(tr, ranks, main[m]["lm_head"], cs, last[m], f"lm_head.mb{m}", layer_type="lm_head")
         tr.validate()
@@ -347,9 +348,12 @@ class IterationModel:
         return add_cost(tr, ranks, layer_type, cost, fused=INFERENCE_FUSED, name=name, stream=stream, deps=deps,
                         scale=scale, dtype=self.costs.dtypes.get(layer_type, ""), hbm_extra=hbm_extra)[-1]
 
-    def _routing_sample(self, phase: str, n: int, tokens: int, mode: str, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """(token copies between dies, weighted expert rows per die) of one routing draw, through
-        the phase's expert placement."""
+    def _routing_sample(self, phase: str, n: int, tokens: int, mode: str,
+                        index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | tuple]:
+        """(token copies between dies, weighted expert rows per die, the (token, destination
+        block) counts a node-deduplicating HT dispatch reads — empty for LL) of one routing draw,
+        through the phase's expert placement, node-limited as the model's config routes
+        (`n_group` / `topk_group`)."""
         key = (phase, n, tokens, mode)
         samples = self._routing.get(key)
         if samples is None:
@@ -357,10 +361,11 @@ class IterationModel:
             samples = []
             pl = self.costs.placement[phase]
             for _ in range(ROUTING_SAMPLES):
-                choice = route(tokens, n, self.costs.experts, self.costs.top_k, self.weights, rng, placed=True)
+                choice = route(tokens, n, self.costs.experts, self.costs.top_k, self.weights, rng, placed=True,
+                               limit=self.group_limit)
                 dest, weight = pl.destinations(choice)
                 disp, rows = copies(dest, weight, n, per_expert=mode == MoeMode.ll)
-                samples.append((disp, rows))
+                samples.append((disp, rows, group_tokens(dest, n) if mode == MoeMode.ht else ()))
             self._routing[key] = samples
         return samples[index % ROUTING_SAMPLES]
 
