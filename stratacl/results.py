@@ -16,8 +16,9 @@ Runs are selected explicitly — by directory or glob, `experiment=` (the `+expe
 was started with), `workload=` and `where=` (config key -> value or predicate) — and a selection
 whose runs differ in a config key that no sweep varied (a 32- and a 64-rank sweep, a fixed-shape
 run among request-rate runs) is refused with the differing keys named (`mixed="refuse"`), or
-labelled: every row gets a `config` column naming its values of those keys (`mixed="label"`).
-Keys a Hydra multirun swept within one sweep directory, `vary=` keys and seeds may differ.
+labelled (`mixed="label"`). Keys a Hydra multirun swept within one sweep directory, `vary=` keys
+and seeds may differ. Every row's `config` column names its values of the differing keys other
+than `vary` (the keys the caller draws along, e.g. the x axis): one label per configuration.
 """
 
 from __future__ import annotations
@@ -228,10 +229,10 @@ def load_runs(paths_or_globs: str | Path | Iterable[str | Path] = "runs", *, exp
     if mixed_keys and mixed == "refuse":
         raise MixedRunsError(_mixed_message(summary, mixed_keys))
     if not summary.empty:
-        label = _labels(summary, [k for k in varying if k in mixed_keys or mixed != "allow"])
+        label = _labels(summary, [k for k in varying if k not in set(vary)])
         summary["config"] = summary["run"].map(label)
         if not results.empty:
-            results.insert(0, "config", results["run"].map(label))
+            results = pd.concat([results["run"].map(label).rename("config"), results], axis=1)
         first = [c for c in RUN_COLUMNS if c in summary.columns]  # run columns, metrics, config
         summary = summary[first + [c for c in summary.columns if c not in first]]
     return Runs(summary=summary, results=results, skipped=skipped, varying=varying,
