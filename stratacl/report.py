@@ -90,7 +90,8 @@ def why_text(mechanisms: list[dict], limit: int = 4) -> list[str]:
     """Mechanisms grouped by name, most material group first: "copies: copies per prefill
     iteration 118.6 → 0 ms (−7.3 % of the prefill iteration)"."""
     if not mechanisms:
-        return ["no accounted mechanism differs materially (≥ 1 % of its step, or beyond its tie band)"]
+        return ["no accounted mechanism (exposed comm, copies, registration, launch, memory) differs materially "
+                "(≥ 1 % of its step, or beyond its tie band), or the workload reports none"]
     groups: dict[str, list[str]] = {}
     for j in mechanisms:
         item = (f"{d.info(j['metric']).label} {_scaled(j['metric'], j['baseline'], j['baseline'])} → "
@@ -101,21 +102,16 @@ def why_text(mechanisms: list[dict], limit: int = 4) -> list[str]:
     return [f"{name}: {', '.join(items[:3])}" for name, items in list(groups.items())[:limit]]
 
 
-def table_lines(metrics: Mapping[str, Mapping[str, float | None]], baseline: str, workload: str,
-                reference: Mapping | None = None) -> list[str]:
+def table_lines(metrics: Mapping[str, Mapping[str, float | None]], baseline: str, workload: str) -> list[str]:
     """One table: metric, unit, direction, a value per library, ratio per library vs the baseline,
-    headline and mechanism metrics first; reference and error columns when `reference` holds
-    values for a metric."""
+    headline and mechanism metrics first."""
     libs = list(metrics)
     others = [lib for lib in libs if lib != baseline]
     names = list(dict.fromkeys(m for lib in libs for m in metrics[lib]))
     heads = d.headlines(workload, names)
     mech = [m for m in names if d.info(m).mechanism and m not in heads]
     order = heads + mech + [m for m in names if m not in heads and m not in mech]
-    refs = _reference_values(reference)
     header = ["metric", "unit", "better", *libs, *[f"{lib}/{baseline}" for lib in others]]
-    if refs:
-        header += ["reference", "error"]
     rows = [header]
     for m in order:
         base = metrics[baseline].get(m)
@@ -128,17 +124,8 @@ def table_lines(metrics: Mapping[str, Mapping[str, float | None]], baseline: str
             v = metrics[lib].get(m)
             ok = base not in (None, 0) and v is not None
             ratios.append(fmt_ratio(v / base) if ok else "–")
-        row = [m, unit, better, *vals, *ratios]
-        if refs:
-            row += _reference_cells(m, refs.get(m), metrics, scale)
-        rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    out = []
-    for k, r in enumerate(rows):
-        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]
-        out.append("  ".join(cells))
-        if k == 0:
-            out.append("  ".join("-" * w for w in widths))
+        rows.append([m, unit, better, *vals, *ratios])
+    out = _aligned(rows)
     legend = ("better: ↑ higher is better, ↓ lower is better, · context (not judged); (load): set by the "
               "offered load in an open-loop run, not a comparison of libraries")
     return [*out, legend]
@@ -156,28 +143,39 @@ def _reference_values(reference: Mapping | None) -> dict[str, list[tuple[str, fl
     return out
 
 
-def _reference_cells(metric: str, items: list[tuple[str, float, str]] | None, metrics: Mapping,
-                     scale: float) -> list[str]:
-    """The published value(s) and the harness's relative error against each (display only)."""
-    if not items:
-        return ["", ""]
-    ref, err = [], []
-    for lib, value, _ in items:
-        ref.append(f"{lib} {fmt(value * scale)}")
-        v = (metrics.get(lib) or {}).get(metric)
-        err.append("–" if v is None or value == 0 else f"{(v - value) / abs(value) * 100:+.0f} %")
-    return ["; ".join(ref), "; ".join(err)]
+def _aligned(rows: list[list[str]]) -> list[str]:
+    """Text columns: the first left-aligned, the rest right-aligned, a rule under the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for k, r in enumerate(rows):
+        out.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]))
+        if k == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return out
 
 
-def reference_lines(reference: Mapping | None) -> list[str]:
-    """The sources of an experiment's published values (printed under the table)."""
-    refs = _reference_values(reference)
-    if not refs:
+def reference_lines(reference: Mapping | None, metrics: Mapping[str, Mapping[str, float | None]]) -> list[str]:
+    """Published values beside the harness's, with the error; their sources and notes. Display
+    only: `metrics` is read, nothing is written back or computed from the published values."""
+    if not reference:
         return []
-    sources = list(dict.fromkeys(src for items in refs.values() for _, _, src in items if src))
-    note = reference.get("note") if reference else None
-    return (["reference: published values (display only, never used in any computation); error = harness "
-             "vs published"] + [f"  source: {s}" for s in sources] + ([f"  note: {note}"] if note else []))
+    refs = _reference_values(reference)
+    sources = list(dict.fromkeys([*(src for items in refs.values() for _, _, src in items if src),
+                                  *([reference["source"]] if reference.get("source") else [])]))
+    lines = []
+    if refs:
+        rows = [["reference (published, display only)", "library", "unit", "harness", "published", "error"]]
+        for metric, items in refs.items():
+            for lib, value, _ in items:
+                v = (metrics.get(lib) or {}).get(metric)
+                scale, unit = display(metric, value)
+                err = "–" if v is None or value == 0 else f"{(v - value) / abs(value) * 100:+.0f} %"
+                rows.append([metric, lib, unit, fmt(None if v is None else v * scale), fmt(value * scale), err])
+        lines += [*_aligned(rows), "error = (harness − published) / published"]
+    else:
+        lines.append("reference: the published figure this experiment reproduces (display only)")
+    note = reference.get("note")
+    return [*lines, *[f"  source: {s}" for s in sources], *([f"  note: {note}"] if note else [])]
 
 
 def report_lines(workload: str, summary: Mapping, accounted: Mapping[str, Mapping[str, float]] | None = None,
@@ -187,16 +185,14 @@ def report_lines(workload: str, summary: Mapping, accounted: Mapping[str, Mappin
     `accounted` adds per-library accounting means (verdict.accounting) to the table and the
     mechanisms; `detail` is a workload's per-size or per-iteration table (a DataFrame) printed
     first, in the same number format."""
-    from stratacl.verdict import verdict
+    from stratacl.verdict import merge_accounting, verdict
 
-    metrics = {lib: dict(m) for lib, m in summary["libraries"].items()}
-    for lib, extra in (accounted or {}).items():
-        if lib in metrics:
-            metrics[lib].update({k: v for k, v in extra.items() if k not in metrics[lib]})
+    metrics = merge_accounting(summary["libraries"], accounted)
     lines = []
     if detail is not None and not getattr(detail, "empty", True) and "metric" not in detail.columns:
         lines += [detail.to_string(index=False, float_format=fmt, na_rep="–"), ""]
-    lines += table_lines(metrics, summary["baseline"], workload, reference)
-    lines += reference_lines(reference)
+    lines += table_lines(metrics, summary["baseline"], workload)
+    if reference:
+        lines += ["", *reference_lines(reference, metrics)]
     lines += ["", *verdict_lines(verdict(workload, metrics, summary["baseline"]))]
     return lines

@@ -39,7 +39,7 @@ from stratacl.progress import Progress
 from stratacl.report import report_lines
 from stratacl.sweep_resume import skip_finished
 from stratacl.timeline import write_timeline
-from stratacl.verdict import accounting, verdict
+from stratacl.verdict import accounting, merge_accounting, verdict
 from stratacl.workload_api import RunContext, Workload, WorkloadResult
 
 log = logging.getLogger("stratacl")
@@ -105,7 +105,7 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
         "ratios": ratios(result.metrics, cfg.baseline),
     }
     accounted = accounting(result.rows, result.extra_rows)  # the report's mechanisms (verdict.py)
-    summary["verdict"] = verdict(cfg.workload.name, _merged(summary["libraries"], accounted), cfg.baseline)
+    summary["verdict"] = verdict(cfg.workload.name, merge_accounting(summary["libraries"], accounted), cfg.baseline)
     if cfg.output.timeline or cfg.output.utilisation:
         result.timelines = _recorded(result.timelines, libraries)
     _write(out_dir, cfg, result, summary)
@@ -156,10 +156,6 @@ def _strict(metrics: dict[str, dict[str, float]]) -> dict[str, dict[str, float |
     """Strict JSON: an undefined metric (NaN, ±inf) is written as null."""
     return {lib: {k: (float(v) if math.isfinite(float(v)) else None) for k, v in m.items()}
             for lib, m in metrics.items()}
-
-
-def _merged(metrics: dict, extra: dict) -> dict:
-    return {lib: {**extra.get(lib, {}), **m} for lib, m in metrics.items()}
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")

@@ -130,6 +130,26 @@ def verdict(workload: str, metrics: Metrics, baseline: str) -> dict:
     return {"baseline": baseline, "libraries": libs}
 
 
+def merge_accounting(metrics: Metrics, accounted: Mapping[str, Mapping[str, float]] | None) -> dict[str, dict]:
+    """The run's metrics plus the accounting means that are not already among them (a mean equal,
+    for every library, to an existing metric is the same quantity under another name)."""
+    out = {lib: dict(m) for lib, m in metrics.items()}
+    if not out:
+        return out
+    names = list(dict.fromkeys(k for extra in (accounted or {}).values() for k in extra))
+    for name in names:
+        if any(name in out[lib] for lib in out):
+            continue
+        values = {lib: (accounted or {}).get(lib, {}).get(name) for lib in out}
+        same = any(all(values[lib] == m.get(other) for lib, m in out.items()) for other in next(iter(out.values())))
+        if same and any(values.values()) and not name.endswith("_iter_time_s"):  # the wholes mechanisms refer to stay
+            continue
+        for lib, v in values.items():
+            if v is not None:
+                out[lib][name] = v
+    return out
+
+
 def accounting(rows: pd.DataFrame, extra: Mapping[str, pd.DataFrame]) -> dict[str, dict[str, float]]:
     """Per-library means of the exposure accounting a run's rows carry (stratacl/accounting.py):
     per decode / prefill iteration for serving, summed over operators for operator sweeps.

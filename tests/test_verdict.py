@@ -4,13 +4,16 @@ metrics, mechanisms, one number format (stratacl/verdict.py, stratacl/report.py)
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
+from helpers import run_cli
 
 from stratacl import directions as d
 from stratacl.report import fmt, report_lines, table_lines
-from stratacl.verdict import accounting, judge, verdict
+from stratacl.verdict import accounting, judge, merge_accounting, verdict
 
 
 def _serving(tpot: float, e2e: float, sat: float, **extra: float) -> dict[str, float]:
@@ -116,9 +119,49 @@ def test_reference_column_is_display_only():
     before = json.dumps(m)
     text = "\n".join(report_lines("llm_infer", {"libraries": m, "baseline": "cann_ep"}, reference=ref))
     assert json.dumps(m) == before  # nothing written back
-    row = next(line for line in text.splitlines() if line.startswith("decode_tok_per_s_per_npu"))
-    assert "cann_ep 1,943" in row and "-49 %" in row
+    row = next(line for line in text.splitlines() if line.startswith("decode_tok_per_s_per_npu") and "1,943" in line)
+    assert row.split()[1:] == ["cann_ep", "tok/s", "1,000", "1,943", "-49", "%"]
     assert "source: paper §5" in text
     # the verdict is the same with and without a reference
     plain = "\n".join(report_lines("llm_infer", {"libraries": m, "baseline": "cann_ep"}))
     assert plain.split("verdict vs")[1] == text.split("verdict vs")[1]
+
+
+def test_merge_accounting_drops_renamed_duplicates_but_keeps_zeros_and_wholes():
+    metrics = {"a": {"decode_step_s": 0.1, "decode_exposed_comm_s": 0.02}, "b": {"decode_step_s": 0.2,
+                                                                               "decode_exposed_comm_s": 0.0}}
+    acc = {"a": {"decode_iter_time_s": 0.1, "decode_iter_exposed_comm_s": 0.02, "decode_iter_register_s": 0.0},
+           "b": {"decode_iter_time_s": 0.2, "decode_iter_exposed_comm_s": 0.0, "decode_iter_register_s": 0.0}}
+    merged = merge_accounting(metrics, acc)
+    assert "decode_iter_exposed_comm_s" not in merged["a"]  # the same numbers as decode_exposed_comm_s
+    assert merged["a"]["decode_iter_time_s"] == 0.1  # a whole the mechanisms' shares refer to
+    assert merged["b"]["decode_iter_register_s"] == 0.0  # zeros equal to other zeros are not duplicates
+
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "conf" / "experiment"
+
+
+@pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_experiment_references_name_known_metrics_with_a_source(path: Path):
+    ref = (yaml.safe_load(path.read_text()) or {}).get("reference")
+    if ref is None:
+        return
+    assert ref.get("source"), f"{path.name}: a reference needs its source"
+    for lib, values in (ref.get("values") or {}).items():
+        for metric, value in values.items():
+            assert d.info(metric).better is not None, f"{path.name}: {lib}.{metric} is not a known metric"
+            assert float(value) > 0
+
+
+def test_reference_values_never_enter_a_result(tmp_path: Path):
+    """The same run with a different published value: identical metrics, ratios and verdict."""
+    base = ["+experiment=moe_table", "workload.iters=1", "workload.warmup=1", "output.timeline=false"]
+    a = run_cli([*base, f"hydra.run.dir={tmp_path / 'a'}"], tmp_path)
+    b = run_cli([*base, "reference.values.stratacl.dispatch_ht_busbw_GBps=1", f"hydra.run.dir={tmp_path / 'b'}"],
+                tmp_path)
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    sa, sb = (json.loads((tmp_path / x / "summary.json").read_text()) for x in "ab")
+    assert sa == sb and "verdict" in sa
+    assert "harness  published  error" in a.stdout
+    row = next(ln for ln in b.stdout.splitlines() if ln.startswith("dispatch_ht_busbw_GBps") and " stratacl " in ln)
+    assert row.split()[-3] == "1.000"  # the override shows, only in the display
