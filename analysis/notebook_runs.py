@@ -152,7 +152,8 @@ def runs_for(name: str, workload: str, args: Sequence[str], keep: RunFilter | No
                       f"(--runs DIR reads others)")
                 runs = select([simulate(name, args, multirun)], workload, keep, vary=vary, mixed=mixed)
     except MixedRunsError as exc:
-        print(f"analysis/{name}: refused: {exc}", file=sys.stderr)
+        print(f"analysis/{name}: refused: {exc} (from the command line: --runs DIR, --experiment NAME, "
+              f"--where key=value)", file=sys.stderr)
         sys.exit(2)
     assert runs is not None, f"the small '{name}' run wrote no matching summary.json"
     print(runs)

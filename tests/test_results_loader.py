@@ -159,3 +159,5 @@ def test_operators_notebook_runs_headless(tmp_path, runs_root, existing) -> None
     assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (figures / "operators_time_split.png").stat().st_size > 0
     assert ("Runs(3 runs" in proc.stdout) == existing  # used the runs it found, else made one
+    # the single run lists other collectives than the sweep: drawn apart, not averaged in
+    assert ("MIXED configurations, drawn apart: ['workload.collectives']" in proc.stdout) == existing
