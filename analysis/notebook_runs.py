@@ -148,8 +148,8 @@ def runs_for(name: str, workload: str, args: Sequence[str], keep: RunFilter | No
             if runs is None and opts.runs:
                 sys.exit(f"analysis/{name}: no {workload} run in {[str(r) for r in roots]} matches the selection")
             if runs is None:
-                print(f"no {workload} run of experiment '{experiment}' under {RUNS}: running a small one "
-                      f"(--runs DIR reads others)")
+                of = f" of experiment '{experiment}'" if experiment else ""
+                print(f"no {workload} run{of} under {RUNS}: running a small one (--runs DIR reads others)")
                 runs = select([simulate(name, args, multirun)], workload, keep, vary=vary, mixed=mixed)
     except MixedRunsError as exc:
         print(f"analysis/{name}: refused: {exc} (from the command line: --runs DIR, --experiment NAME, "
