@@ -26,66 +26,59 @@
 # jupytext (`analysis/operators.ipynb` is the paired copy).
 
 # %%
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
 sys.path.insert(0, str(HERE))
 
+from notebook_runs import runs_for, save  # noqa: E402
 from plots import busbw_vs_size, stacked_bars  # noqa: E402
 
-from stratacl.results import Runs, load_runs  # noqa: E402
-
-RUNS = Path(os.environ.get("STRATACL_RUNS", HERE.parent / "runs"))
-FIGURES = Path(os.environ.get("STRATACL_FIGURES", HERE / "figures"))
-FIGURES.mkdir(parents=True, exist_ok=True)
-
+# %% [markdown]
+# ## Which runs
+# Every `workload=collectives` run under the runs root (or `--runs DIR`, `--experiment NAME`,
+# `--where key=value`; `--run` runs the small configuration below first). Runs that differ in a
+# config key no sweep varied (e.g. a 32-rank and a 64-rank sweep) are not pooled: each
+# configuration is its own curve, labelled with the keys that tell them apart.
 
 # %%
-def collectives_runs(root: Path) -> Runs | None:
-    """The collectives runs below `root`, or None when there are none."""
-    if not root.exists() or not any(root.rglob("summary.json")):
-        return None
-    runs = load_runs(root)
-    keep = runs.summary["workload"] == "collectives"
-    if not keep.any():
-        return None
-    return Runs(summary=runs.summary[keep], results=runs.results[runs.results["workload"] == "collectives"],
-                skipped=runs.skipped)
-
-
-runs = collectives_runs(RUNS)
-if runs is None:  # nothing to plot yet: simulate a small sweep point so the notebook always runs
-    tmp = Path(tempfile.mkdtemp(prefix="stratacl-runs-"))
-    subprocess.run([sys.executable, "-m", "stratacl.run", "workload=collectives",
-                    "workload.max_bytes=67108864", "output.timeline=false", "output.progress=false",
-                    f"hydra.run.dir={tmp / 'operators'}"], check=True, cwd=tmp, stdout=subprocess.DEVNULL)
-    runs = collectives_runs(tmp)
-    assert runs is not None, f"the small run in {tmp} wrote no summary.json"
-print(runs)
+runs = runs_for("operators", "collectives", ["workload=collectives", "workload.max_bytes=67108864"],
+                vary=["workload.min_bytes", "workload.max_bytes"], mixed="label")  # sizes: the x axis
+results = runs.results.assign(series=runs.results["library"] + runs.results["config"].map(
+    lambda c: f" [{c}]" if c else ""))
+if runs.mixed:
+    print(f"MIXED configurations, drawn apart: {runs.mixed}")
 
 # %% [markdown]
 # ## Bus bandwidth per library
-# Mean over runs at each (collective, library, size). To overlay paper numbers, pass
-# `targets=` a frame with `library, collective, size_bytes, busbw_GBps` columns.
+# Mean over the runs of one configuration (seeds) at each (collective, library, size). To overlay
+# paper numbers, pass `targets=` a frame with `library, collective, size_bytes, busbw_GBps` columns.
 
 # %%
-fig = busbw_vs_size(runs.results)
-fig.savefig(FIGURES / "operators_busbw.png", dpi=120)
+fig = busbw_vs_size(results, hue="series")
+fig.suptitle(f"busbw vs message size — {results['n_ranks'].iloc[0] if results['n_ranks'].nunique() == 1 else 'several'}"
+             " ranks; y axis from 0", fontsize="medium")
+fig.tight_layout()
+save(fig, "operators_busbw")
 
 # %% [markdown]
 # ## Where the time goes
-# Operator time split (wire / copy / sync / launch / register) summed over all sizes, per library.
+# Operator time split (wire / copy / sync / launch / register) summed over the sizes of one run,
+# per library and configuration (mean over that configuration's runs: seeds are not summed).
 
 # %%
-parts = [c for c in ("wire_s", "copy_s", "sync_s", "launch_s", "register_s") if c in runs.results]
-fig = stacked_bars(runs.results, step="library", parts=parts, ylabel="time summed over sizes (ms)",
-                   scale=1e3)
-fig.savefig(FIGURES / "operators_time_split.png", dpi=120)
+parts = [c for c in ("wire_s", "copy_s", "sync_s", "launch_s", "register_s") if c in results]
+per_run = results.groupby(["series", "run"], sort=False)[parts].sum().groupby("series", sort=False).mean()
+fig = stacked_bars(per_run.reset_index(), step="series", parts=parts,
+                   ylabel="time summed over one run's sizes (ms)", scale=1e3)
+save(fig, "operators_time_split")
+
+# %% [markdown]
+# Mean busbw over the sizes measured, each size counted once (runs of one configuration that
+# cover different size ranges are not averaged run by run).
 
 # %%
-ratios = runs.summary.pivot_table(index="library", values=[m for m in runs.metrics if "busbw" in m])
-print(ratios.T.to_string(float_format=lambda v: f"{v:,.2f}"))
+per_size = results.groupby(["config", "library", "collective", "size_bytes"], sort=False)["busbw_GBps"].mean()
+table = per_size.groupby(["config", "library", "collective"], sort=False).mean().unstack(["config", "library"])
+print("mean busbw over sizes (GB/s)\n" + table.to_string(float_format=lambda v: f"{v:,.2f}"))

@@ -41,20 +41,21 @@ def _colors(libraries: Sequence[str]) -> dict[str, object]:
 
 def busbw_vs_size(results: pd.DataFrame, collectives: Sequence[str] | None = None,
                   libraries: Sequence[str] | None = None, targets: pd.DataFrame | None = None,
-                  metric: str = "busbw_GBps", ncols: int = 2) -> Figure:
+                  metric: str = "busbw_GBps", ncols: int = 2, hue: str = "library") -> Figure:
     """Operator bus bandwidth vs message size, one panel per collective, one line per library.
 
     `results`: rows with `library`, `collective`, `size_bytes` and `metric` (the collectives
-    workload's results.parquet; several runs are averaged per point). `targets`: optional paper
-    points with the same columns, drawn as hollow markers in the library's colour.
+    workload's results.parquet; several runs are averaged per point; `hue` names the column that
+    tells lines apart, e.g. a library-and-configuration label). `targets`: optional paper points
+    with the same columns, drawn as hollow markers in the library's colour. The y axis starts at 0.
     """
     collectives = list(collectives or dict.fromkeys(results["collective"]))
-    libraries = list(libraries or dict.fromkeys(results["library"]))
+    libraries = list(libraries or dict.fromkeys(results[hue]))
     colors = _colors(libraries)
     nrows = -(-len(collectives) // ncols)
     fig, axes = plt.subplots(nrows, min(ncols, len(collectives)), squeeze=False,
                              figsize=(5.2 * min(ncols, len(collectives)), 3.6 * nrows))
-    points = results.groupby(["collective", "library", "size_bytes"], sort=True)[metric].mean()
+    points = results.groupby(["collective", hue, "size_bytes"], sort=True)[metric].mean()
     for ax, coll in zip(axes.flat, collectives, strict=False):
         for lib in libraries:
             if (coll, lib) not in points.index.droplevel(2):
@@ -68,7 +69,8 @@ def busbw_vs_size(results: pd.DataFrame, collectives: Sequence[str] | None = Non
         sizes = sorted(results.loc[results["collective"] == coll, "size_bytes"].unique())
         _log2_size_axis(ax, sizes)
         ax.set_title(coll)
-        ax.set_ylabel(metric.replace("_", " "))
+        ax.set_ylabel("busbw (GB/s, nccl-tests convention)" if metric == "busbw_GBps" else metric.replace("_", " "))
+        ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
     for ax in list(axes.flat)[len(collectives):]:
@@ -87,24 +89,37 @@ def _log2_size_axis(ax: Axes, sizes: Sequence[float]) -> None:
 
 
 def metric_vs_param(summary: pd.DataFrame, metric: str, param: str, hue: str = "library",
-                    ax: Axes | None = None, logx: bool = False, ratio: bool = False) -> Figure:
+                    ax: Axes | None = None, logx: bool = False, ratio: bool = False,
+                    band: bool = False, zero: bool = False) -> Figure:
     """A summary metric (or its `_ratio` vs the baseline with `ratio=True`) against a swept config
-    column (e.g. `workload.ranks`), one line per `hue` value; repeated points are averaged."""
+    column (e.g. `workload.ranks`), one line per `hue` value; repeated points (seeds) are
+    averaged. `band`: shade the min–max over the repeated points and name their count in the
+    legend (a single run per point is said so); `zero`: the y axis starts at 0."""
     col = f"{metric}_ratio" if ratio else metric
     if ax is None:
         fig, ax = plt.subplots(figsize=(6, 4))
     else:
         fig = ax.figure
-    data = summary.groupby([hue, param], sort=True)[col].mean()
+    grouped = summary.groupby([hue, param], sort=True)[col]
+    data, lo, hi, n = grouped.mean(), grouped.min(), grouped.max(), grouped.count()
     for key in dict.fromkeys(summary[hue]):
         line = data.loc[key]
-        ax.plot(line.index, line.to_numpy(), marker="o", label=str(key))
+        label = str(key)
+        if band:
+            k = int(n.loc[key].min())
+            label += f" (mean of {k} seeds, min–max band)" if k > 1 else " (1 run per point: no band)"
+        (drawn,) = ax.plot(line.index, line.to_numpy(), marker="o", label=label)
+        if band:
+            ax.fill_between(line.index, lo.loc[key].to_numpy(), hi.loc[key].to_numpy(), alpha=0.2,
+                            color=drawn.get_color(), linewidth=0)
     if logx:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(sorted(summary[param].unique())))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel(param)
     ax.set_ylabel(col.replace("_", " ") + (" (vs baseline)" if ratio else ""))
+    if zero:
+        ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()

@@ -357,6 +357,9 @@ class RunConfig:
     resume: bool = False  # skip the job when its output dir already holds summary.json
     output: OutputConfig = field(default_factory=OutputConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    # published values a named experiment reproduces (conf/experiment/*.yaml): printed beside the
+    # harness's values by stratacl/report.py, display only — nothing computes with them
+    reference: dict[str, Any] = field(default_factory=dict)
 
 
 def register_configs() -> None:

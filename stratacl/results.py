@@ -11,6 +11,14 @@ pandas::
 
 Directories that have a `.hydra/config.yaml` but no `summary.json` are failed or unfinished runs
 (the CLI writes `summary.json` last): they are skipped, counted in `Runs.skipped` and reported.
+
+Runs are selected explicitly — by directory or glob, `experiment=` (the `+experiment=<name>` a run
+was started with), `workload=` and `where=` (config key -> value or predicate) — and a selection
+whose runs differ in a config key that no sweep varied (a 32- and a 64-rank sweep, a fixed-shape
+run among request-rate runs) is refused with the differing keys named (`mixed="refuse"`), or
+labelled (`mixed="label"`). Keys a Hydra multirun swept within one sweep directory, `vary=` keys
+and seeds may differ. Every row's `config` column names its values of the differing keys other
+than `vary` (the keys the caller draws along, e.g. the x axis): one label per configuration.
 """
 
 from __future__ import annotations
@@ -18,16 +26,25 @@ from __future__ import annotations
 import glob
 import json
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import yaml
 from omegaconf import OmegaConf
 
 log = logging.getLogger(__name__)
 
-RUN_COLUMNS = ("run", "run_dir", "overrides", "workload", "fabric", "baseline", "seed", "library")
+RUN_COLUMNS = ("run", "run_dir", "overrides", "experiment", "sweep", "config", "workload", "fabric", "baseline",
+               "seed", "library")
+# config keys that never make runs incomparable: replicates, bookkeeping, display-only values
+NEUTRAL = ("seed", "resume", "output.", "limits.", "reference.", "workload.cache_dir", "hydra.")
+
+
+class MixedRunsError(ValueError):
+    """Runs selected together differ in config keys no sweep varied."""
 RATIO_SUFFIX = "_ratio"  # summary column `<metric>_ratio` = metric / baseline's metric
 
 
@@ -45,6 +62,8 @@ class Runs:
     summary: pd.DataFrame
     results: pd.DataFrame
     skipped: list[Path] = field(default_factory=list)
+    varying: list[str] = field(default_factory=list)  # config keys whose value differs between runs
+    mixed: list[str] = field(default_factory=list)  # ... of those, the ones no sweep varied
 
     @property
     def metrics(self) -> list[str]:
@@ -65,8 +84,10 @@ class Runs:
 
     def __repr__(self) -> str:
         n = self.summary["run"].nunique() if not self.summary.empty else 0
+        vary = f", varying {self.varying}" if self.varying else ""
+        mixed = f", MIXED {self.mixed} (labelled in `config`)" if self.mixed else ""
         return (f"Runs({n} runs, {len(self.summary)} run×library rows, {len(self.results)} result rows, "
-                f"{len(self.skipped)} skipped without summary.json)")
+                f"{len(self.skipped)} skipped without summary.json{vary}{mixed})")
 
 
 def expand(paths_or_globs: str | Path | Iterable[str | Path]) -> list[Path]:
@@ -116,11 +137,34 @@ def read_config(run_dir: Path) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=False)  # type: ignore[return-value]
 
 
-def _overrides(run_dir: Path) -> str:
+def _override_list(run_dir: Path) -> list[str]:
     path = run_dir / ".hydra" / "overrides.yaml"
     if not path.is_file():
-        return ""
-    return ",".join(str(o) for o in OmegaConf.to_container(OmegaConf.load(path)) or [])
+        return []
+    return [str(o) for o in yaml.safe_load(path.read_text()) or []]
+
+
+def _overrides(run_dir: Path) -> str:
+    return ",".join(_override_list(run_dir))
+
+
+def experiment_of(run_dir: Path) -> str | None:
+    """The named experiment a run was started with (`+experiment=<name>`), else None."""
+    for ov in _override_list(run_dir):
+        key, _, value = ov.partition("=")
+        if key.lstrip("+~") == "experiment":
+            return value
+    return None
+
+
+def sweep_of(run_dir: Path) -> str:
+    """The sweep a run belongs to: its multirun's sweep directory, else the run itself."""
+    path = run_dir / ".hydra" / "hydra.yaml"
+    if path.is_file():
+        hc = (yaml.safe_load(path.read_text()) or {}).get("hydra", {})
+        if str(hc.get("mode", "")).endswith("MULTIRUN"):
+            return str(run_dir.parent)
+    return str(run_dir)
 
 
 def load_run(run_dir: Path, run_id: str) -> tuple[list[dict], pd.DataFrame]:
@@ -130,7 +174,7 @@ def load_run(run_dir: Path, run_id: str) -> tuple[list[dict], pd.DataFrame]:
     lib_cfgs = cfg.get("library", {}) or {}
     flat = flatten(cfg)
     run_cols = {"run": run_id, "run_dir": str(run_dir), "overrides": _overrides(run_dir),
-                "workload": summary.get("workload"), "fabric": summary.get("fabric"),
+                "experiment": experiment_of(run_dir), "sweep": sweep_of(run_dir), "workload": summary.get("workload"), "fabric": summary.get("fabric"),
                 "baseline": summary.get("baseline"), "seed": summary.get("seed", flat.get("seed"))}
     rows = []
     for lib, metrics in summary.get("libraries", {}).items():
@@ -152,14 +196,26 @@ def load_run(run_dir: Path, run_id: str) -> tuple[list[dict], pd.DataFrame]:
     return rows, results
 
 
-def load_runs(paths_or_globs: str | Path | Iterable[str | Path] = "runs") -> Runs:
-    """Load every finished run below `paths_or_globs` (directories, globs or summary.json files)."""
+def load_runs(paths_or_globs: str | Path | Iterable[str | Path] = "runs", *, experiment: str | None = None,
+              workload: str | None = None, where: Mapping[str, object] | None = None,
+              vary: Iterable[str] = (), mixed: str = "refuse") -> Runs:
+    """Load the finished runs below `paths_or_globs` (directories, globs or summary.json files)
+    that match the selection; refuse (`mixed="refuse"`), label (`"label"`) or allow (`"allow"`) a
+    selection whose runs differ in config keys no sweep varied (see the module docstring)."""
+    if mixed not in ("refuse", "label", "allow"):
+        raise ValueError(f"mixed='{mixed}': use 'refuse', 'label' or 'allow'")
     roots = expand(paths_or_globs)
     done, skipped = find_run_dirs(roots)
     rows: list[dict] = []
     frames: list[pd.DataFrame] = []
     for run_dir in done:
+        if experiment is not None and experiment_of(run_dir) != experiment:
+            continue
         run_rows, results = load_run(run_dir, _relative_id(run_dir, roots))
+        if workload is not None and run_rows and run_rows[0]["workload"] != workload:
+            continue
+        if where and run_rows and not _matches(run_rows[0], where):
+            continue
         rows.extend(run_rows)
         if not results.empty:
             frames.append(results)
@@ -168,15 +224,84 @@ def load_runs(paths_or_globs: str | Path | Iterable[str | Path] = "runs") -> Run
                     len(done), len(skipped), ", ".join(str(p) for p in skipped[:5])
                     + (" …" if len(skipped) > 5 else ""))
     summary = pd.DataFrame(rows)
-    if not summary.empty:  # run columns first, then metrics and ratios, then config
-        first = [c for c in RUN_COLUMNS if c in summary.columns]
-        summary = summary[first + [c for c in summary.columns if c not in first]]
     results = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return Runs(summary=summary, results=results, skipped=skipped)
+    varying, mixed_keys = differing_keys(summary, vary)
+    if mixed_keys and mixed == "refuse":
+        raise MixedRunsError(_mixed_message(summary, mixed_keys))
+    if not summary.empty:
+        label = _labels(summary, [k for k in varying if k not in set(vary)])
+        summary["config"] = summary["run"].map(label)
+        if not results.empty:
+            results = pd.concat([results["run"].map(label).rename("config"), results], axis=1)
+        first = [c for c in RUN_COLUMNS if c in summary.columns]  # run columns, metrics, config
+        summary = summary[first + [c for c in summary.columns if c not in first]]
+    return Runs(summary=summary, results=results, skipped=skipped, varying=varying,
+                mixed=mixed_keys if mixed != "allow" else [])
+
+
+def _matches(row: Mapping[str, object], where: Mapping[str, object]) -> bool:
+    for key, want in where.items():
+        if key not in row:
+            return False
+        have = row[key]
+        if callable(want):
+            if not want(have):
+                return False
+        elif have != want and str(have) != str(want):
+            return False
+    return True
+
+
+def _config_columns(summary: pd.DataFrame) -> list[str]:
+    return [c for c in summary.columns
+            if ("." in c or c in ("workload", "fabric", "baseline")) and not c.startswith((*NEUTRAL, "lib."))
+            and c not in RUN_COLUMNS[:6]]
+
+
+def _distinct(values: pd.Series) -> int:
+    return values.dropna().map(repr).nunique()
+
+
+def differing_keys(summary: pd.DataFrame, vary: Iterable[str] = ()) -> tuple[list[str], list[str]]:
+    """(keys whose value differs between the runs, those of them no sweep varied and not in
+    `vary`). A key set in some runs only (another workload's or library's knobs) differs only
+    where it is set; library knobs compare as `library.<name>.<knob>`."""
+    if summary.empty or summary["run"].nunique() < 2:
+        return [], []
+    per_run = summary.drop_duplicates("run")
+    varying = [c for c in _config_columns(summary) if _distinct(per_run[c]) > 1]
+    swept = set(vary)
+    for _, group in per_run.groupby("sweep"):
+        if len(group) > 1:
+            swept.update(c for c in varying if _distinct(group[c]) > 1)
+    return varying, [c for c in varying if c not in swept]
+
+
+def _labels(summary: pd.DataFrame, keys: list[str]) -> dict[str, str]:
+    """run -> "key=value, ..." over `keys`."""
+    per_run = summary.drop_duplicates("run").set_index("run")
+    return {run: ", ".join(f"{k}={row[k]}" for k in keys) for run, row in per_run.iterrows()}
+
+
+def _mixed_message(summary: pd.DataFrame, keys: list[str]) -> str:
+    per_run = summary.drop_duplicates("run")
+    shown = []
+    for k in keys[:8]:
+        vals = sorted({repr(v) for v in per_run[k].dropna()})
+        shown.append(f"{k} ({', '.join(vals[:4])}{' …' if len(vals) > 4 else ''})")
+    return (f"the {per_run['run'].nunique()} selected runs differ in config keys no sweep varied: "
+            f"{'; '.join(shown)}{' …' if len(keys) > 8 else ''} — fix: select runs explicitly "
+            f"(a sweep directory, experiment=..., where={{key: value}}), pass vary=[keys] if the difference "
+            f"is meant, or mixed='label' to keep them apart in the `config` column")
 
 
 def _relative_id(run_dir: Path, roots: list[Path]) -> str:
-    """Run id: path below the root it was found under (the dir name for a run given directly)."""
+    """Run id: path below the root it was found under (the dir name for a run given directly);
+    with several roots, below their common parent, so runs of two sweeps never share an id."""
+    if len(roots) > 1:
+        common = Path(os.path.commonpath([str(r) for r in roots]))
+        if run_dir != common and run_dir.is_relative_to(common):
+            return str(run_dir.relative_to(common))
     for root in sorted(roots, key=lambda r: -len(r.parts)):
         if run_dir == root:
             return run_dir.name

@@ -30,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from stratacl import limits
 from stratacl.comm.library import LibraryModel
-from stratacl.compare import metric_table, ratios
+from stratacl.compare import ratios
 from stratacl.config import RunConfig, to_object, validate_run
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError, HarnessError
@@ -38,9 +38,11 @@ from stratacl.fabric import Fabric
 from stratacl.precheck import CONF, precheck
 from stratacl.precheck import one_line as precheck_one_line
 from stratacl.progress import Progress
+from stratacl.report import report_lines
 from stratacl.run_traces import TRACES_DIR, TraceRecorder
 from stratacl.sweep_resume import RememberSweepDir, resume_command, skip_finished
 from stratacl.timeline import interval_timeline, write_timeline
+from stratacl.verdict import accounting, merge_accounting, verdict
 from stratacl.workload_api import RunContext, Workload, WorkloadResult
 
 log = logging.getLogger("stratacl")
@@ -106,12 +108,16 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
         "libraries": _strict(result.metrics),
         "ratios": ratios(result.metrics, cfg.baseline),
     }
+    accounted = accounting(result.rows, result.extra_rows)  # the report's mechanisms (verdict.py)
+    summary["verdict"] = verdict(cfg.workload.name, merge_accounting(summary["libraries"], accounted), cfg.baseline)
     if cfg.output.timeline or cfg.output.utilisation:
         result.timelines = _recorded(result.timelines, libraries)
     _write(out_dir, cfg, result, summary, ctx.recorder)
     log.info("wrote %s in %.1f s", out_dir, time.perf_counter() - t0)
     if echo:
-        _print_tables(result, summary)
+        print("\n".join(report_lines(cfg.workload.name, summary, accounted, cfg.reference, result.table)))
+        for note in result.notes:
+            print(f"note: {note}")
         print(f"\nrun directory: {out_dir}  ({time.perf_counter() - t0:.1f} s)")
     return summary
 
@@ -162,20 +168,6 @@ def _strict(metrics: dict[str, dict[str, float]]) -> dict[str, dict[str, float |
     """Strict JSON: an undefined metric (NaN, ±inf) is written as null."""
     return {lib: {k: (float(v) if math.isfinite(float(v)) else None) for k, v in m.items()}
             for lib, m in metrics.items()}
-
-
-def _print_tables(result: WorkloadResult, summary: dict) -> None:
-    with pd.option_context("display.width", 160, "display.max_columns", 20, "display.max_rows", 200):
-        if result.table is not None:
-            print(result.table.to_string(index=False, float_format=lambda v: f"{v:,.3f}", na_rep="–"))
-            print()
-        values = {lib: {k: (math.nan if v is None else v) for k, v in m.items()}
-                  for lib, m in summary["libraries"].items()}
-        table = metric_table(values, summary["baseline"]).set_index("metric")
-        table.index.name = None
-        print(table.to_string(float_format=lambda v: f"{v:,.4g}", na_rep="–"))
-    for note in result.notes:
-        print(f"note: {note}")
 
 
 @hydra.main(version_base=None, config_path=str(CONF), config_name="config")  # stratacl/paths.py

@@ -19,7 +19,9 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 NOTEBOOKS = {
     "moe": (["moe_busbw_vs_paper"], ["dispatch HT", "harness/paper"]),
-    "inference": (["inference_vs_rate", "inference_ttft_cdf"], ["throughput_tok_per_s", "TTFT quantiles"]),
+    "inference": (["inference_vs_rate", "inference_ttft_cdf"],
+                  ["throughput_tok_per_s", "TTFT quantiles", "closed-loop saturation", "2 seed(s) per point",
+                   "experiment ['inference_rates']"]),
     "training": (["training_llm_iterations", "training_dlrm_cache_batch"], ["iteration time (ms)"]),
     "ablation": (["ablation_inference_step_split", "ablation_inference_metrics", "ablation_operators_split"],
                  ["stratacl_no_partition", "P99 TTFT"]),
@@ -64,6 +66,25 @@ def test_moe_notebook_uses_existing_runs(tmp_path: Path) -> None:
     value = summary["libraries"]["stratacl"]["dispatch_ht_deepep_logical_GBps"]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("dispatch HT"))
     assert f"{value:,.2f}" in line and "130.00" in line  # harness and paper side by side
+
+
+def test_notebook_refuses_runs_of_mixed_configurations(tmp_path: Path) -> None:
+    """Two moe_table runs at different EP sizes are not pooled into one table: exit 2, key named."""
+    runs = tmp_path / "runs"
+    for ep in (16, 32):
+        made = run_cli(["+experiment=moe_table", f"workload.ep={ep}", "workload.iters=1",
+                        "workload.warmup=1", "output.timeline=false", f"hydra.run.dir={runs / f'ep{ep}'}"],
+                       tmp_path, timeout=240)
+        assert made.returncode == 0, made.stderr
+    proc = run_notebook("moe", tmp_path, runs)
+    assert proc.returncode == 2 and "simulating:" not in proc.stdout
+    assert "refused" in proc.stderr and "workload.ep (16, 32)" in proc.stderr
+    # naming one sweep directory reads it alone
+    env_args = [sys.executable, str(ANALYSIS / "moe.py"), "--runs", str(runs / "ep32")]
+    one = subprocess.run(env_args, cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "MPLBACKEND": "Agg", "STRATACL_FIGURES": str(tmp_path / "f")})
+    assert one.returncode == 0, one.stderr[-2000:]
+    assert "Runs(1 runs" in one.stdout
 
 
 @pytest.mark.parametrize("name", list(NOTEBOOKS))

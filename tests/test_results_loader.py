@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from helpers import load_script, run_cli
 
-from stratacl.results import flatten, load_runs
+from stratacl.results import MixedRunsError, flatten, load_runs
 
 SMALL = ["workload.max_bytes=262144", "output.timeline=false"]  # 64–256 KiB: 3 sizes
 
@@ -35,7 +35,10 @@ def runs_root(tmp_path_factory) -> Path:  # noqa: ANN001
 
 def test_loads_sweeps_and_single_runs_and_counts_failed_ones(runs_root, caplog) -> None:  # noqa: ANN001
     with caplog.at_level(logging.WARNING, logger="stratacl.results"):
-        runs = load_runs(runs_root)
+        runs = load_runs(runs_root, mixed="label")  # the single run lists other collectives
+    assert runs.mixed == ["workload.collectives"] and runs.varying == ["workload.ranks", "workload.collectives"]
+    assert runs.summary.drop_duplicates("run").set_index("run")["config"]["single"] == \
+        "workload.ranks=32, workload.collectives=('allgather',)"
     assert runs.skipped == [(runs_root / "failed").resolve()]
     assert "skipped 1 without summary.json" in caplog.text
     s = runs.summary
@@ -58,8 +61,21 @@ def test_loads_sweeps_and_single_runs_and_counts_failed_ones(runs_root, caplog) 
     assert "allreduce_busbw_GBps_mean" in runs.metrics and "lib.data_path" not in runs.metrics
 
 
+def test_refuses_runs_mixed_in_an_unswept_key_and_names_it(runs_root) -> None:  # noqa: ANN001
+    with pytest.raises(MixedRunsError, match=r"differ in config keys no sweep varied: workload.collectives "
+                                             r"\(\('allgather',\), \('allreduce'"):
+        load_runs(runs_root)
+    # within one sweep directory the swept key may differ; the config column names it
+    sweep = load_runs(runs_root / "sweep")
+    assert sweep.mixed == [] and sweep.varying == ["workload.ranks"]
+    assert set(sweep.summary["config"]) == {"workload.ranks=16", "workload.ranks=32"}
+    # a where= filter selects one configuration out of the mixed root
+    only = load_runs(runs_root, where={"workload.collectives": ("allgather",)})
+    assert list(only.summary["run"].unique()) == ["single"]
+
+
 def test_results_rows_carry_the_run_config(runs_root) -> None:  # noqa: ANN001
-    runs = load_runs(runs_root)
+    runs = load_runs(runs_root, mixed="allow")
     r = runs.results
     expected = sum(len(pd.read_parquet(p)) for p in runs_root.rglob("results.parquet"))
     assert len(r) == expected == 2 * (2 * 4 * 3) + 2 * 3  # sweep: 2 points × libs × colls × sizes
@@ -143,3 +159,5 @@ def test_operators_notebook_runs_headless(tmp_path, runs_root, existing) -> None
     assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (figures / "operators_time_split.png").stat().st_size > 0
     assert ("Runs(3 runs" in proc.stdout) == existing  # used the runs it found, else made one
+    # the single run lists other collectives than the sweep: drawn apart, not averaged in
+    assert ("MIXED configurations, drawn apart: ['workload.collectives']" in proc.stdout) == existing

@@ -1,0 +1,202 @@
+"""What each metric means for a verdict: which way is better, its unit, a short label, and the
+mechanism it measures. Defined once; the run report (`stratacl/report.py`), the verdict
+(`stratacl/verdict.py`) and the analysis notebooks read it.
+
+A metric is found by exact name first, then by the first matching pattern (metric families such
+as `<collective>_busbw_GBps_mean`). `better=None` marks a context metric (a load, a shape, a
+setting): it is shown, never judged. `pinned` marks a throughput the offered load fixes in an
+open-loop run (it tracks the request rate, not the library).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Better = Literal["higher", "lower"] | None
+
+# Mechanism names the report groups metrics under (the accounting's categories, stratacl/accounting.py)
+EXPOSED, COPY, REGISTER, LAUNCH, SYNC, WIRE, MEMORY = (
+    "exposed communication", "copies", "registration", "launch", "sync", "wire", "memory → batch")
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    better: Better
+    unit: str  # "s", "GB/s", "tok/s", "GiB", "fraction", ...
+    label: str
+    mechanism: str | None = None
+    pinned: bool = False  # fixed by the offered load in an open-loop run
+    tie: float = 0.02  # relative change within which two libraries tie (ASSUMPTION: run noise)
+    per: str | None = None  # the whole a mechanism's time is part of (its change as a share of it)
+
+
+def _m(better: Better, unit: str, label: str, **kw: object) -> MetricInfo:
+    return MetricInfo(better, unit, label, **kw)  # type: ignore[arg-type]
+
+
+# A P99 over a short measurement window moves by a few per cent between seeds (ASSUMPTION: ±5 %,
+# from repeated seeds of the default llm_infer window; run seeds to measure it for your window).
+P99_TIE = 0.05
+
+ITER = "iteration_time_s"
+
+EXACT: dict[str, MetricInfo] = {
+    # llm_infer, request mode
+    "throughput_tok_per_s": _m("higher", "tok/s", "output throughput", pinned=True),
+    "total_throughput_tok_per_s": _m("higher", "tok/s", "total throughput", pinned=True),
+    "requests_per_s": _m("higher", "req/s", "completed requests", pinned=True),
+    "saturation_throughput_tok_per_s": _m("higher", "tok/s", "saturation throughput (closed loop)"),
+    "saturation_requests_per_s": _m("higher", "req/s", "saturation request rate (closed loop)"),
+    "saturation_population": _m("higher", "requests", "closed-loop population (KV-bound)", mechanism=MEMORY),
+    "saturation_mean_decode_batch_per_die": _m(None, "seq", "decode batch/die at saturation"),
+    "saturation_kv_utilisation": _m(None, "fraction", "KV use at saturation"),
+    "saturation_prefill_busy_fraction": _m(None, "fraction", "prefill busy at saturation"),
+    "slo_capacity_req_per_s": _m("higher", "req/s", "SLO capacity"),
+    "slo_capacity_capped": _m(None, "flag", "SLO search capped"),
+    "mean_decode_batch_per_die": _m(None, "seq", "decode batch/die"),
+    "max_decode_batch_per_die": _m(None, "seq", "max decode batch/die"),
+    "kv_utilisation_mean": _m(None, "fraction", "KV cache use"),
+    "decode_step_s_mean": _m("lower", "s", "decode step"),
+    "decode_exposed_comm_share": _m("lower", "fraction", "exposed comm share of a decode step", mechanism=EXPOSED),
+    "prefill_busy_fraction": _m(None, "fraction", "prefill busy"),
+    "weights_GiB_per_die": _m(None, "GiB", "weights/die"),
+    "activations_GiB_per_die": _m(None, "GiB", "activations/die"),
+    "comm_buffers_GiB_per_die": _m("lower", "GiB", "comm buffers/die"),
+    "pool_GiB_per_die": _m("lower", "GiB", "registered pool/die"),
+    "library_GiB_per_die": _m("lower", "GiB", "library memory/die", mechanism=MEMORY),
+    "kv_cache_GiB_per_die": _m("higher", "GiB", "KV cache/die", mechanism=MEMORY),
+    "reserved_GiB_per_die": _m(None, "GiB", "allocator reserved/die"),
+    "fragmentation_GiB_per_die": _m("lower", "GiB", "fragmentation/die", mechanism=MEMORY),
+    "startup_fragmentation_GiB_per_die": _m("lower", "GiB", "start-up fragmentation/die"),
+    "expandable_segments": _m(None, "flag", "expandable segments on"),
+    "remap_fraction": _m("lower", "fraction", "decode iterations remapping"),
+    "prefill_remap_fraction": _m("lower", "fraction", "prefill iterations remapping"),
+    "jit_hit_rate": _m("higher", "fraction", "JIT registration hit rate"),
+    "prefill_jit_hit_rate": _m("higher", "fraction", "prefill JIT hit rate"),
+    "register_ms_per_decode_iter": _m("lower", "ms", "registration per decode iteration"),
+    "register_ms_per_prefill_iter": _m("lower", "ms", "registration per prefill iteration"),
+    # llm_infer, fixed mode
+    "decode_tok_per_s_per_npu": _m("higher", "tok/s", "decode throughput/NPU"),
+    "decode_tpot_s": _m("lower", "s", "decode TPOT"),
+    "decode_step_s": _m("lower", "s", "decode step"),
+    "decode_exposed_comm_s": _m("lower", "s", "exposed comm per decode step", mechanism=EXPOSED, per="decode_step_s"),
+    "prefill_tok_per_s_per_npu": _m("higher", "tok/s", "prefill throughput/NPU"),
+    "prefill_iter_s": _m("lower", "s", "prefill iteration"),
+    "prefill_exposed_comm_s": _m("lower", "s", "exposed comm per prefill iteration", mechanism=EXPOSED,
+                                 per="prefill_iter_s"),
+    "decode_weights_GB_per_die": _m(None, "GB", "decode weights/die"),
+    "decode_kv_GB_per_die": _m("higher", "GB", "decode KV cache/die", mechanism=MEMORY),
+    "prefill_weights_GB_per_die": _m(None, "GB", "prefill weights/die"),
+    # training (llm_train, dlrm_train)
+    "iteration_time_s": _m("lower", "s", "iteration time"),
+    "iteration_time_s_first": _m("lower", "s", "first iteration"),
+    "iteration_time_s_last": _m("lower", "s", "last iteration"),
+    "compute_s": _m(None, "s", "compute"),
+    "exposed_comm_s": _m("lower", "s", "exposed communication", mechanism=EXPOSED, per=ITER),
+    "tokens_per_s": _m("higher", "tok/s", "training throughput"),
+    "samples_per_s": _m("higher", "samples/s", "training throughput"),
+    "comm_wire_s": _m("lower", "s", "comm wire time", mechanism=WIRE, per=ITER),
+    "comm_copy_s": _m("lower", "s", "comm copies", mechanism=COPY, per=ITER),
+    "comm_sync_s": _m("lower", "s", "comm sync", mechanism=SYNC, per=ITER),
+    "comm_register_s": _m("lower", "s", "comm registration", mechanism=REGISTER, per=ITER),
+    "comm_launch_s": _m("lower", "s", "comm launch", mechanism=LAUNCH, per=ITER),
+    "peak_mem_GB_per_die": _m("lower", "GB", "peak memory/die", mechanism=MEMORY),
+    "reserved_GB_per_die": _m(None, "GB", "allocator reserved/die"),
+    "fragmentation_GB_per_die": _m("lower", "GB", "fragmentation/die", mechanism=MEMORY),
+    "recompute_forced": _m("lower", "flag", "recompute forced by memory"),
+    "exposed_cache_miss_s": _m("lower", "s", "exposed cache-miss fetch"),
+    "cache_traffic_s": _m("lower", "s", "cache traffic"),
+    "cache_hit_rate": _m("higher", "fraction", "cache hit rate"),
+    "cache_hit_rate_min": _m("higher", "fraction", "min cache hit rate"),
+    "cache_GB_per_die": _m("higher", "GB", "embedding cache/die", mechanism=MEMORY),
+    "table_GB_per_die_max": _m(None, "GB", "tables/die (max)"),
+    "library_memory_GB_per_die": _m("lower", "GB", "library memory/die", mechanism=MEMORY),
+    "reserved_GB_per_die_max": _m(None, "GB", "allocator reserved/die (max)"),
+    "fragmentation_GB_per_die_max": _m("lower", "GB", "fragmentation/die (max)", mechanism=MEMORY),
+    "cache_miss_GB_per_iter_max_die": _m("lower", "GB", "cache misses/iteration (max die)"),
+    "dense_allreduce_MB": _m(None, "MB", "dense all-reduce"),
+    # interference
+    "compute_alone_s": _m(None, "s", "compute alone"),
+    "comm_alone_s": _m("lower", "s", "communication alone"),
+    "back_to_back_s": _m("lower", "s", "compute then comm"),
+    "overlapped_s": _m("lower", "s", "overlapped step"),
+    "compute_overlapped_s": _m("lower", "s", "compute under overlap"),
+    "overlap_s": _m(None, "s", "overlap window"),
+    "compute_slowdown": _m("lower", "fraction", "compute slowdown"),
+    "concurrent_compute_slowdown": _m("lower", "fraction", "concurrent compute slowdown"),
+    "step_vs_back_to_back": _m("lower", "ratio", "step / back-to-back"),
+    "comm_vector_core_s": _m("lower", "core·s", "vector cores held by comm"),
+    "comm_hbm_GB_per_die": _m("lower", "GB", "comm HBM traffic/die", mechanism=COPY),
+    "fwd_compute_slowdown": _m("lower", "fraction", "forward compute slowdown"),
+    "bwd_compute_slowdown": _m("lower", "fraction", "backward compute slowdown"),
+    # collectives
+    "busbw_GBps_mean": _m("higher", "GB/s", "busbw, mean over sizes"),
+    "time_s_total": _m("lower", "s", "operator time, summed over sizes"),
+    # per-iteration accounting the report adds from a run's rows (stratacl/verdict.py accounting)
+    **{f"{phase}_iter_time_s": _m("lower", "s", f"{phase} iteration") for phase in ("decode", "prefill")},
+    **{f"{phase}_iter_{key}": _m("lower", "s", f"{what} per {phase} iteration", mechanism=mech,
+                                  per=f"{phase}_iter_time_s")
+       for phase in ("decode", "prefill")
+       for key, what, mech in (("exposed_comm_s", "exposed comm", EXPOSED), ("copy_s", "copies", COPY),
+                               ("register_s", "registration", REGISTER), ("launch_s", "launch", LAUNCH))},
+    **{f"op_{key}": _m("lower", "s", f"operator {key[:-2]}, summed over sizes", mechanism=mech, per="time_s_total")
+       for key, mech in (("wire_s", WIRE), ("copy_s", COPY), ("sync_s", SYNC), ("register_s", REGISTER),
+                         ("launch_s", LAUNCH))},
+}
+
+PATTERNS: list[tuple[re.Pattern[str], MetricInfo]] = [
+    (re.compile(r"_p\d+_s$"), _m("lower", "s", "", tie=P99_TIE)),  # latency percentiles
+    (re.compile(r"_busbw_GBps(_mean|_peak)?$"), _m("higher", "GB/s", "")),
+    (re.compile(r"_time_us$"), _m("lower", "µs", "")),
+    (re.compile(r"_time_s(_total)?$"), _m("lower", "s", "")),
+    (re.compile(r"_tok_per_s"), _m("higher", "tok/s", "")),
+    (re.compile(r"_GBps"), _m("higher", "GB/s", "")),
+    (re.compile(r"(_s|_s_mean)$"), _m("lower", "s", "")),
+    (re.compile(r"_Gi?B(_per_die)?$"), _m(None, "GB", "")),
+]
+
+UNKNOWN = MetricInfo(None, "", "")
+
+# The metrics a verdict leads with, per workload, in order: the first present one is the lead.
+# llm_infer at a fixed request rate leads with tail latency and closed-loop saturation, not the
+# output throughput (the offered load pins it).
+HEADLINES: dict[str, tuple[str, ...]] = {
+    "llm_infer": ("tpot_p99_s", "e2e_p99_s", "saturation_throughput_tok_per_s", "slo_capacity_req_per_s",
+                  "ttft_p99_s", "decode_tok_per_s_per_npu", "decode_tpot_s", "prefill_tok_per_s_per_npu"),
+    "collectives": ("busbw_GBps_mean", "time_s_total"),
+    "moe": ("dispatch_ht_time_us", "combine_ht_time_us", "dispatch_ll_time_us", "combine_ll_time_us"),
+    "llm_train": ("iteration_time_s", "iteration_time_s_last"),
+    "dlrm_train": ("iteration_time_s",),
+    "interference": ("overlapped_s", "concurrent_compute_slowdown"),
+}
+DEFAULT_HEADLINES = ("iteration_time_s", "time_s", "makespan_s", "time_s_total")
+
+
+def info(metric: str) -> MetricInfo:
+    """The metric's direction, unit and label (label defaults to the name)."""
+    found = EXACT.get(metric)
+    if found is None:
+        found = next((m for pat, m in PATTERNS if pat.search(metric)), UNKNOWN)
+    if not found.label:
+        found = replace(found, label=_label(metric))
+    return found
+
+
+def _label(metric: str) -> str:
+    """`tpot_p99_s` -> "TPOT p99"; other names with underscores as spaces, unit suffix dropped."""
+    m = re.fullmatch(r"(ttft|tpot|e2e)_p(\d+)_s", metric)
+    if m:
+        return f"{m.group(1).upper()} p{m.group(2)}"
+    return re.sub(r"_(s|us|GBps)$", "", metric).replace("_", " ")
+
+
+def headlines(workload: str, available: set[str] | list[str]) -> list[str]:
+    """The workload's headline metrics present in `available`, lead first."""
+    names = HEADLINES.get(workload, DEFAULT_HEADLINES)
+    return [m for m in names if m in available]
+
+
+def arrow(better: Better) -> str:
+    return {"higher": "↑ higher", "lower": "↓ lower"}.get(better or "", "· context")
