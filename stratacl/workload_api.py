@@ -64,12 +64,6 @@ class Library(Protocol):
         """Graph launch of a step the deployment captures: the die's launch when the step holds no
         host-synchronising operator; 0 when it holds `host_syncs` > 0 (it then runs eagerly)."""
 
-    def step_host_overhead_s(self, host_syncs: int) -> float:
-        """Host time of one model step holding `host_syncs` operators that need the host: its graph
-        launch and their round trips."""
-
-    def moe_step_host_overhead_s(self, moe_layers: int, moe_mode: str) -> float:
-        """`step_host_overhead_s` of a step with `moe_layers` dispatch + combine pairs in `moe_mode`."""
 
 
 @dataclass

@@ -58,10 +58,12 @@ def test_the_die_states_the_graph_launch_every_library_pays(launch_us: float) ->
     runs eagerly (H + 1 split graphs would cost more): no launch, H round trips."""
     fab = Fabric(compose_run([f"fabric.die.graph_launch_us={launch_us}"]).fabric)
     device, host = make_library(fab, "stratacl"), make_library(fab, "hccl")
-    assert device.moe_step_host_overhead_s(61, "ll") == pytest.approx(launch_us * 1e-6)
-    syncs = 2 * 61  # HCCL's all-to-all-v dispatch and combine each need the host
-    assert host.moe_step_host_overhead_s(61, "ll") == pytest.approx(syncs * 25e-6)  # hccl.yaml round trip
-    assert host.step_graph_launch_s(syncs) == 0.0 and device.step_graph_launch_s(0) == launch_us * 1e-6
+    syncs = {name: 61 * sum(lib.needs_host(c, "ll") for c in ("dispatch", "combine"))
+             for name, lib in (("device", device), ("host", host))}
+    assert syncs == {"device": 0, "host": 2 * 61}  # HCCL's all-to-all-v dispatch and combine need the host
+    assert device.step_graph_launch_s(syncs["device"]) == pytest.approx(launch_us * 1e-6)
+    assert host.step_graph_launch_s(syncs["host"]) == 0.0
+    assert host.cfg.host_roundtrip_us == 25.0  # each of those operators' round trip (hccl.yaml), in its phases
 
 
 def test_trace_rejects_moe_mode_on_other_collectives() -> None:

@@ -259,16 +259,6 @@ class LibraryModel:
         device (short kernels)."""
         return self.fabric.graph_launch_s if host_syncs == 0 else 0.0
 
-    def step_host_overhead_s(self, host_syncs: int) -> float:
-        """Host time on one step's path: its graph launch (`step_graph_launch_s`) and the device→host
-        round trips of its `host_syncs` host-synchronising operators."""
-        return self.step_graph_launch_s(host_syncs) + host_syncs * self.cfg.host_roundtrip_us * 1e-6
-
-    def moe_step_host_overhead_s(self, moe_layers: int, moe_mode: str) -> float:
-        """`step_host_overhead_s` for a step with `moe_layers` dispatch + combine pairs."""
-        syncs = moe_layers * (self.needs_host("dispatch", moe_mode) + self.needs_host("combine", moe_mode))
-        return self.step_host_overhead_s(syncs)
-
     @property
     def cost_depends_on_mapping(self) -> bool:
         """Whether remapping a user buffer changes this library's cost: registration-on-allocation
