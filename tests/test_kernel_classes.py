@@ -258,3 +258,21 @@ def test_production_decode_passes_do_not_reread_the_kv_cache() -> None:
     assert ew["production", 4096] == pytest.approx(ew["production", 256], rel=1e-6)
     kv_per_token = 2 * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 2  # K+V, bf16
     assert ew["reference", 4096] - ew["reference", 256] >= 2 * 8 * (4096 - 256) * kv_per_token
+
+
+def test_totals_add_field_by_field() -> None:
+    """Summing two tags' totals: every number adds, per-key counts add, shapes stay known only if
+    both sides knew them, and the per-class totals add the same way."""
+    from workloads.modelcost.counter import ClassTotals, OpTotals
+
+    a, b = OpTotals(cube_flops=3, hbm_bytes=5, ops=1, attention_io=7), OpTotals(cube_flops=4, vector_flops=2, ops=2)
+    a.by_op["mm"] += 1
+    b.by_op["mm"] += 2
+    b.by_op["add"] += 1
+    a.by_class["gemm"] = ClassTotals(cube_flops=3, gemms={(8, 8, 8): 1})
+    b.by_class["gemm"] = ClassTotals(cube_flops=4, chain_bytes=9, gemms={(8, 8, 8): 2, (4, 4, 4): 1}, shapes_known=False)
+    a.add(b)
+    assert (a.cube_flops, a.vector_flops, a.hbm_bytes, a.ops, a.attention_io) == (7, 2, 5, 3, 7)
+    assert dict(a.by_op) == {"mm": 3, "add": 1}
+    g = a.by_class["gemm"]
+    assert (g.cube_flops, g.chain_bytes, dict(g.gemms), g.shapes_known) == (7, 9, {(8, 8, 8): 3, (4, 4, 4): 1}, False)

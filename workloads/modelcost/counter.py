@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -92,13 +92,7 @@ class ClassTotals:
     shapes_known: bool = True  # every cube op of the class had known matmul shapes
 
     def add(self, other: ClassTotals) -> None:
-        self.cube_flops += other.cube_flops
-        self.vector_flops += other.vector_flops
-        self.hbm_bytes += other.hbm_bytes
-        self.chain_bytes += other.chain_bytes
-        for k, v in other.gemms.items():
-            self.gemms[k] += v
-        self.shapes_known = self.shapes_known and other.shapes_known
+        _accumulate(self, other)
 
     def gemm_list(self) -> list[tuple]:
         return sorted((*key[:3], c, *key[3:]) for key, c in self.gemms.items())
@@ -115,15 +109,24 @@ class OpTotals:
     attention_io: int = 0  # q, K, V, output bytes at the attention interface (fused-kernel traffic)
 
     def add(self, other: OpTotals) -> None:
-        self.attention_io += other.attention_io
-        self.cube_flops += other.cube_flops
-        self.vector_flops += other.vector_flops
-        self.hbm_bytes += other.hbm_bytes
-        self.ops += other.ops
-        for k, v in other.by_op.items():
-            self.by_op[k] += v
-        for k, c in other.by_class.items():
-            self.by_class[k].add(c)
+        _accumulate(self, other)
+
+
+def _accumulate(dst: ClassTotals | OpTotals, src: ClassTotals | OpTotals) -> None:
+    """Field-wise sum of two totals: numbers add, flags stay true only if both are, count dicts
+    add per key and nested totals (`by_class`) add themselves."""
+    for f in fields(dst):
+        a, b = getattr(dst, f.name), getattr(src, f.name)
+        if isinstance(a, bool):
+            setattr(dst, f.name, a and b)
+        elif isinstance(a, int | float):
+            setattr(dst, f.name, a + b)
+        else:
+            for k, v in b.items():
+                if isinstance(v, ClassTotals):
+                    a.setdefault(k, ClassTotals()).add(v)
+                else:
+                    a[k] = a.get(k, 0) + v
 
 
 def op_class(packet, tag: str | None) -> str:  # noqa: ANN001
