@@ -57,7 +57,7 @@ def test_order_is_per_communicator_of_a_family(lib) -> None:  # noqa: ANN001
     """An op on family g runs on g[0] and g[1]: g[1]'s next op waits for it on g[1]'s ranks only, and
     an op on g[0] issued after that waits for the family op, not for the g[1] op."""
     tr = _trace("g", "g[1]", "g[0]")
-    assert communicator_predecessors(tr) == [[], [0], [0]]
+    assert [list(p) for p in communicator_predecessors(tr)] == [[], [0], [0]]
     res = simulate(tr, lib, check=True)
     assert res.start[1] == pytest.approx(res.end[0]) and res.start[2] == pytest.approx(res.end[0])
     assert res.start[2] < res.end[1]  # g[0] and g[1] overlap: different communicators
@@ -78,4 +78,4 @@ def test_p2p_and_compute_are_not_ordered_by_communicators() -> None:
     tr = _trace("w")
     tr.add("p2p", [0, 1], src=[0], dst=[1], nbytes=1e6, stream="p")
     tr.compute(range(WORLD), flops=1e9, stream="c")
-    assert communicator_predecessors(tr) == [[], [], []]
+    assert [list(p) for p in communicator_predecessors(tr)] == [[], [], []]
