@@ -23,9 +23,7 @@ def cm384(cm384_ideal):  # noqa: ANN001, ANN201
 
 T = 1e-3  # a kernel's time alone on the whole die
 BETA_NODE = 170e9
-# vector mover: only the launch precedes the kernel; it holds its cores from then on, through the
-# tier α + flag sync steps and the wire phase
-PRE_HOLD = 5e-6
+PRE_WIRE = 5e-6 + 0.7e-6 + 1.3e-6  # vector mover: launch + tier α + flag sync before the wire phase
 
 
 def _kernel(tr: Trace, fab, core: str, ranks=(0,), stream: str = "compute", **kw) -> int:  # noqa: ANN001
@@ -49,10 +47,10 @@ def _beside_transfer(fab, lib, core: str) -> float:  # noqa: ANN001
 @pytest.mark.parametrize("held", [12, 24, 36])
 def test_mixed_kernel_loses_the_core_groups_a_comm_kernel_holds(cm384, held) -> None:  # noqa: ANN001
     lib = make_library(cm384, data_path=DataPath.pool, mover=Mover.vector_cores, comm_cores=held)
-    # full speed until the comm kernel starts and holds `held` of 48 AIVs (its sync steps and
-    # transfer), then the complete groups left: rate 1 − held/48 for the rest of its work
+    # full speed until the transfer's wire phase holds `held` of 48 AIVs, then the complete
+    # groups left: rate 1 − held/48 for the rest of its work
     rate = 1 - held / cm384.vector_cores
-    expected = PRE_HOLD + (T - PRE_HOLD) / rate
+    expected = PRE_WIRE + (T - PRE_WIRE) / rate
     assert _beside_transfer(cm384, lib, "mixed") == pytest.approx(expected, rel=1e-9)
 
 
@@ -134,9 +132,8 @@ def test_stream_limit_caps_the_cores_a_comm_kernel_holds(cm384) -> None:  # noqa
     tr.limit_stream("comm", 8, 16)
     tr.add("p2p", [0, 2], src=[0], dst=[2], nbytes=2**30, stream="comm")
     res = simulate(tr, lib)
-    held_s = res.split["wire"][0] + res.split["sync"][0]  # the kernel's lifetime after its launch
-    assert res.split["sync"][0] > 0
-    assert res.core_s[0] == pytest.approx(16 * held_s, rel=1e-9)  # 16 AIVs held, not 24
+    wire = res.split["wire"][0]
+    assert res.core_s[0] == pytest.approx(16 * wire, rel=1e-9)  # 16 AIVs held, not 24
 
 
 def test_mixed_kernel_needs_whole_groups_in_its_stream_limit(cm384) -> None:  # noqa: ANN001
@@ -173,6 +170,5 @@ def test_staging_copies_run_on_the_mover(cm384) -> None:  # noqa: ANN001
     av = simulate(tr, make_library(cm384, "hccl", expansion_mode=ExpansionMode.aiv))
     assert sd.copy_bytes[0] == av.copy_bytes[0] > 0
     assert sd.core_s[0] == 0.0
-    # AIV: the comm kernel's 24 cores are held during the copies and sync steps as well as the transfer
-    held_s = av.split["copy"][0] + av.split["sync"][0] + av.split["wire"][0]
-    assert av.core_s[0] == pytest.approx(24 * held_s, rel=1e-9)
+    # AIV: the comm kernel's 24 cores are held during the copies as well as the transfer
+    assert av.core_s[0] == pytest.approx(24 * (av.split["copy"][0] + av.split["wire"][0]), rel=1e-9)

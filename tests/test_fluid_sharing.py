@@ -63,10 +63,9 @@ def test_transfer_holding_vector_cores_slows_vector_compute(cm384) -> None:  # n
     flops = cm384.vector_flops * 1e-3  # 1 ms alone on all 48 vector cores
     tr.compute([0], flops=flops, core="vector", stream="compute")
     res = simulate(tr, lib, check=True)
-    # after the comm kernel's launch (kernel at full speed) it holds 24 of 48 vector cores for its
-    # lifetime (its α and flag sync, then the wire): the kernel runs on half of them for the rest
-    launch = 5e-6
-    assert res.end[1] - res.start[1] == pytest.approx(launch + 2 * (1e-3 - launch), rel=1e-9)
+    # after the transfer's α (kernel at full speed), it holds 24 of 48 vector cores: the kernel
+    # runs on half of them for the rest
+    assert res.end[1] - res.start[1] == pytest.approx(ALPHA_NODE + 2 * (1e-3 - ALPHA_NODE), rel=1e-9)
     # the same kernel beside an SDMA transfer keeps all its cores
     sdma = make_library(cm384, data_path=DataPath.pool, mover=Mover.sdma)
     res2 = simulate(tr, sdma, check=True)
