@@ -17,10 +17,15 @@ kernel model (stratacl/kernel_model.py, the die's `fabric.die.kernel` facts) pri
 of C cores: its compute part (attainable fraction of the format's peak, tile padding and wave
 quantisation over c cores) scales with c, its memory part (its HBM bytes plus tile re-reads, at
 the class's attainable HBM fraction) reaches the die's HBM rate with `hbm_saturation_cores`. The
-phase loads its cores for the compute part at the share c/C it runs on and HBM with its bytes at
-the die's rate, with a minimum time of max(compute part, memory part) + ramp on its cores (a rate
-cap), so it leaves the rest of the die to kernels of other streams, and beside communication it
-slows when a transfer holds cores it needs or a copy takes HBM bandwidth. A launch delay precedes
+phase loads HBM with its bytes at the die's rate and its cores with what each part keeps busy: the
+compute part c/C of them for its time, the memory part the cores that issue its loads, min(c, sat)/C
+for its time (on fewer than sat cores it reaches that share of the HBM rate, so the core-seconds it
+needs are the same m·sat/C whatever c is) — the larger of the two, since both run in the same
+blocks. A minimum time of max(compute part, memory part) + ramp on its cores caps its rate, so it
+leaves the rest of the die to kernels of other streams; beside communication it slows when a copy
+takes HBM bandwidth or a transfer holds cores it needs: a communication kernel holding h of C cores
+(GPU SMs, `cores_shared`) leaves a compute-bound kernel C − h of them (time × C / (C − h)) and a
+memory-bound one its full rate while C − h ≥ sat, else (C − h) / sat of it. A launch delay precedes
 it. Per-rank vectors use the slowest rank: an SPMD op ends when its last rank does.
 Communication ops are not lowered here (`stratacl.comm`).
 
@@ -80,14 +85,17 @@ def lower_compute(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> 
     if flops <= 0 and vflops <= 0 and hbm <= 0:
         return [Phase("compute", delay_s=op.fixed_time_s)] if op.fixed_time_s > 0 else []
     frac = core_fraction(op, fabric, limit)
-    kt = kernel_model(fabric).price(op, frac, fabric.cube_peak(op.dtype), fabric.vector_flops,
-                                    fabric.cube_format(op.dtype))
+    km = kernel_model(fabric)
+    kt = km.price(op, frac, fabric.cube_peak(op.dtype), fabric.vector_flops, fabric.cube_format(op.dtype))
     loads: list[tuple[str, int, float]] = []
-    if kt.compute_s > 0:  # the cores it runs on are busy for its compute part: frac of the capacity
+    # core-seconds (at die capacity) its blocks keep busy: the compute part on its cores, the memory
+    # part on the cores that saturate HBM (module docstring)
+    core_s = max(kt.compute_s * frac, kt.memory_s * min(frac, km.sat_cores / fabric.cube_cores))
+    if core_s > 0:
         if op.core in ("cube", "mixed"):
-            loads.append(("all", R["cube"], kt.compute_s * frac))
+            loads.append(("all", R["cube"], core_s))
         if op.core in ("vector", "mixed"):
-            loads.append(("all", R["vec"], kt.compute_s * frac))
+            loads.append(("all", R["vec"], core_s))
     if kt.hbm_bytes > 0:
         loads.append(("all", R["hbm"], kt.hbm_bytes / fabric.hbm_Bps))
     min_t = max(op.fixed_time_s, kt.alone_s)

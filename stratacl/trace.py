@@ -3,7 +3,8 @@
 One `Op` covers a whole SPMD set of ranks; per-rank values are tuples of length 1 (same on every
 rank) or len(ranks). A collective names a communicator *family* (``tp`` = all ``tp[i]``) or one
 communicator; its ranks must be exactly covered by the family's groups. Ops on one rank+stream run
-in order; ``deps`` adds explicit edges. Traces round-trip through parquet (plain columns, metadata
+in order, collectives on one communicator in issue order (the engine's rule, engine/order.py);
+``deps`` adds explicit edges. Traces round-trip through parquet (plain columns, metadata
 as JSON — loading never unpickles or executes anything) and validate on load.
 """
 

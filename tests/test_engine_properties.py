@@ -13,7 +13,7 @@ from stratacl.config import DataPath, Mover
 from stratacl.engine import fluid
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
-from stratacl.trace import Trace, stream_predecessors
+from stratacl.trace import Trace, family_of, stream_predecessors
 
 WORLD = 8
 # sizes are zero or physical: below ~1e-30 s the float clock cannot resolve an activity at all
@@ -79,6 +79,20 @@ def test_invariants_conservation_causality_capacity(cm384, tr: Trace) -> None:  
         for i in range(len(tr.ops)):
             split = sum(res.split[c][i] for c in res.split)
             assert abs(split - (res.end[i] - res.start[i])) <= 1e-12 + 1e-9 * res.end[i]
+
+
+@SETTINGS
+@given(tr=traces())
+def test_one_communicator_runs_its_collectives_one_at_a_time_in_issue_order(cm384, tr: Trace) -> None:  # noqa: ANN001
+    """Collectives sharing a communicator (same family, a rank in common) never overlap in time,
+    and the one issued later starts after the earlier one ends, whatever streams they are on."""
+    colls = [op for op in tr.ops if op.kind == "collective"]
+    pairs = [(a.id, b.id) for a in colls for b in colls if a.id < b.id
+             and family_of(a.comm) == family_of(b.comm) and set(a.ranks) & set(b.ranks)]
+    for lib in _libs(cm384)[:3]:
+        res = simulate(tr, lib)
+        for a, b in pairs:
+            assert res.start[b] >= res.end[a] - 1e-15, f"{tr.ops[b].label()} overlaps {tr.ops[a].label()}"
 
 
 def _faster_fabric(cm384: Fabric, factor: float) -> Fabric:  # noqa: ANN001

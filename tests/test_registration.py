@@ -26,14 +26,18 @@ C31 = 342.8 * US  # 8 + 31 × 10.8 µs: one registration with the 31 peers of a 
 
 def _alloc_then_use(lib, n: int, gap_s: float, sizes: dict[str, float], concurrent: bool = False):  # noqa: ANN001, ANN202
     """One op of `gap_s` allocating every buffer of `sizes`, then an allgather on each (one after
-    the other, or all at once on their own streams)."""
+    the other, or all at once on their own streams and communicators: collectives on one
+    communicator run one at a time)."""
     tr = Trace(world_size=n)
     tr.add_family("g", [range(n)])
+    for i in range(len(sizes)):
+        tr.add_family(f"g{i}", [range(n)])
     alloc = tr.compute(range(n), flops=lib.fabric.cube_flops * gap_s)
     prev = [alloc]
     for i, (name, nbytes) in enumerate(sizes.items()):
         tr.add_buffer(name, alloc_op=alloc)
-        op = tr.collective("allgather", "g", nbytes, buffer=name, deps=[alloc] if concurrent else prev,
+        op = tr.collective("allgather", f"g{i}" if concurrent else "g", nbytes, buffer=name,
+                           deps=[alloc] if concurrent else prev,
                            stream=f"c{i}" if concurrent else "comm")
         prev = [op]
     return simulate(tr, lib)

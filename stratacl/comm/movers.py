@@ -2,9 +2,11 @@
 mode resolves it (`stratacl.config.resolved_mover`: HCCL's AI_CPU mode = SDMA with the AI CPU
 trigger, AIV = vector cores).
 
-- `vector_cores`: the comm kernel holds `comm_cores` vector cores for the transfer, which cannot
-  finish before the cores' makespan under the library's partitioning (partition.py); staging
-  copies run in-kernel on the same cores.
+- `vector_cores`: the comm kernel holds `comm_cores` vector cores (on GPUs SMs: NCCL's channels,
+  one CTA each; DeepEP's `num_sms`) while it moves data — the transfer, which cannot finish before
+  the cores' makespan under the library's partitioning (partition.py), and in-kernel staging
+  copies on the same cores; its synchronised steps before the transfer are a delay that holds none
+  (a simplification for speed). Compute kernels beside it run on the rest (stratacl/compute.py).
 - `sdma`: DMA engines move the data; cores are held only while a device trigger writes
   descriptors (sdma.py); an AI CPU / host trigger holds none. Staging copies are SDMA memcpy tasks.
 """
@@ -55,6 +57,9 @@ class VectorCores(MoverModel):
     def transfer(self, plan: alg.WirePlan, loads: Loads, cores: int | None, phases: list[Phase],
                  sync_s: float, agent_running: bool) -> tuple[Holds, float]:
         lib = self.lib
+        # the synchronised steps stay a pure delay: holding the cores through them too (the kernel
+        # spins on its peers' flags) would cost every such op one more fluid activity and solve
+        # (+26 % solves, +46 % wall on benchmarks/bench_engine.py --library nccl)
         phases += delay("sync", sync_s)
         return lib.core_holds(lib.kernel_cores(cores)), lib.core_schedule(plan, cores).makespan_s
 

@@ -1,8 +1,9 @@
 """Replay of a trace on a fabric with one library model, driven by simpy (docs/architecture.md).
 
-An op starts when its explicit dependencies and the previous op on each of its ranks' streams have
-ended (for a collective that is the rendezvous of its communicator); it then runs its phases in
-order. Delay phases are simpy timeouts; resource phases are fluid activities whose rates the
+An op starts when its explicit dependencies, the previous op on each of its ranks' streams and, for
+a collective, the previous collective on its communicator have ended (engine/order.py: libraries
+run one communicator's operations in issue order); for a collective that is also the rendezvous of
+its communicator. It then runs its phases in order. Delay phases are simpy timeouts; resource phases are fluid activities whose rates the
 FluidSystem recomputes when any activity starts or ends. Each op is one set of events however many
 ranks it spans.
 """
@@ -21,11 +22,12 @@ import simpy
 from stratacl.accounting import Exposure, exposure
 from stratacl.compute import ComputeLowering
 from stratacl.engine.fluid import FluidSystem
+from stratacl.engine.order import op_predecessors
 from stratacl.errors import TraceError
 from stratacl.fabric import R
 from stratacl.lowering import CommLowering
 from stratacl.phases import CATEGORIES, Phase
-from stratacl.trace import Trace, stream_predecessors
+from stratacl.trace import Trace
 from stratacl.utilisation import UtilisationRecorder
 
 
@@ -109,7 +111,7 @@ class Replay:
         t0 = time.perf_counter()
         trace = self.trace
         n = len(trace.ops)
-        preds = stream_predecessors(trace)
+        preds = op_predecessors(trace)
         self._waiting = [len(p) for p in preds]
         self._succ: list[list[int]] = [[] for _ in range(n)]
         for i, p in enumerate(preds):

@@ -50,6 +50,10 @@ class LlmTrainConfig(TrainStepConfig):
     optimizer_flops_per_param: float = knob(12.0, ge=0)
     recompute: bool = True  # full activation checkpointing per transformer block
     prefetch: int = knob(1, ge=0)  # FSDP units all-gathered ahead of the one computing
+    # FSDP2 runs gradient reduce-scatters on the all-gathers' process group (one communicator:
+    # they run one at a time, in issue order) unless FSDPModule.set_separate_reduce_scatter_group()
+    # gives them their own (torch 2.13 torch/distributed/fsdp/_fully_shard/_fully_shard.py)
+    separate_reduce_scatter_group: bool = False
     iterations: list[int] = knob(factory=lambda: [0, 100, 500, 1000, 2000], ge=0)
     skew: SkewScheduleConfig = field(default_factory=SkewScheduleConfig)
     alloc_overhead_GB: float = knob(2.0, ge=0)  # runtime context / workspaces outside the allocator, per die

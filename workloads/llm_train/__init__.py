@@ -49,7 +49,7 @@ def prepare(cfg: LlmTrainConfig, fabric: Fabric) -> Prepared:
     fabric.check_ranks(cfg.dies, "workload.dies")
     if not cfg.iterations:  # each element's bound is the schema's
         raise ConfigError("workload.iterations", "empty", "give at least one iteration number ≥ 0")
-    layout = Layout(cfg.dies, cfg.fsdp, cfg.tp, cfg.ep)
+    layout = Layout(cfg.dies, cfg.fsdp, cfg.tp, cfg.ep, cfg.separate_reduce_scatter_group)
     if cfg.fsdp * cfg.tp != cfg.dies:  # fail before measuring the model
         layout.check(0 if cfg.ep == 1 else cfg.ep)
     knobs = Knobs(act_bytes=cfg.model.dtype_bytes, grad_bytes=cfg.grad_dtype_bytes,

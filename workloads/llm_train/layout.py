@@ -7,6 +7,9 @@ rank = f·tp + t (TP innermost, so a TP group sits on neighbouring dies of one n
                  ep/tp FSDP ranks × the whole TP group (tokens are sequence-sharded over TP)
 - ``efsdp[j]`` = {g·ep + j : g}                 expert weights sharded over the dies holding
                  the same experts: dies / ep = fsdp / (ep / tp) ranks
+- ``fsdp_rs`` / ``efsdp_rs``: the same groups again as their own communicators, only with
+  `separate_reduce_scatter` (FSDP2's opt-in `set_separate_reduce_scatter_group`); by default the
+  gradient reduce-scatters share the all-gathers' process group, i.e. one communicator
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class Layout:
     fsdp: int
     tp: int
     ep: int
+    separate_reduce_scatter: bool = False  # reduce-scatters on their own process groups (FSDP2 opt-in)
 
     @property
     def efsdp(self) -> int:
@@ -53,7 +57,14 @@ class Layout:
             "ep": [list(range(g * ep, (g + 1) * ep)) for g in range(world // ep)],
             "efsdp": [[g * ep + j for g in range(world // ep)] for j in range(ep)],
         }
-        return {k: v for k, v in fam.items() if len(v[0]) > 1}
+        fam = {k: v for k, v in fam.items() if len(v[0]) > 1}
+        if self.separate_reduce_scatter:
+            fam.update({f"{k}_rs": fam[k] for k in ("fsdp", "efsdp") if k in fam})
+        return fam
+
+    def reduce_scatter_family(self, fam: str) -> str:
+        """The communicator family a gradient reduce-scatter of `fam` (fsdp / efsdp) runs on."""
+        return f"{fam}_rs" if self.separate_reduce_scatter else fam
 
     def add_to(self, trace: Trace) -> list[str]:
         fams = self.groups()

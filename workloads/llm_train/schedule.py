@@ -5,6 +5,16 @@ Streams: ``main`` (compute, TP and EP collectives: they block the next kernel), 
 (parameter all-gathers, prefetched `prefetch` units ahead: the gather into an unsharded buffer
 slot waits until the unit that last used the slot has finished computing) and ``fsdp_rs``
 (gradient reduce-scatters, after each unit's backward). Every op spans all dies (SPMD).
+
+Communicators, as FSDP2 sets them up (torch 2.13 torch/distributed/fsdp/_fully_shard): the
+all-gathers and reduce-scatters of a unit share its shard process group — one communicator, so
+the engine runs them one at a time in issue order (engine/order.py) — unless
+`separate_reduce_scatter_group` gives the reduce-scatters their own (`fsdp_rs`, `efsdp_rs`). The
+issue order is FSDP2's: in the forward a unit's gather is issued when the CPU reaches the unit (the
+all-gather stream lets it run ahead of compute); in the backward `FSDPParamGroup.pre_backward`
+issues the unit's own gather and prefetches the next unit's (`_backward_prefetch`) before the
+unit's backward kernels, and `post_backward` issues its reduce-scatter after them — so the next
+gather is queued ahead of this unit's reduce-scatter on the communicator.
 Compute enters as the kernels of the training rule (`workloads/common/kernels.py`, TRAINING_FUSED:
 flash attention one mixed kernel, GEMMs cube kernels followed by their vector work), its matmuls in
 the sub-block's numeric format.
@@ -168,7 +178,8 @@ class IterationBuilder:
         ops = []
         for fam, params in (("fsdp", unit.params), ("efsdp", unit.expert_params)):
             if params and fam in self.fams:
-                ops.append(self.t.collective("reducescatter", fam, float(params * self.k.grad_bytes),
+                comm = self.layout.reduce_scatter_family(fam)
+                ops.append(self.t.collective("reducescatter", comm, float(params * self.k.grad_bytes),
                                              stream="fsdp_rs", deps=[self.last_main],
                                              buffer=f"{fam}.grad.{slot % 2}",
                                              name=f"{unit.name}.{fam}_reducescatter"))
@@ -187,9 +198,16 @@ class IterationBuilder:
         release = [-1] * len(order)
         rs_ops: list[int] = []
         first_decoder = next((i for i, u in enumerate(units) if u.decoder), 0)
+        gathers: dict[int, list[int]] = {}  # position -> its gathers, once issued
         for pos, (i, phase) in enumerate(order):
             unit = units[i]
-            self._first_main_dep(self._gathers(unit, pos, release))
+            if pos not in gathers:
+                gathers[pos] = self._gathers(unit, pos, release)
+            if phase == "bwd":  # pre-backward prefetch: the next units' gathers before this backward
+                for ahead in range(pos + 1, min(pos + self.k.prefetch, len(order) - 1) + 1):
+                    if ahead not in gathers:
+                        gathers[ahead] = self._gathers(units[order[ahead][0]], ahead, release)
+            self._first_main_dep(gathers.pop(pos))
             if phase == "fwd":
                 for sub in unit.subs:
                     self._sub(i, sub, "fwd", True)
