@@ -19,7 +19,8 @@ only and prints them (what conf/fabric/*.yaml cites); it never reads check rows.
 Below the kernel rows come the operator rows (stratacl/validate_ops.py: NCCL's documented nccl-tests
 busbw, DeepEP's README tables), every one a check row, each in its own bandwidth convention and in
 time. The default runs the fast ones (every NCCL row, DeepEP low-latency rows, normal rows up to
-EP 16: about 15 s in all); `--operators` adds DeepEP's normal rows at EP 32 and 64 (about 40 s more).
+EP 16: 4 s of CPU, 12 s wall on a loaded 2-core machine); `--operators` adds DeepEP's normal rows at
+EP 32 and 64 (12 s of CPU in all, 35 s wall there).
 """
 
 from __future__ import annotations
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("validation.png"), help="figure path (PNG)")
     ap.add_argument("--fit", action="store_true", help="refit the calibrated parameters on calibration rows")
     ap.add_argument("--operators", action="store_true",
-                    help="every operator row (adds DeepEP's normal kernels at EP 32-64, ~40 s)")
+                    help="every operator row (adds DeepEP's normal kernels at EP 32-64, ~8 s more CPU)")
     args = ap.parse_args(argv)
     try:
         rows = load_table(args.table)

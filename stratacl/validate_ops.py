@@ -34,8 +34,8 @@ NCCL_TABLE = DATA / "nccl.csv"
 DEEPEP_TABLE = DATA / "deepep.csv"
 # the DeepEP runs: hgx_h800 (H800 + CX7 400 Gb/s per GPU, as the README's cluster) grown to 64 GPUs
 DEEPEP_FABRIC = ("fabric=hgx_h800", "fabric.topology.nodes=8", "fabric.topology.supernodes=8")
-# the default report runs a DeepEP normal-kernel row only up to this EP (EP 32/64 replays take
-# ~10 s each on a 2-core machine); `--operators` runs every row
+# the default report runs a DeepEP normal-kernel row only up to this EP (the EP 32 and 64 runs take
+# ~8 s of CPU together, most of the operator rows' cost); `--operators` runs every row
 FAST_HT_EP = 16
 GROUPS = {"nccl": "nccl-tests busbw (H100/B200/GB200)", "ht": "deepep normal (H800)",
           "ll": "deepep low-latency (H800)"}
