@@ -1,6 +1,6 @@
-"""Validation report: the harness's kernel pricing against public kernel-level measurements.
+"""Validation report: the harness against public kernel-level and operator-level measurements.
 
-`python -m stratacl.validate [--out fig.png] [--table path.csv] [--fit]` runs every row of the
+`python -m stratacl.validate [--out fig.png] [--table path.csv] [--fit] [--operators]` runs every row of the
 shipped table (stratacl/data/kernels/validation.csv; sources, licences and the rule that chose
 each row's role in stratacl/data/kernels/README.md) through the lowering the replay uses
 (`stratacl.compute.ComputeLowering` on the row's fabric preset from conf/fabric): one compute op
@@ -15,6 +15,12 @@ device-side timers do not see. Error = harness / public − 1.
 
 `--fit` (needs scipy) refits the free parameters of each calibrated class on its calibration rows
 only and prints them (what conf/fabric/*.yaml cites); it never reads check rows.
+
+Below the kernel rows come the operator rows (stratacl/validate_ops.py: NCCL's documented nccl-tests
+busbw, DeepEP's README tables), every one a check row, each in its own bandwidth convention and in
+time. The default runs the fast ones (every NCCL row, DeepEP low-latency rows, normal rows up to
+EP 16: 4 s of CPU, 12 s wall on a loaded 2-core machine); `--operators` adds DeepEP's normal rows at
+EP 32 and 64 (12 s of CPU in all, 35 s wall there).
 """
 
 from __future__ import annotations
@@ -152,7 +158,7 @@ def figure(results: list[tuple[Row, float, float]], out: Path) -> Path:
     lo, hi = min(vals) / 1.5, max(vals) * 1.5
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="y = x")
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="public measurement (TFLOPS or GB/s)",
-           ylabel="harness (same unit)", title="Kernel model vs public kernel measurements")
+           ylabel="harness (same unit)", title="Harness vs public kernel and operator measurements")
     from matplotlib.ticker import NullFormatter
 
     ax.xaxis.set_minor_formatter(NullFormatter())
@@ -228,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", type=Path, default=TABLE, help="validation table (CSV)")
     ap.add_argument("--out", type=Path, default=Path("validation.png"), help="figure path (PNG)")
     ap.add_argument("--fit", action="store_true", help="refit the calibrated parameters on calibration rows")
+    ap.add_argument("--operators", action="store_true",
+                    help="every operator row (adds DeepEP's normal kernels at EP 32-64, ~8 s more CPU)")
     args = ap.parse_args(argv)
     try:
         rows = load_table(args.table)
@@ -240,8 +248,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = evaluate(rows)
     print(report(results))
+    from stratacl import validate_ops
+
+    ops = validate_ops.evaluate(validate_ops.load(every=args.operators))
+    print("\n" + validate_ops.report(ops, validate_ops.nccl_relations()))
+    if not args.operators:
+        print(f"(DeepEP normal rows above EP {validate_ops.FAST_HT_EP}: --operators)")
     try:
-        print(f"\nfigure: {figure(results, args.out)}")
+        print(f"\nfigure: {figure(results + ops, args.out)}")
     except ImportError:
         print("\nfigure skipped: needs matplotlib (pip install matplotlib)")
     return 0
