@@ -79,7 +79,9 @@ def main() -> None:
     ap.add_argument("--library", default="stratacl")
     ap.add_argument("--fidelity", default="die_ports", choices=["die_ports", "switch"])
     ap.add_argument("--fabric", default="", help="a conf/fabric preset (default: the config's)")
-    ap.add_argument("--group", type=int, default=32, help="ranks per group (divides the fabric's dies)")
+    ap.add_argument("--group", type=int, default=0,
+                    help="ranks per group (divides the fabric's dies, at least two groups; default 32, or half "
+                         "the dies on a fabric of fewer than 64)")
     args = ap.parse_args()
     fab = [f"fabric={args.fabric}"] if args.fabric else []
     with initialize_config_dir(config_dir=CONF, version_base=None):
@@ -88,7 +90,10 @@ def main() -> None:
     fabric = Fabric(cfg.fabric)
     lib = LibraryModel(args.library, cfg.library[args.library], fabric)
     t0 = time.perf_counter()
-    trace = synthetic_trace(args.ops, fabric.world, args.group)
+    group = args.group or min(32, fabric.world // 2)
+    if fabric.world % group or fabric.world // group < 2:
+        ap.error(f"--group {group}: must divide the fabric's {fabric.world} dies into at least two groups")
+    trace = synthetic_trace(args.ops, fabric.world, group)
     trace.validate()
     t_build = time.perf_counter() - t0
     res = simulate(trace, lib)
