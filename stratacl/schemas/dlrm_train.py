@@ -58,7 +58,8 @@ class DlrmTrainConfig(WorkloadConfig):
     cache_GB_per_die: float = knob(0.0, ge=0)  # 0 = all HBM left after reserves; > 0 caps the cache
     runtime_reserve_GB: float = knob(2.0, ge=0)
     expandable_segments: bool = True  # PyTorch allocator setting (a pool library forces it off)
-    host_dram_GB_per_die: float = knob(96.0, ge=0)
+    host_dram_GB_per_die: float = knob(0.0, ge=0)  # 0 = the fabric's DRAM per die (fabric.host)
+    prefetch_pipeline: bool = True  # TorchRec PrefetchTrainPipelineSparseDist (else inline in the TBE forward)
     # DDP gradient buckets
     ddp_first_bucket_MB: float = knob(1.0, gt=0)
     ddp_bucket_MB: float = knob(25.0, gt=0)

@@ -1,9 +1,24 @@
 """One library's trace of `iterations` DLRM training iterations on W dies (TorchRec order).
 
 Streams: `main` (compute), `sparse` (KJT input dist and pooled-embedding all-to-alls), `ddp`
-(dense-gradient all-reduce buckets, overlapping backward) and `cache` (cache-miss fetches and
-dirty-row write-backs over UB). The next batch's input distribution follows the current one's
-gradient all-to-all on `sparse` and so overlaps the embedding update (TrainPipelineSparseDist).
+(dense-gradient all-reduce buckets, overlapping backward) and, with the prefetch pipeline,
+`cache` / `writeback` (the HBM cache's prefetch). The next batch's input distribution follows the
+current one's gradient all-to-all on `sparse` and so overlaps the embedding update
+(TrainPipelineSparseDist).
+
+The embedding tables live in host DRAM (their die's CPU, `fabric.host`) behind an HBM cache (UVM
+caching; TorchRec "embedding offloading" = UVM caching + prefetching, torchrec v0.6.0 release
+notes). A batch's missed rows come from DRAM as one host->device transfer per iteration
+(`Trace.memcpy(peer="host")`: the die's UB port and its CPU's link, shared with everything else);
+each inserted row evicts one, and every cached row is dirty (a row enters the cache for a lookup,
+and each looked-up row is updated by the fused optimizer in that iteration's backward), so as
+many bytes go back device->host. With `prefetch_pipeline` (PrefetchTrainPipelineSparseDist,
+torchrec/distributed/train_pipeline/train_pipelines.py: "stage 3: prefetch - uses prefetch CUDA
+stream" for batch i+1 while batch i runs forward/backward) fetch and write-back start as soon as
+the batch's input distribution is done and only the lookup waits for them (the rows a prefetch
+evicts are not those of the batch in flight: FBGEMM locks those, so they are already updated).
+Without it the TBE forward prefetches inline: write-back
+and fetch run on `main` in front of the lookup.
 Every op spans all W ranks; uneven per-die work is a per-rank vector (the op ends with its
 slowest rank).
 """
@@ -33,14 +48,8 @@ class BuiltTrace:
     iteration_of: list[int] = field(default_factory=list)  # op -> iteration
     role_of: list[str] = field(default_factory=list)  # op -> compute | comm | cache
     miss_bytes: list[np.ndarray] = field(default_factory=list)  # per iteration, per die
+    miss_rows: list[list[np.ndarray]] = field(default_factory=list)  # per iteration, per die: per segment
     ddp_bucket_bytes: list[float] = field(default_factory=list)
-
-
-def partner(die: int, dies_per_npu: int) -> int:
-    """The die on the neighbouring NPU of the same node: a stand-in endpoint for the node's
-    CPU DRAM (the fabric has no host endpoints), one UB hop away at intra-node distance."""
-    npu, local = divmod(die, dies_per_npu)
-    return (npu ^ 1) * dies_per_npu + local
 
 
 def ddp_buckets(dense: DenseCosts, cfg: DlrmTrainConfig) -> list[tuple[float, bool]]:
@@ -109,14 +118,14 @@ class _Builder:
         return self._tag(self.tr.collective(coll, FAMILY, nbytes, stream=stream, name=name, buffer=buffer,
                                             deps=deps), "comm")
 
-    def fetch(self, name: str, src: list[int], dst: list[int], nbytes: np.ndarray, deps: list[int]) -> int:
-        return self._tag(self.tr.add("p2p", self.ranks, src=src, dst=dst, nbytes=nbytes, stream="cache",
-                                     name=name, deps=deps), "cache")
+    def host(self, name: str, direction: str, nbytes: np.ndarray, stream: str, deps: list[int]) -> int:
+        """Cache rows between each die's HBM and its CPU's DRAM (one op for all dies)."""
+        return self._tag(self.tr.memcpy(self.ranks, nbytes, peer="host", direction=direction, stream=stream,
+                                        name=name, deps=deps), "cache")
 
 
 def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: list[IterationTraffic],
-                hits: list[np.ndarray], row_bytes: list[np.ndarray], rng: np.random.Generator,
-                dies_per_npu: int) -> BuiltTrace:
+                hits: list[np.ndarray], row_bytes: list[np.ndarray], rng: np.random.Generator) -> BuiltTrace:
     """`hits[d]` / `row_bytes[d]`: per-segment hit rate and row bytes of die d for this library;
     `rng` draws the per-iteration miss counts (Binomial(lookups, 1 − hit))."""
     w = plan.world
@@ -128,19 +137,24 @@ def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: li
     b.bt.ddp_bucket_bytes = [nb for nb, _ in buckets]
     for k in range(len(buckets)):
         b.tr.add_buffer(f"ddp_bucket{k}", alloc_op=-1)
-    home = [partner(d, dies_per_npu) for d in range(w)]
+    prefetch = cfg.prefetch_pipeline
     for it, tf in enumerate(traffic):
         b.it = it
         emb = _die_embedding(plan, cfg, tf.lookups)
-        misses = np.array([float((rng.binomial(tf.lookups[d].astype(np.int64), 1.0 - hits[d]) * row_bytes[d]).sum())
-                           for d in range(w)])
+        rows = [rng.binomial(tf.lookups[d].astype(np.int64), 1.0 - hits[d]) for d in range(w)]
+        misses = np.array([float((rows[d] * row_bytes[d]).sum()) for d in range(w)])
+        b.bt.miss_rows.append(rows)
         b.bt.miss_bytes.append(misses)
         lengths = b.alltoallv("input_dist_lengths", tf.lengths, "kjt_lengths", [])
         indices = b.alltoallv("input_dist_indices", tf.indices, "kjt_indices", [lengths])
         ready = [indices]
-        if misses.any():  # UVM caching: missed rows come from host DRAM before the lookup
-            ready.append(b.fetch("cache_miss_fetch", home, list(range(w)), misses, [indices]))
+        if misses.any() and prefetch:  # the prefetch stage, beside the previous batch's backward
+            ready.append(b.host("cache_writeback", "d2h", misses, "writeback", [indices]))
+            ready.append(b.host("cache_miss_fetch", "h2d", misses, "cache", [indices]))
         bottom = b.stage("bottom_mlp_fwd", dense.bottom_fwd, [])
+        if misses.any() and not prefetch:  # inline in the TBE forward, in the lookup's path
+            ready.append(b.host("cache_writeback", "d2h", misses, "main", [indices]))
+            ready.append(b.host("cache_miss_fetch", "h2d", misses, "main", [indices]))
         lookup = b.vector("embedding_fwd", emb[:, 0], emb[:, 1], ready)
         pooled_ready = [bottom]
         if tf.pooled.any():
@@ -159,9 +173,7 @@ def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: li
         reduced = [b.coll("allreduce", f"ddp_allreduce_{k}", nb, f"ddp_bucket{k}", "ddp",
                           [bot_b if needs_bottom else top_b])
                    for k, (nb, needs_bottom) in enumerate(buckets)]
-        update = b.vector("embedding_bwd_update", emb[:, 2], emb[:, 3], grads)
-        if misses.any():  # steady state: each fetched row evicts a dirty (updated) row
-            b.fetch("cache_writeback", list(range(w)), home, misses, [update])
+        b.vector("embedding_bwd_update", emb[:, 2], emb[:, 3], grads)
         params = sum(dense.params_bottom) + sum(dense.params_top)
         states = cfg.dense_optimizer_states
         b.vector("dense_optimizer_step", params * (4 + 4 * states),
