@@ -134,6 +134,11 @@ class Fabric:
         self.host = HostFacts(h.cpus_per_node, h.link_GBps * 1e9, h.plane, h.dram_GB * 1e9,
                               h.read_us * 1e-6, h.write_us * 1e-6, h.remote_read_us * 1e-6,
                               h.remote_write_us * 1e-6, self.dies_per_node)
+        # the host tier as flat attributes (issue 26 contract: Fabric.host_*); DRAM per CPU / per die
+        self.host_cpus_per_node, self.host_link_Bps = self.host.cpus_per_node, self.host.link_Bps
+        self.host_dram_bytes = self.host.dram_bytes
+        self.host_dram_bytes_per_die = self.host.dram_bytes / self.host.dies_per_cpu if h.cpus_per_node else 0.0
+        self.host_read_s, self.host_write_s = self.host.read_s, self.host.write_s
         self.switch = SwitchModel(cfg.switch, self.dies_per_node, self.port_Bps.get("ub", 0.0)) \
             if cfg.fidelity == Fidelity.switch else None
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
@@ -145,32 +150,6 @@ class Fabric:
         # a core group (Ascend split architecture: 1 AIC + 2 AIV on a 910C die) is what a mixed
         # kernel's block runs on
         self.aiv_per_group = die.vector_cores / die.cube_cores
-
-    # the host tier as flat attributes (issue 26 contract: Fabric.host_*)
-    @property
-    def host_cpus_per_node(self) -> int:
-        return self.host.cpus_per_node
-
-    @property
-    def host_link_Bps(self) -> float:
-        return self.host.link_Bps
-
-    @property
-    def host_dram_bytes(self) -> float:
-        """DRAM per CPU."""
-        return self.host.dram_bytes
-
-    @property
-    def host_dram_bytes_per_die(self) -> float:
-        return self.host.dram_bytes / self.host.dies_per_cpu if self.host.cpus_per_node else 0.0
-
-    @property
-    def host_read_s(self) -> float:
-        return self.host.read_s
-
-    @property
-    def host_write_s(self) -> float:
-        return self.host.write_s
 
     def cube_format(self, fmt: str) -> str:
         """The format a matmul in `fmt` actually runs in on this die (itself, or widened)."""
