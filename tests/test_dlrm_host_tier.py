@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
-from workloads.dlrm_train.cache import Segment, die_hit_rate
+from workloads.dlrm_train.cache import POLICIES, Segment, die_hit_rate, lru_hit_rates
 from workloads.dlrm_train.workload import library_run, prepare
 
 SMALL = ["workload=dlrm_train", "workload.ranks=32", "workload.iterations=3", "workload.total_table_TiB=1.5",
@@ -92,7 +92,28 @@ segments = st.lists(st.builds(Segment, rows=st.floats(1, 1e10), row_bytes=st.sam
 
 
 @settings(max_examples=200, deadline=None)
-@given(segs=segments, a=st.floats(0, 1e13), b=st.floats(0, 1e13), s=st.floats(0.5, 1.6))
-def test_a_larger_cache_never_lowers_the_hit_rate(segs, a, b, s) -> None:  # noqa: ANN001
+@given(segs=segments, a=st.floats(0, 1e13), b=st.floats(0, 1e13), s=st.floats(0.5, 1.6),
+       policy=st.sampled_from(POLICIES))
+def test_a_larger_cache_never_lowers_the_hit_rate(segs, a, b, s, policy) -> None:  # noqa: ANN001
     small, large = sorted((a, b))
-    assert die_hit_rate(segs, large, s) >= die_hit_rate(segs, small, s) - 1e-12
+    assert die_hit_rate(segs, large, s, policy) >= die_hit_rate(segs, small, s, policy) - 1e-12
+
+
+@pytest.mark.parametrize("n, s, rows", [(20_000, 1.0, 2_000), (5_000, 0.8, 500)])
+def test_lru_hit_rate_matches_a_simulated_lru_cache(n, s, rows) -> None:  # noqa: ANN001
+    """Che's approximation against an LRU cache fed i.i.d. Zipf lookups (independent of cache.py)."""
+    from collections import OrderedDict
+
+    p = np.arange(1, n + 1, dtype=float) ** -s
+    looks = np.random.default_rng(7).choice(n, size=300_000, p=p / p.sum())
+    cache: OrderedDict[int, None] = OrderedDict()
+    hits = 0
+    for i, r in enumerate(looks.tolist()):
+        if r in cache:
+            cache.move_to_end(r)
+            hits += i >= 100_000  # after warm-up
+        else:
+            cache[r] = None
+            if len(cache) > rows:
+                cache.popitem(last=False)
+    assert lru_hit_rates([Segment(n, 64.0, 1e3)], rows * 64.0, s)[0] == pytest.approx(hits / 200_000, abs=0.01)

@@ -101,3 +101,14 @@ def test_host_fields_round_trip(tmp_path) -> None:  # noqa: ANN001
     tr.memcpy([0, 1], [1.0, 2.0], peer="pool", direction="d2h")
     back = Trace.load(tr.save(tmp_path / "t.parquet"))
     assert (back.ops[0].peer, back.ops[0].direction) == ("pool", "d2h")
+
+
+def test_checked_and_recorded_replay_with_host_ops(cm384) -> None:  # noqa: ANN001
+    """The CPU pseudo-dies fit the utilisation recorder and never exceed capacity (check mode)."""
+    tr = Trace(world_size=32)
+    tr.memcpy(range(32), B, peer="host")
+    tr.memcpy(range(16), B, peer="pool", direction="d2h", stream="wb")
+    tr.add("p2p", [0, 20], src=[20], dst=[0], nbytes=B, stream="c")
+    res = simulate(tr, make_library(cm384, "hccl"), check=True, utilisation=True)
+    assert res.max_violation < 1e-9 and res.work_error < 1e-9
+    assert res.wire_bytes[0] == pytest.approx(32 * B) and res.wire_bytes[1] == pytest.approx(16 * B)

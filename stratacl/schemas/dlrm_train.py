@@ -25,6 +25,13 @@ class Sharding(StrEnum):
     column_wise = "column_wise"
 
 
+class CachePolicy(StrEnum):
+    """Replacement policy of the HBM embedding cache (workloads/dlrm_train/cache.py)."""
+
+    lru = "lru"  # FBGEMM's default CacheAlgorithm.LRU (Che's approximation)
+    lfu = "lfu"  # ideal LFU: the hottest rows per byte
+
+
 @dataclass
 class DlrmTrainConfig(WorkloadConfig):
     """DLRM trained TorchRec-style: model-parallel embeddings, data-parallel dense part."""
@@ -55,6 +62,7 @@ class DlrmTrainConfig(WorkloadConfig):
     column_shards: int = knob(4, ge=1)  # column_wise: shards per table
     # memory and cache
     zipf_exponent: float = knob(1.05, gt=0)
+    cache_policy: CachePolicy = CachePolicy.lru
     cache_GB_per_die: float = knob(0.0, ge=0)  # 0 = all HBM left after reserves; > 0 caps the cache
     runtime_reserve_GB: float = knob(2.0, ge=0)
     expandable_segments: bool = True  # PyTorch allocator setting (a pool library forces it off)

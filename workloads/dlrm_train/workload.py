@@ -121,7 +121,7 @@ def library_run(setup: Setup, library: Library, seed: int) -> LibraryRun:
         key = (tuple(segs), float(mem.cache_bytes[d]))
         if key not in memo:  # many dies serve identical shard sets
             memo[key] = (np.ones(len(segs)) if mem.resident[d]
-                         else hit_rates(segs, float(mem.cache_bytes[d]), cfg.zipf_exponent))
+                         else hit_rates(segs, float(mem.cache_bytes[d]), cfg.zipf_exponent, str(cfg.cache_policy)))
         h = memo[key]
         lam = np.array([g.lookups for g in segs])
         rate[d] = float((h * lam).sum() / lam.sum()) if lam.sum() else 1.0
