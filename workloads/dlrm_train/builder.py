@@ -2,9 +2,11 @@
 
 Streams: `main` (compute), `sparse` (KJT input dist and pooled-embedding all-to-alls), `ddp`
 (dense-gradient all-reduce buckets, overlapping backward) and, with the prefetch pipeline,
-`cache` / `writeback` (the HBM cache's prefetch). The next batch's input distribution follows the
-current one's gradient all-to-all on `sparse` and so overlaps the embedding update
-(TrainPipelineSparseDist).
+`cache` / `writeback` (the HBM cache's prefetch). The next batch's input distribution is issued as
+TrainPipelineSparseDist.progress() issues it (torchrec/distributed/train_pipeline/
+train_pipelines.py): its lengths all-to-all (start_sparse_data_dist, "the splits all_to_all") before
+batch i's forward, its indices all-to-all (wait_sparse_data_dist) after batch i's forward, before
+its backward; both on the one process group, so in issue order with batch i's all-to-alls.
 
 The embedding tables live in host DRAM (their die's CPU, `fabric.host`) behind an HBM cache (UVM
 caching; TorchRec "embedding offloading" = UVM caching + prefetching, torchrec v0.6.0 release
@@ -124,6 +126,27 @@ class _Builder:
                                         name=name, deps=deps), "cache")
 
 
+def _input_dist(b: _Builder, tf: IterationTraffic, it: int, parts: list[str] | None,
+                lengths: int = -1) -> tuple[int, int]:
+    """Batch `it`'s KJT all-to-alls on `sparse` (parts: "lengths", "indices"; [] = both)."""
+    b.it = it
+    if not parts or "lengths" in parts:
+        lengths = b.alltoallv("input_dist_lengths", tf.lengths, "kjt_lengths", [])
+    indices = -1
+    if not parts or "indices" in parts:
+        indices = b.alltoallv("input_dist_indices", tf.indices, "kjt_indices", [lengths])
+    return lengths, indices
+
+
+def _prefetch(b: _Builder, misses: np.ndarray, indices: int, it: int) -> list[int]:
+    """Batch `it`'s prefetch stage: its missed rows in, as many evicted dirty rows out."""
+    if not misses.any():
+        return []
+    b.it = it
+    return [b.host("cache_writeback", "d2h", misses, "writeback", [indices]),
+            b.host("cache_miss_fetch", "h2d", misses, "cache", [indices])]
+
+
 def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: list[IterationTraffic],
                 hits: list[np.ndarray], row_bytes: list[np.ndarray], rng: np.random.Generator) -> BuiltTrace:
     """`hits[d]` / `row_bytes[d]`: per-segment hit rate and row bytes of die d for this library;
@@ -138,23 +161,26 @@ def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: li
     for k in range(len(buckets)):
         b.tr.add_buffer(f"ddp_bucket{k}", alloc_op=-1)
     prefetch = cfg.prefetch_pipeline
+    for tf in traffic:  # every iteration's misses first (the same draws, in iteration order)
+        rows = [rng.binomial(tf.lookups[d].astype(np.int64), 1.0 - hits[d]) for d in range(w)]
+        b.bt.miss_rows.append(rows)
+        b.bt.miss_bytes.append(np.array([float((rows[d] * row_bytes[d]).sum()) for d in range(w)]))
+    n = len(traffic)
+    # batch 0's input dist and prefetch fill the pipeline (TrainPipelineSparseDist.fill_pipeline)
+    indices = [_input_dist(b, traffic[0], 0, [])[1]] + [0] * (n - 1)
+    fetched = [_prefetch(b, b.bt.miss_bytes[0], indices[0], 0) if prefetch else []] + [[]] * (n - 1)
     for it, tf in enumerate(traffic):
         b.it = it
         emb = _die_embedding(plan, cfg, tf.lookups)
-        rows = [rng.binomial(tf.lookups[d].astype(np.int64), 1.0 - hits[d]) for d in range(w)]
-        misses = np.array([float((rows[d] * row_bytes[d]).sum()) for d in range(w)])
-        b.bt.miss_rows.append(rows)
-        b.bt.miss_bytes.append(misses)
-        lengths = b.alltoallv("input_dist_lengths", tf.lengths, "kjt_lengths", [])
-        indices = b.alltoallv("input_dist_indices", tf.indices, "kjt_indices", [lengths])
-        ready = [indices]
-        if misses.any() and prefetch:  # the prefetch stage, beside the previous batch's backward
-            ready.append(b.host("cache_writeback", "d2h", misses, "writeback", [indices]))
-            ready.append(b.host("cache_miss_fetch", "h2d", misses, "cache", [indices]))
+        misses = b.bt.miss_bytes[it]
+        # progress(): start_sparse_data_dist(batch i+1) (the splits/lengths part) before forward(i)
+        nxt = _input_dist(b, traffic[it + 1], it + 1, ["lengths"]) if it + 1 < n else None
+        b.it = it
+        ready = [indices[it], *fetched[it]]
         bottom = b.stage("bottom_mlp_fwd", dense.bottom_fwd, [])
         if misses.any() and not prefetch:  # inline in the TBE forward, in the lookup's path
-            ready.append(b.host("cache_writeback", "d2h", misses, "main", [indices]))
-            ready.append(b.host("cache_miss_fetch", "h2d", misses, "main", [indices]))
+            ready.append(b.host("cache_writeback", "d2h", misses, "main", [indices[it]]))
+            ready.append(b.host("cache_miss_fetch", "h2d", misses, "main", [indices[it]]))
         lookup = b.vector("embedding_fwd", emb[:, 0], emb[:, 1], ready)
         pooled_ready = [bottom]
         if tf.pooled.any():
@@ -162,6 +188,11 @@ def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: li
         if tf.rw_bytes:
             pooled_ready.append(b.coll("reducescatter", "rw_pooled_fwd", tf.rw_bytes, "rw_partial",
                                        "sparse", [lookup]))
+        if nxt is not None:  # wait_sparse_data_dist(batch i+1) after forward(i): the values part,
+            indices[it + 1] = _input_dist(b, traffic[it + 1], it + 1, ["indices"], nxt[0])[1]
+            if prefetch:  # then batch i+1's prefetch beside batch i's backward
+                fetched[it + 1] = _prefetch(b, b.bt.miss_bytes[it + 1], indices[it + 1], it + 1)
+            b.it = it
         top_f = b.stage("interaction_top_fwd", dense.top_fwd, pooled_ready)
         top_b = b.stage("interaction_top_bwd", dense.top_bwd, [top_f])
         bot_b = b.stage("bottom_mlp_bwd", dense.bottom_bwd, [top_b])
