@@ -25,6 +25,13 @@ class Sharding(StrEnum):
     column_wise = "column_wise"
 
 
+class CachePolicy(StrEnum):
+    """Replacement policy of the HBM embedding cache (workloads/dlrm_train/cache.py)."""
+
+    lru = "lru"  # FBGEMM's default CacheAlgorithm.LRU (Che's approximation)
+    lfu = "lfu"  # ideal LFU: the hottest rows per byte
+
+
 @dataclass
 class DlrmTrainConfig(WorkloadConfig):
     """DLRM trained TorchRec-style: model-parallel embeddings, data-parallel dense part."""
@@ -55,10 +62,12 @@ class DlrmTrainConfig(WorkloadConfig):
     column_shards: int = knob(4, ge=1)  # column_wise: shards per table
     # memory and cache
     zipf_exponent: float = knob(1.05, gt=0)
+    cache_policy: CachePolicy = CachePolicy.lru
     cache_GB_per_die: float = knob(0.0, ge=0)  # 0 = all HBM left after reserves; > 0 caps the cache
     runtime_reserve_GB: float = knob(2.0, ge=0)
     expandable_segments: bool = True  # PyTorch allocator setting (a pool library forces it off)
-    host_dram_GB_per_die: float = knob(96.0, ge=0)
+    host_dram_GB_per_die: float = knob(0.0, ge=0)  # 0 = the fabric's DRAM per die (fabric.host)
+    prefetch_pipeline: bool = True  # TorchRec PrefetchTrainPipelineSparseDist (else inline in the TBE forward)
     # DDP gradient buckets
     ddp_first_bucket_MB: float = knob(1.0, gt=0)
     ddp_bucket_MB: float = knob(25.0, gt=0)

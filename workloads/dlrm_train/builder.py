@@ -1,9 +1,26 @@
 """One library's trace of `iterations` DLRM training iterations on W dies (TorchRec order).
 
 Streams: `main` (compute), `sparse` (KJT input dist and pooled-embedding all-to-alls), `ddp`
-(dense-gradient all-reduce buckets, overlapping backward) and `cache` (cache-miss fetches and
-dirty-row write-backs over UB). The next batch's input distribution follows the current one's
-gradient all-to-all on `sparse` and so overlaps the embedding update (TrainPipelineSparseDist).
+(dense-gradient all-reduce buckets, overlapping backward) and, with the prefetch pipeline,
+`cache` / `writeback` (the HBM cache's prefetch). The next batch's input distribution is issued as
+TrainPipelineSparseDist.progress() issues it (torchrec/distributed/train_pipeline/
+train_pipelines.py): its lengths all-to-all (start_sparse_data_dist, "the splits all_to_all") before
+batch i's forward, its indices all-to-all (wait_sparse_data_dist) after batch i's forward, before
+its backward; both on the one process group, so in issue order with batch i's all-to-alls.
+
+The embedding tables live in host DRAM (their die's CPU, `fabric.host`) behind an HBM cache (UVM
+caching; TorchRec "embedding offloading" = UVM caching + prefetching, torchrec v0.6.0 release
+notes). A batch's missed rows come from DRAM as one host->device transfer per iteration
+(`Trace.memcpy(peer="host")`: the die's UB port and its CPU's link, shared with everything else);
+each inserted row evicts one, and every cached row is dirty (a row enters the cache for a lookup,
+and each looked-up row is updated by the fused optimizer in that iteration's backward), so as
+many bytes go back device->host. With `prefetch_pipeline` (PrefetchTrainPipelineSparseDist,
+torchrec/distributed/train_pipeline/train_pipelines.py: "stage 3: prefetch - uses prefetch CUDA
+stream" for batch i+1 while batch i runs forward/backward) fetch and write-back start as soon as
+the batch's input distribution is done and only the lookup waits for them (the rows a prefetch
+evicts are not those of the batch in flight: FBGEMM locks those, so they are already updated).
+Without it the TBE forward prefetches inline: write-back
+and fetch run on `main` in front of the lookup.
 Every op spans all W ranks; uneven per-die work is a per-rank vector (the op ends with its
 slowest rank).
 """
@@ -33,14 +50,8 @@ class BuiltTrace:
     iteration_of: list[int] = field(default_factory=list)  # op -> iteration
     role_of: list[str] = field(default_factory=list)  # op -> compute | comm | cache
     miss_bytes: list[np.ndarray] = field(default_factory=list)  # per iteration, per die
+    miss_rows: list[list[np.ndarray]] = field(default_factory=list)  # per iteration, per die: per segment
     ddp_bucket_bytes: list[float] = field(default_factory=list)
-
-
-def partner(die: int, dies_per_npu: int) -> int:
-    """The die on the neighbouring NPU of the same node: a stand-in endpoint for the node's
-    CPU DRAM (the fabric has no host endpoints), one UB hop away at intra-node distance."""
-    npu, local = divmod(die, dies_per_npu)
-    return (npu ^ 1) * dies_per_npu + local
 
 
 def ddp_buckets(dense: DenseCosts, cfg: DlrmTrainConfig) -> list[tuple[float, bool]]:
@@ -109,14 +120,35 @@ class _Builder:
         return self._tag(self.tr.collective(coll, FAMILY, nbytes, stream=stream, name=name, buffer=buffer,
                                             deps=deps), "comm")
 
-    def fetch(self, name: str, src: list[int], dst: list[int], nbytes: np.ndarray, deps: list[int]) -> int:
-        return self._tag(self.tr.add("p2p", self.ranks, src=src, dst=dst, nbytes=nbytes, stream="cache",
-                                     name=name, deps=deps), "cache")
+    def host(self, name: str, direction: str, nbytes: np.ndarray, stream: str, deps: list[int]) -> int:
+        """Cache rows between each die's HBM and its CPU's DRAM (one op for all dies)."""
+        return self._tag(self.tr.memcpy(self.ranks, nbytes, peer="host", direction=direction, stream=stream,
+                                        name=name, deps=deps), "cache")
+
+
+def _input_dist(b: _Builder, tf: IterationTraffic, it: int, parts: list[str] | None,
+                lengths: int = -1) -> tuple[int, int]:
+    """Batch `it`'s KJT all-to-alls on `sparse` (parts: "lengths", "indices"; [] = both)."""
+    b.it = it
+    if not parts or "lengths" in parts:
+        lengths = b.alltoallv("input_dist_lengths", tf.lengths, "kjt_lengths", [])
+    indices = -1
+    if not parts or "indices" in parts:
+        indices = b.alltoallv("input_dist_indices", tf.indices, "kjt_indices", [lengths])
+    return lengths, indices
+
+
+def _prefetch(b: _Builder, misses: np.ndarray, indices: int, it: int) -> list[int]:
+    """Batch `it`'s prefetch stage: its missed rows in, as many evicted dirty rows out."""
+    if not misses.any():
+        return []
+    b.it = it
+    return [b.host("cache_writeback", "d2h", misses, "writeback", [indices]),
+            b.host("cache_miss_fetch", "h2d", misses, "cache", [indices])]
 
 
 def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: list[IterationTraffic],
-                hits: list[np.ndarray], row_bytes: list[np.ndarray], rng: np.random.Generator,
-                dies_per_npu: int) -> BuiltTrace:
+                hits: list[np.ndarray], row_bytes: list[np.ndarray], rng: np.random.Generator) -> BuiltTrace:
     """`hits[d]` / `row_bytes[d]`: per-segment hit rate and row bytes of die d for this library;
     `rng` draws the per-iteration miss counts (Binomial(lookups, 1 − hit))."""
     w = plan.world
@@ -128,19 +160,27 @@ def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: li
     b.bt.ddp_bucket_bytes = [nb for nb, _ in buckets]
     for k in range(len(buckets)):
         b.tr.add_buffer(f"ddp_bucket{k}", alloc_op=-1)
-    home = [partner(d, dies_per_npu) for d in range(w)]
+    prefetch = cfg.prefetch_pipeline
+    for tf in traffic:  # every iteration's misses first (the same draws, in iteration order)
+        rows = [rng.binomial(tf.lookups[d].astype(np.int64), 1.0 - hits[d]) for d in range(w)]
+        b.bt.miss_rows.append(rows)
+        b.bt.miss_bytes.append(np.array([float((rows[d] * row_bytes[d]).sum()) for d in range(w)]))
+    n = len(traffic)
+    # batch 0's input dist and prefetch fill the pipeline (TrainPipelineSparseDist.fill_pipeline)
+    indices = [_input_dist(b, traffic[0], 0, [])[1]] + [0] * (n - 1)
+    fetched = [_prefetch(b, b.bt.miss_bytes[0], indices[0], 0) if prefetch else []] + [[]] * (n - 1)
     for it, tf in enumerate(traffic):
         b.it = it
         emb = _die_embedding(plan, cfg, tf.lookups)
-        misses = np.array([float((rng.binomial(tf.lookups[d].astype(np.int64), 1.0 - hits[d]) * row_bytes[d]).sum())
-                           for d in range(w)])
-        b.bt.miss_bytes.append(misses)
-        lengths = b.alltoallv("input_dist_lengths", tf.lengths, "kjt_lengths", [])
-        indices = b.alltoallv("input_dist_indices", tf.indices, "kjt_indices", [lengths])
-        ready = [indices]
-        if misses.any():  # UVM caching: missed rows come from host DRAM before the lookup
-            ready.append(b.fetch("cache_miss_fetch", home, list(range(w)), misses, [indices]))
+        misses = b.bt.miss_bytes[it]
+        # progress(): start_sparse_data_dist(batch i+1) (the splits/lengths part) before forward(i)
+        nxt = _input_dist(b, traffic[it + 1], it + 1, ["lengths"]) if it + 1 < n else None
+        b.it = it
+        ready = [indices[it], *fetched[it]]
         bottom = b.stage("bottom_mlp_fwd", dense.bottom_fwd, [])
+        if misses.any() and not prefetch:  # inline in the TBE forward, in the lookup's path
+            ready.append(b.host("cache_writeback", "d2h", misses, "main", [indices[it]]))
+            ready.append(b.host("cache_miss_fetch", "h2d", misses, "main", [indices[it]]))
         lookup = b.vector("embedding_fwd", emb[:, 0], emb[:, 1], ready)
         pooled_ready = [bottom]
         if tf.pooled.any():
@@ -148,6 +188,11 @@ def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: li
         if tf.rw_bytes:
             pooled_ready.append(b.coll("reducescatter", "rw_pooled_fwd", tf.rw_bytes, "rw_partial",
                                        "sparse", [lookup]))
+        if nxt is not None:  # wait_sparse_data_dist(batch i+1) after forward(i): the values part,
+            indices[it + 1] = _input_dist(b, traffic[it + 1], it + 1, ["indices"], nxt[0])[1]
+            if prefetch:  # then batch i+1's prefetch beside batch i's backward
+                fetched[it + 1] = _prefetch(b, b.bt.miss_bytes[it + 1], indices[it + 1], it + 1)
+            b.it = it
         top_f = b.stage("interaction_top_fwd", dense.top_fwd, pooled_ready)
         top_b = b.stage("interaction_top_bwd", dense.top_bwd, [top_f])
         bot_b = b.stage("bottom_mlp_bwd", dense.bottom_bwd, [top_b])
@@ -159,9 +204,7 @@ def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: li
         reduced = [b.coll("allreduce", f"ddp_allreduce_{k}", nb, f"ddp_bucket{k}", "ddp",
                           [bot_b if needs_bottom else top_b])
                    for k, (nb, needs_bottom) in enumerate(buckets)]
-        update = b.vector("embedding_bwd_update", emb[:, 2], emb[:, 3], grads)
-        if misses.any():  # steady state: each fetched row evicts a dirty (updated) row
-            b.fetch("cache_writeback", list(range(w)), home, misses, [update])
+        b.vector("embedding_bwd_update", emb[:, 2], emb[:, 3], grads)
         params = sum(dense.params_bottom) + sum(dense.params_top)
         states = cfg.dense_optimizer_states
         b.vector("dense_optimizer_step", params * (4 + 4 * states),

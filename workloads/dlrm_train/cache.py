@@ -1,12 +1,20 @@
 """HBM embedding cache hit rate from a Zipf access distribution, analytically.
 
 Rows of a table (or of one die's shard of it) are ranked by popularity; the k-th is looked up
-with probability ∝ k^-s. A cache of C bytes in front of a die's shards (TorchRec UVM caching)
-holds, in steady state, the rows with the highest lookup rate per byte across all its shards
-(ideal LFU); the hit rate is the share of lookups that land on cached rows,
-Σ_j Λ_j·H(m_j, s)/H(n_j, s) / Σ_j Λ_j, with H the generalised harmonic number. H is exact up
-to 1024 terms and Euler–Maclaurin beyond (billions of rows cost nothing). Deterministic: no
-sampling here; per-iteration miss counts are drawn by the caller from a seeded generator.
+with probability ∝ k^-s. A cache of C bytes in front of a die's shards (TorchRec UVM caching: one
+cache per table-batched embedding module, shared by its tables) serves, in steady state:
+
+- ``lfu`` (ideal LFU): the rows with the highest lookup rate per byte across all its shards; the
+  hit rate is Σ_j Λ_j·H(m_j, s)/H(n_j, s) / Σ_j Λ_j, with H the generalised harmonic number.
+- ``lru`` (FBGEMM's default, `SplitTableBatchedEmbeddingBagsCodegen(cache_algorithm=
+  CacheAlgorithm.LRU)`): Che's approximation (Che, Tung, Wang, IEEE JSAC 2002; Fricker, Robert,
+  Roberts, ITC 2012) — a row with rate λ is cached with probability 1 − exp(−λ·T), the
+  characteristic time T common to all shards and set by Σ_j rb_j Σ_k (1 − exp(−λ_jk·T)) = C; a
+  segment's hit rate is Σ_k p_jk (1 − exp(−λ_jk·T)). Below LFU at equal size.
+
+Sums over rows are exact up to 1024 terms and, beyond, the midpoint integral on a log grid
+(Euler–Maclaurin for H): billions of rows cost nothing. Deterministic: no sampling here; per-
+iteration miss counts are drawn by the caller from a seeded generator.
 """
 
 from __future__ import annotations
@@ -16,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 _EXACT = 1024
+_GRID = 257  # log-grid points of the tail integrals (lru)
+POLICIES = ("lru", "lfu")
 
 
 def harmonic(n: np.ndarray | float, s: float) -> np.ndarray:
@@ -48,9 +58,9 @@ def cached_rows(segments: list[Segment], cache_bytes: float, s: float) -> np.nda
     lam = np.array([g.lookups for g in segments], dtype=float)
     if cache_bytes >= float((n * rb).sum()):
         return n
-    if cache_bytes <= 0 or not lam.any():
-        return np.zeros_like(n)
     density = lam / (harmonic(n, s) * rb)  # rate per byte of each segment's hottest row
+    if cache_bytes <= 0 or not (density > 0).any():  # (a rate may underflow to 0)
+        return np.zeros_like(n)
 
     def rows_at(log_thr: float) -> np.ndarray:
         with np.errstate(divide="ignore", over="ignore"):
@@ -67,17 +77,61 @@ def cached_rows(segments: list[Segment], cache_bytes: float, s: float) -> np.nda
     return rows_at(hi)
 
 
-def hit_rates(segments: list[Segment], cache_bytes: float, s: float) -> np.ndarray:
-    """Per-segment hit rate with the cache shared as in `cached_rows`."""
+def _row_sums(n: np.ndarray, s: float, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment (n_j rows, a_j = λ_j·T / H(n_j, s)): Σ_{k≤n_j} q_k and Σ_{k≤n_j} k^-s·q_k with
+    q_k = 1 − exp(−a_j·k^-s), the probability that row k is in an LRU cache (Che)."""
+    k = np.arange(1, _EXACT + 1, dtype=float)
+    w = k ** -s
+    inside = k[None, :] <= n[:, None]
+    q = -np.expm1(-a[:, None] * w[None, :]) * inside
+    occ, hit = q.sum(axis=1), (q * w[None, :]).sum(axis=1)
+    tail = n > _EXACT  # Σ_{k=K+1}^{n} f(k) ≈ ∫_{K+½}^{n+½} f(x) dx, on a log grid (dx = x du)
+    if tail.any():
+        u = np.linspace(0.0, 1.0, _GRID)[None, :]
+        lo, hi = np.log(_EXACT + 0.5), np.log(n[tail] + 0.5)[:, None]
+        x = np.exp(lo + (hi - lo) * u)
+        wx = x ** -s
+        qx = -np.expm1(-a[tail][:, None] * wx) * x
+        occ[tail] += np.trapezoid(qx, u, axis=1) * (hi - lo)[:, 0]
+        hit[tail] += np.trapezoid(qx * wx, u, axis=1) * (hi - lo)[:, 0]
+    return occ, hit
+
+
+def lru_hit_rates(segments: list[Segment], cache_bytes: float, s: float) -> np.ndarray:
+    """Per-segment LRU hit rate (Che's approximation, module doc): bisection on log T for the
+    largest characteristic time whose cached bytes stay within `cache_bytes`."""
+    n = np.array([g.rows for g in segments], dtype=float)
+    rb = np.array([g.row_bytes for g in segments], dtype=float)
+    lam = np.array([g.lookups for g in segments], dtype=float)
+    if cache_bytes >= float((n * rb)[lam > 0].sum()):
+        return np.ones(len(segments))
+    h = harmonic(n, s)
+    rate = lam / h  # λ_jk = rate_j · k^-s
+    lo, hi = -80.0, 80.0  # log T, T in iterations
+    for _ in range(60):  # bytes(T) rises with T; keep the largest T that fits (monotone in C)
+        mid = (lo + hi) / 2
+        occ, _ = _row_sums(n, s, rate * np.exp(mid))
+        if float((occ * rb).sum()) > cache_bytes:
+            hi = mid
+        else:
+            lo = mid
+    _, hit = _row_sums(n, s, rate * np.exp(lo))
+    return np.clip(hit / h, 0.0, 1.0)
+
+
+def hit_rates(segments: list[Segment], cache_bytes: float, s: float, policy: str = "lru") -> np.ndarray:
+    """Per-segment hit rate of a cache of `cache_bytes` shared by the segments, under `policy`."""
     if not segments:
         return np.zeros(0)
+    if policy == "lru":
+        return lru_hit_rates(segments, cache_bytes, s)
     n = np.array([g.rows for g in segments], dtype=float)
     m = cached_rows(segments, cache_bytes, s)
     return harmonic(m, s) / harmonic(n, s)
 
 
-def die_hit_rate(segments: list[Segment], cache_bytes: float, s: float) -> float:
+def die_hit_rate(segments: list[Segment], cache_bytes: float, s: float, policy: str = "lru") -> float:
     lam = np.array([g.lookups for g in segments], dtype=float)
     if not lam.sum():
         return 1.0
-    return float((hit_rates(segments, cache_bytes, s) * lam).sum() / lam.sum())
+    return float((hit_rates(segments, cache_bytes, s, policy) * lam).sum() / lam.sum())

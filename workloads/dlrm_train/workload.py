@@ -77,7 +77,8 @@ def prepare(cfg: DlrmTrainConfig, fabric: Fabric, seed: int) -> Setup:
     dense = dense_costs(cfg.dense_features, len(tables), cfg.embedding_dim, tuple(cfg.bottom_mlp),
                         tuple(cfg.top_mlp), cfg.batch_per_worker, cfg.compute_dtype_bytes)
     # a die's shards live in its HBM, or in host DRAM behind an HBM cache (UVM caching)
-    capacity = max(cfg.host_dram_GB_per_die * 1e9, fabric.hbm_bytes - cfg.runtime_reserve_GB * 1e9)
+    dram = cfg.host_dram_GB_per_die * 1e9 or fabric.host_dram_bytes_per_die
+    capacity = max(dram, fabric.hbm_bytes - cfg.runtime_reserve_GB * 1e9)
     p = plan(tables, cfg.ranks, cfg.sharding, cfg.column_shards, capacity)
     rng = np.random.default_rng([seed, 0])
     traffic = [iteration_traffic(p, cfg, rng) for _ in range(cfg.iterations)]
@@ -120,14 +121,14 @@ def library_run(setup: Setup, library: Library, seed: int) -> LibraryRun:
         key = (tuple(segs), float(mem.cache_bytes[d]))
         if key not in memo:  # many dies serve identical shard sets
             memo[key] = (np.ones(len(segs)) if mem.resident[d]
-                         else hit_rates(segs, float(mem.cache_bytes[d]), cfg.zipf_exponent))
+                         else hit_rates(segs, float(mem.cache_bytes[d]), cfg.zipf_exponent, str(cfg.cache_policy)))
         h = memo[key]
         lam = np.array([g.lookups for g in segs])
         rate[d] = float((h * lam).sum() / lam.sum()) if lam.sum() else 1.0
         hits.append(h)
         rows.append(np.array([g.row_bytes for g in segs], dtype=float))
     built = build_trace(cfg, setup.plan, setup.dense, setup.traffic, hits, rows,
-                        np.random.default_rng([seed, 1]), library.fabric.dies_per_npu)
+                        np.random.default_rng([seed, 1]))
     return LibraryRun(mem, rate, built)
 
 
@@ -140,7 +141,8 @@ def run(ctx: RunContext) -> WorkloadResult:
     for lib, model in ctx.libraries.items():
         lr = library_run(setup, model, ctx.seed)
         res = ctx.simulate(lr.built.trace, lib)
-        split = iteration_split(res, lr.built.iteration_of, lr.built.role_of)
+        split = iteration_split(res, lr.built.iteration_of, lr.built.role_of,
+                                [op.name for op in lr.built.trace.ops])
         split.insert(0, "library", lib)
         split["cache_hit_rate"] = float(lr.hit_rate.mean())
         split["cache_miss_GB_max_die"] = [float(m.max()) / 1e9 for m in lr.built.miss_bytes]
@@ -148,7 +150,8 @@ def run(ctx: RunContext) -> WorkloadResult:
         frames.append(split)
         steady = split.iloc[1:] if len(split) > 1 else split  # pipeline warm from the 2nd on
         m = {k: float(steady[k].mean()) for k in ("iteration_time_s", "compute_s", "exposed_comm_s",
-                                                  "exposed_cache_miss_s", "cache_traffic_s")}
+                                                  "exposed_cache_miss_s", "cache_traffic_s",
+                                                  "cache_fetch_s", "cache_writeback_s")}
         m["samples_per_s"] = samples / m["iteration_time_s"]
         m["cache_hit_rate"] = float(lr.hit_rate.mean())
         m["cache_hit_rate_min"] = float(lr.hit_rate.min())
