@@ -66,6 +66,22 @@ BATCH_GRID = (1, 2)  # (unit, per_octave): decode sequences per die: 1, 2, 3, th
 CONTEXT_GRID = (256, 1)  # cached tokens per sequence: 0, 256, then octaves 512, 1024, 2048, ...
 ROUTING_SAMPLES = 4  # distinct routing draws cycled over layers (keeps trace building cheap)
 MISS_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # JIT misses per iteration with a trace of their own
+# DRAM-pool fetches of a prefill iteration are priced at a shape rounded up (never under-priced):
+# fetching dies to a power of two, the busiest die's fetched tokens to FETCH_GRID (whole 512-token
+# blocks, two points per octave above two blocks: at most 1.5x the bytes)
+FETCH_GRID = (512, 2)
+POOL_FETCH, POOL_STORE = "kv_fetch", "kv_store"  # streams of the prefix cache's DRAM-pool copies
+
+
+def fetch_shape(per_die: list[int], dp: int) -> tuple[int, int] | tuple[()]:
+    """(dies, tokens) a prefill iteration with `per_die` pool-fetched tokens is priced at; () none."""
+    busy = [t for t in per_die if t > 0]
+    if not busy:
+        return ()
+    dies = min(dp, 1 << (len(busy) - 1).bit_length())
+    top = max(busy)
+    lo, hi, w = bracket(FETCH_GRID, top)
+    return dies, hi if w > 0 else lo
 
 
 def grid_step(grid: tuple[int, int], x: float) -> int:
@@ -115,10 +131,13 @@ class IterStats:
 
 class IterationModel:
     def __init__(self, ctx: RunContext, costs: ServingCosts, cfg: LlmInferConfig, *,
-                 kv_bytes_per_token: float = 0.0, decode_dies: tuple[int, ...] = ()) -> None:
+                 kv_bytes_per_token: float = 0.0, decode_dies: tuple[int, ...] = (),
+                 pool_writes: bool = False) -> None:
         """Scheduler (TBO, MTP), instance sizes, routing skew and dispatch format from `cfg`;
         the routing seed is the run's. With `decode_dies`, prefill iterations also send their
-        tokens' KV cache (`kv_bytes_per_token`) to those dies: prefill die i to decode_dies[i mod D]."""
+        tokens' KV cache (`kv_bytes_per_token`) to those dies: prefill die i to decode_dies[i mod D].
+        `pool_writes`: prefill iterations also write their tokens' KV through to the DRAM pool
+        (prefix.py: the EMS tier of the prefix cache)."""
         self.ctx = ctx
         self.costs = costs
         self.sched = cfg.scheduler
@@ -128,6 +147,7 @@ class IterationModel:
         self.ranks = {"prefill": cfg.layout.prefill_dp, "decode": cfg.layout.decode_dp}
         self.kv_bytes_per_token = kv_bytes_per_token
         self.decode_dies = tuple(decode_dies)
+        self.pool_writes = pool_writes and kv_bytes_per_token > 0
         self.seed = seed = ctx.seed
         self.weights = expert_weights(costs.experts, cfg.skew, cfg.zipf_s, seed=seed) if costs.experts else None
         self.dispatch_bytes, self.combine_bytes = payload_bytes(costs, cfg.dispatch_scale_ratio)
@@ -149,21 +169,25 @@ class IterationModel:
         corners = [((b, c), u * v) for b, u in ((b0, 1 - wb), (b1, wb)) for c, v in ((c0, 1 - wc), (c1, wc))]
         return _mix([(w, self._get(library, ("decode", b, c, remap), jit_miss)) for (b, c), w in corners if w > 0])
 
-    def prefill(self, library: str, tokens: float, remap: bool = False, jit_miss: float = 0.0) -> IterStats:
-        """A prefill iteration of `tokens` per die (whole tokens), priced exactly by its own trace."""
-        return self._get(library, ("prefill", math.ceil(tokens), 0, remap), jit_miss)
+    def prefill(self, library: str, tokens: float, remap: bool = False, jit_miss: float = 0.0,
+                fetch_tokens: list[int] | None = None) -> IterStats:
+        """A prefill iteration of `tokens` per die (whole tokens), priced exactly by its own trace.
+        `fetch_tokens`: per die, cached tokens whose KV the iteration first fetches from the DRAM
+        pool (prefix hits there), priced at `fetch_shape`."""
+        return self._get(library, ("prefill", math.ceil(tokens), 0, remap), jit_miss,
+                         fetch_shape(fetch_tokens or [], len(fetch_tokens or [])))
 
     def exact(self, library: str, phase: str, size: float, context: float = 0.0) -> IterStats:
         """An iteration priced at its own shape: its own trace built and simulated (no grid; the
         reference the grid's interpolation is tested against)."""
-        return self._stats_of(library, (phase, size, context, False, 0))
+        return self._stats_of(library, (phase, size, context, False, 0, ()))
 
-    def _get(self, library: str, key: tuple, jit_miss: float = 0.0) -> IterStats:
+    def _get(self, library: str, key: tuple, jit_miss: float = 0.0, fetch: tuple = ()) -> IterStats:
         lib = self.ctx.libraries[library]
         if key[-1] and not lib.cost_depends_on_mapping:
             key = (*key[:-1], False)  # a remap costs nothing to a library that does not care
         if jit_miss <= 0 or not registers_just_in_time(lib):
-            return self._stats_of(library, (*key, 0))
+            return self._stats_of(library, (*key, 0, fetch))
         # the misses go into the trace as whole registrations; between two miss counts the
         # iteration is interpolated (each miss adds one registration on its collective's path)
         n = self.moe_buffer_uses(key[0], key[1])
@@ -172,9 +196,9 @@ class IterationModel:
         lo = points[bisect.bisect_right(points, k) - 1]
         hi = points[bisect.bisect_left(points, k)]
         if lo == hi:
-            return self._stats_of(library, (*key, hi))
+            return self._stats_of(library, (*key, hi, fetch))
         w = (k - lo) / (hi - lo)
-        a, b = self._stats_of(library, (*key, lo)), self._stats_of(library, (*key, hi))
+        a, b = self._stats_of(library, (*key, lo, fetch)), self._stats_of(library, (*key, hi, fetch))
         return _mix([(1 - w, a), (w, b)])
 
     def _stats_of(self, library: str, key: tuple) -> IterStats:
@@ -197,28 +221,33 @@ class IterationModel:
         layers = list(self.costs.layers)
         return layers + layers[-1:] if rules.runs_mtp_layer(self.sched, phase) else layers
 
-    def trace(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0) -> Trace:
+    def trace(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0,
+              fetch: tuple = ()) -> Trace:
         """The (memoised) trace of one iteration shape; the same for every library."""
-        key = (phase, size, context, remap, jit_misses)
+        key = (phase, size, context, remap, jit_misses, fetch)
         trace = self._traces.get(key)
         if trace is None:
             trace = self._traces[key] = self.build(*key)
         return trace
 
     # ------------------------------------------------------------------ trace
-    def build(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0) -> Trace:
+    def build(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0,
+              fetch: tuple = ()) -> Trace:
         """One iteration's trace. The dispatch/combine buffers were mapped (and registered) before
         it; with `remap` the allocator maps new memory for them in this iteration (the routing
         outgrew the mapping) at each layer's attention, which is when the router's output sizes
         them: registration-on-allocation then races the attention kernel. With `jit_misses`, that
         many of the dispatch/combine collectives (spread evenly) use a buffer a JIT registration
-        cache does not hold: each registers it on its path."""
+        cache does not hold: each registers it on its path. With `fetch` (dies, tokens): the first
+        `dies` dies load `tokens` cached tokens' KV from the DRAM pool layer by layer, each layer's
+        attention waiting for its layer's KV (layer-wise loading, as Mooncake's prefill does)."""
         n = self.ranks[phase]
         c = self.costs
         kv_dst = self._kv_destinations(n) if phase == "prefill" else []
         world = max([n, *(d + 1 for d in kv_dst)])
         tr = Trace(world_size=world, meta={"phase": phase, "size": size, "context": context, "remap": remap,
-                                           "jit_misses": jit_misses})
+                                           "jit_misses": jit_misses, "fetch": list(fetch)})
+        fetched = self._pool_fetch(tr, fetch, len(c.layers))
         tr.add_family("ep", [range(n)])
         if not remap:
             tr.add_buffer("dispatch", REGISTERED)
@@ -261,14 +290,18 @@ class IterationModel:
             attn_op = []
             for m in range(mbs):
                 cost = costs[m]
-                last[m] = [self._compute(tr, ranks, cost[attn], cs, last[m], f"L{li}.attn.mb{m}", layer_type=attn)]
+                deps = last[m] + fetched[li: li + 1]  # the layer's cached context is in HBM
+                last[m] = [self._compute(tr, ranks, cost[attn], cs, deps, f"L{li}.attn.mb{m}", layer_type=attn)]
                 if attn + CORE in cost:  # the bf16 attention core of a layer with quantised projections
                     last[m] = [self._compute(tr, ranks, cost[attn + CORE], cs, last[m], f"L{li}.attn_core.mb{m}",
                                              layer_type=attn + CORE)]
                 attn_op.append(last[m][0])  # the attention's last op: a JIT buffer is registered after it
+                layer_kv = mb_tokens[m] * self.kv_bytes_per_token / len(c.layers)
                 if kv_dst:  # this layer's KV of the micro-batch's tokens leaves for decode
-                    self._kv_send(tr, kv_dst, mb_tokens[m] * self.kv_bytes_per_token / len(c.layers), last[m],
-                                  f"L{li}.kv.mb{m}")
+                    self._kv_send(tr, kv_dst, layer_kv, last[m], f"L{li}.kv.mb{m}")
+                if self.pool_writes and phase == "prefill" and li < len(c.layers):  # written through to EMS
+                    tr.memcpy(ranks, layer_kv, peer="pool", direction="d2h", stream=POOL_STORE, deps=last[m],
+                              name=f"L{li}.kv_store.mb{m}")
                 if remap:
                     tr.add_buffer("dispatch", last[m][0])
                     tr.add_buffer("combine", last[m][0])
@@ -315,6 +348,16 @@ class IterationModel:
         if not missed:
             return kind
         return tr.add_buffer(f"{kind}.L{layer}.mb{mb}", alloc_op)
+
+    def _pool_fetch(self, tr: Trace, fetch: tuple, layers: int) -> list[int]:
+        """One host-to-device copy per layer of the fetched KV on the fetching dies (a stream of
+        their own, in layer order); the op ids, by layer."""
+        if not fetch or not fetch[0] or not fetch[1] or self.kv_bytes_per_token <= 0:
+            return []
+        dies, tokens = fetch
+        nbytes = tokens * self.kv_bytes_per_token / layers
+        return [tr.memcpy(range(dies), nbytes, peer="pool", direction="h2d", stream=POOL_FETCH,
+                          name=f"L{li}.kv_fetch") for li in range(layers)]
 
     def _kv_destinations(self, n: int) -> list[int]:
         if not self.decode_dies or self.kv_bytes_per_token <= 0:
@@ -369,11 +412,13 @@ class IterationModel:
         res = self.ctx.simulate(trace, library)
         self.simulated += 1
         kv = np.array([op.stream == "kv" for op in trace.ops])
-        t_iter = float(res.end[~kv].max(initial=0.0))  # the next iteration may start; KV still in flight
-        exp = res.exposure(window=(0.0, t_iter), ops=~kv)
+        store = np.array([op.stream == POOL_STORE for op in trace.ops])
+        t_iter = float(res.end[~(kv | store)].max(initial=0.0))  # the next iteration may start; KV still in flight
+        exp = res.exposure(window=(0.0, t_iter), ops=~(kv | store))
         launch = self.graph_launch_s(trace, library)
+        kv_ready = float(res.end[~store].max(initial=0.0))  # decode waits for its KV, not for the pool's copy
         return IterStats(exp.time_s + launch, exp.compute_s, exp.exposed_comm_s, exp.copy_s, exp.register_s,
-                         exp.vector_core_s, kv_ready_s=res.makespan_s + launch, launch_s=launch)
+                         exp.vector_core_s, kv_ready_s=kv_ready + launch, launch_s=launch)
 
     def graph_launch_s(self, trace: Trace, library: str) -> float:
         """Host time before a step's work when the deployment captures decode as a graph

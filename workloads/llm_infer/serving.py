@@ -40,6 +40,7 @@ from stratacl.schemas.llm_infer import LayoutConfig, LlmInferConfig, SchedulerCo
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.iteration import IterationModel, IterStats
 from workloads.llm_infer.memory import ServingDie, StepMemory
+from workloads.llm_infer.prefix import MISS, Hit, PrefixCache
 from workloads.llm_infer.requests import Requests
 
 QUIET = StepMemory()
@@ -70,13 +71,15 @@ class ServingSim:
                  kv_per_die: float, kv_bytes_per_token: float,
                  progress: Callable[[float], None] | None = None,
                  prefill_dies: list[ServingDie] | None = None, decode_dies: list[ServingDie] | None = None,
-                 closed_loop: int = 0, until_s: float | None = None) -> None:
+                 closed_loop: int = 0, until_s: float | None = None, prefix: PrefixCache | None = None) -> None:
         """Layout and scheduler from `cfg`; `kv_per_die` bytes of KV cache per decode die. Instance
         i's iterations drive `prefill_dies[i]` / `decode_dies[i]` (the allocator model) if given;
         the facts they produce reach the iteration model, which prices them for the libraries
         whose cost depends on them.
         `closed_loop` N > 0: N outstanding requests taken from `reqs` in order (their arrival
-        times ignored); `until_s` stops the simulation then (default: when every request is done)."""
+        times ignored); `until_s` stops the simulation then (default: when every request is done).
+        `prefix`: the prefix cache a prompt's blocks (`reqs.block_ids`) are looked up in when it
+        enters a prefill die and inserted into when its prefill finishes (prefix.py)."""
         self.reqs = reqs
         self.iters = iters
         self.lib = library
@@ -89,6 +92,7 @@ class ServingSim:
         self.mem_decode = decode_dies or []
         self.closed_loop = closed_loop
         self.until_s = until_s
+        self.prefix = prefix if reqs.block_ids is not None else None
         self.cap = rules.decode_batch_cap(self.sched)
         n = len(reqs)
         self.arrival = np.array(reqs.arrival_s, dtype=float) if not closed_loop else np.full(n, np.nan)
@@ -97,6 +101,7 @@ class ServingSim:
         self.t_decode_start = np.full(n, np.nan)
         self.t_done = np.full(n, np.nan)
         self.generated = np.zeros(n)
+        self.hits: list[Hit] = [MISS] * n
         self.iter_rows: list[tuple] = []
         self.occupancy = Occupancy()
         self.max_batch_seen = 0
@@ -167,7 +172,7 @@ class ServingSim:
                 self.prefill_wake[i] = env.event()
                 yield self.prefill_wake[i]
                 continue
-            per_die, finished = [0] * dp, []
+            per_die, finished, fetch = [0] * dp, [], [0] * dp
             for d, c in enumerate(chunked):  # a die first continues its own chunked prompt
                 if c is not None:
                     take = min(c[1], budget)
@@ -185,6 +190,10 @@ class ServingSim:
                 self.queued_tokens[i] -= left
                 if np.isnan(self.t_prefill_start[rid]):
                     self.t_prefill_start[rid] = env.now
+                if self.prefix is not None:  # the cached prefix is not computed; pool hits are fetched
+                    hit = self.hits[rid] = self.prefix.lookup(i, self.reqs.block_ids[rid], left)
+                    left -= hit.tokens
+                    fetch[d] += hit.pool_tokens
                 take = min(left, budget - per_die[d])
                 per_die[d] += take
                 if take < left:
@@ -193,11 +202,13 @@ class ServingSim:
                     finished.append(rid)
             tokens = max(per_die)
             mem = self.mem_prefill[i].step(env.now, tokens, sum(per_die)) if i < len(self.mem_prefill) else QUIET
-            st = self.iters.prefill(self.lib, tokens, mem.maps > 0, _miss(mem))
+            st = self.iters.prefill(self.lib, tokens, mem.maps > 0, _miss(mem), fetch_tokens=fetch)
             yield env.timeout(st.time_s)
             self._record("prefill", i, tokens, sum(per_die), 0.0, st, mem, min(per_die))
             kv_left = max(0.0, st.kv_ready_s - st.time_s)  # layer-wise KV sends still in flight
             for rid in finished:
+                if self.prefix is not None:
+                    self.prefix.insert(i, self.reqs.block_ids[rid])
                 self.t_first_token[rid] = env.now
                 env.process(self._to_decode(rid, kv_left))
 
@@ -288,6 +299,9 @@ class ServingSim:
             "output_tokens": r.output_tokens, "prefill_start_s": self.t_prefill_start,
             "first_token_s": self.t_first_token, "decode_start_s": self.t_decode_start,
             "completion_s": self.t_done,
+            "prefix_blocks": [len(x) for x in r.block_ids] if r.block_ids is not None else 0,
+            "hbm_hit_blocks": [h.hbm_blocks for h in self.hits], "pool_hit_blocks": [h.pool_blocks for h in self.hits],
+            "hbm_hit_tokens": [h.hbm_tokens for h in self.hits], "pool_hit_tokens": [h.pool_tokens for h in self.hits],
         })
         if self.closed_loop:
             df = df[np.isfinite(df["arrival_s"])].reset_index(drop=True)
