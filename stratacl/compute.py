@@ -27,9 +27,18 @@ Communication ops are not lowered here (`stratacl.comm`).
 Local copies (`memcpy`: device-to-device) run on the SDMA engines when the die has them — runtime
 memcpy tasks are SDMA tasks (HCCL fault guide: "SDMA memory copy task", taskType Memcpy) — so they
 load the SDMA pool and HBM (read + write) and hold no AI core; without engines, HBM only.
+
+Host transfers (`memcpy` with `peer` "host" / "pool", issue 26) move bytes between the die's HBM
+and host DRAM: after the small-op latency (`fabric.host`), one fluid phase loads the die's port
+on the host plane (rx for h2d, tx for d2h: the same port its collectives use), its HBM once, its
+SDMA engines, and the CPU's link (role "cpu": one pseudo-die per CPU, the engine's
+`Replay._roles`) with the bytes of all the op's ranks on that CPU — so two dies on one CPU share
+its link, and a fetch shares the die's port with the MoE or collective traffic beside it.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from stratacl.errors import TraceError
 from stratacl.fabric import Fabric, R
@@ -108,6 +117,36 @@ def lower_memcpy(op: Op, fabric: Fabric) -> list[Phase]:
     return [Phase("copy", loads=tuple(loads), hbm_bytes=2 * total, copy_bytes=total)]
 
 
+def lower_host(op: Op, fabric: Fabric) -> list[Phase]:
+    """Host<->device transfer (module doc): latency, then die port + HBM + SDMA + the CPU link."""
+    host = fabric.host
+    if not host.cpus_per_node:
+        raise TraceError(f"{op.label()}: fabric '{fabric.name}' has no host CPUs "
+                         "(set fabric.host.cpus_per_node and its link)")
+    per_rank = op.per_rank(op.nbytes)
+    nbytes = float(per_rank.max())
+    if nbytes <= 0:
+        return []
+    h2d, pool = op.direction == "h2d", op.peer == "pool"
+    if pool:  # striped evenly over every CPU of the pool
+        cpu_bytes = float(per_rank.sum()) / len(host.cpus(op.ranks, pool=True))
+        lat = host.remote_read_s if h2d else host.remote_write_s
+    else:
+        cpu_of = np.asarray([host.cpu_of(r) for r in op.ranks])
+        cpu_bytes = float(np.bincount(cpu_of - cpu_of.min(), weights=per_rank).max())
+        lat = host.read_s if h2d else host.write_s
+    way_die, way_cpu = ("rx", "tx") if h2d else ("tx", "rx")
+    plane = str(host.plane)
+    loads = [("all", R[f"{plane}_{way_die}"], nbytes / fabric.port_Bps[plane]),
+             ("cpu", R[f"{plane}_{way_cpu}"], cpu_bytes / host.link_Bps),
+             ("all", R["hbm"], nbytes / fabric.hbm_Bps)]
+    if fabric.sdma_Bps > 0:
+        loads.append(("all", R["sdma"], nbytes / fabric.sdma_Bps))
+    total = float(per_rank.sum())
+    phase = Phase("wire", loads=tuple(loads), wire_bytes=total, hbm_bytes=total)
+    return [Phase("wire", delay_s=lat), phase] if lat > 0 else [phase]
+
+
 class ComputeLowering:
     """Lowers compute and memcpy ops, memoised by op shape (layers repeat). `stream_cores` are the
     per-stream core limits the replay runs with (the trace's, unless the library drops them)."""
@@ -122,11 +161,13 @@ class ComputeLowering:
     def lower(self, op: Op) -> list[Phase]:
         limit = self.stream_cores.get(op.stream, NO_LIMIT)
         key = (op.kind, op.ranks, op.nbytes, op.flops, op.hbm_bytes, op.core, op.fixed_time_s,
-               op.vector_flops, op.block_dim, limit, op.dtype, op.kernel, op.gemms)
+               op.vector_flops, op.block_dim, limit, op.dtype, op.kernel, op.gemms, op.peer, op.direction)
         hit = self._cache.get(key)
         if hit is None:
             if op.kind == "compute":
                 hit = lower_compute(op, self.fabric, limit)
+            elif op.peer:
+                hit = lower_host(op, self.fabric)
             else:
                 hit = lower_memcpy(op, self.fabric)
             hit = self._cache[key] = hit

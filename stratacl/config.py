@@ -33,6 +33,8 @@ class Plane(StrEnum):
     ub = "ub"  # Huawei Unified Bus scale-up (CloudMatrix384)
     nvlink = "nvlink"  # NVIDIA NVLink / NVSwitch scale-up
     rdma = "rdma"  # RoCE / InfiniBand scale-out NICs
+    pcie = "pcie"  # a GPU's PCIe link to its host CPU (through PCIe switches)
+    c2c = "c2c"  # NVLink-C2C between a Grace CPU and its Blackwell GPUs (GB200)
 
 
 @dataclass
@@ -160,6 +162,24 @@ class HostCpu(StrEnum):
 
 
 @dataclass
+class HostConfig:
+    """A node's host CPUs as fabric endpoints (issue 26): their DRAM and their attachment to the
+    dies. Host<->device bytes cross the die's `plane` port (shared with that plane's other traffic)
+    and the CPU's own `link_GBps` (shared by the dies attached to it). cpus_per_node=0: no host tier."""
+
+    cpus_per_node: int = knob(0, ge=0)
+    link_GBps: float = knob(0.0, ge=0)  # one CPU's fabric attachment, per direction
+    plane: Plane = Plane.ub  # the die port host bytes cross
+    dram_GB: float = knob(0.0, ge=0)  # DRAM per CPU
+    # one small (512 B) device op on host memory incl. software: the CPU of the die's own node
+    # (local) and a CPU of another node (remote: the DRAM pool)
+    read_us: float = knob(0.0, ge=0)
+    write_us: float = knob(0.0, ge=0)
+    remote_read_us: float = knob(0.0, ge=0)
+    remote_write_us: float = knob(0.0, ge=0)
+
+
+@dataclass
 class FabricConfig:
     name: str = MISSING
     description: str = ""
@@ -178,6 +198,7 @@ class FabricConfig:
     gpu_arch: GpuArch = GpuArch.none
     nvls: bool = False
     host_cpu: HostCpu = HostCpu.intel
+    host: HostConfig = field(default_factory=HostConfig)  # CPUs and DRAM on the fabric (issue 26)
 
 
 # --------------------------------------------------------------------------- library
@@ -399,8 +420,24 @@ def validate_fabric(fab: FabricConfig) -> None:
             raise ConfigError("fabric.switch.l2_ports", f"{sw.l2_ports} L2 ports cannot reach "
                               f"{topo.nodes // topo.supernodes} nodes of a supernode",
                               "one L2 port per node of the supernode")
+    _validate_host(fab)
     if fab.die.sdma.engines and not fab.die.sdma.engine_GBps > 0:
         raise ConfigError("fabric.die.sdma.engine_GBps", "must be positive when engines > 0")
+
+
+def _validate_host(fab: FabricConfig) -> None:
+    host, dpn = fab.host, fab.topology.dies_per_npu * fab.topology.npus_per_node
+    if not host.cpus_per_node:
+        return
+    if dpn % host.cpus_per_node:
+        raise ConfigError("fabric.host.cpus_per_node", f"{host.cpus_per_node} CPUs do not split the "
+                          f"{dpn} dies of a node evenly", f"use a divisor of {dpn}")
+    if not host.link_GBps > 0:
+        raise ConfigError("fabric.host.link_GBps", "must be positive when the node has CPUs",
+                          "set the CPU's fabric bandwidth per direction (GB/s)")
+    if host.plane not in fab.port_GBps:
+        raise ConfigError("fabric.host.plane", f"plane '{host.plane}' has no port rate",
+                          f"add fabric.port_GBps.{host.plane} or use one of {_names(fab.port_GBps)}")
 
 
 def _names(planes: Iterable[Plane]) -> list[str]:

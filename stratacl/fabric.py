@@ -33,6 +33,40 @@ FORMAT_FALLBACK = {k.value: v.value for k, v in {_F.fp4: _F.fp8, _F.fp8: _F.bf16
 
 
 @dataclass(frozen=True, slots=True)
+class HostFacts:
+    """A node's host CPUs on the fabric (fabric.host, conf `fabric.host`): die d sits on CPU
+    `cpu_of(d)` of its node (ASSUMPTION: consecutive dies share a CPU, as processes bind to the
+    nearest socket); host bytes cross the die's `plane` port and the CPU's link."""
+
+    cpus_per_node: int
+    link_Bps: float  # one CPU's fabric attachment, per direction
+    plane: Plane
+    dram_bytes: float  # per CPU
+    read_s: float  # small op latencies incl. software: own node
+    write_s: float
+    remote_read_s: float  # another node's CPU (the DRAM pool)
+    remote_write_s: float
+    dies_per_node: int
+
+    @property
+    def dies_per_cpu(self) -> int:
+        return self.dies_per_node // self.cpus_per_node if self.cpus_per_node else 0
+
+    def cpu_of(self, die: int) -> int:
+        """Global index of the CPU die `die` is attached to."""
+        node, local = divmod(int(die), self.dies_per_node)
+        return node * self.cpus_per_node + local // self.dies_per_cpu
+
+    def cpus(self, ranks: tuple[int, ...], pool: bool) -> tuple[int, ...]:
+        """The CPUs an op's host bytes pass: each rank's own CPU, or (pool) every CPU of the nodes
+        of the op's supernode span (the DRAM pool stripes over them)."""
+        if not pool:
+            return tuple(sorted({self.cpu_of(r) for r in ranks}))
+        nodes = range(min(ranks) // self.dies_per_node, max(ranks) // self.dies_per_node + 1)
+        return tuple(n * self.cpus_per_node + c for n in nodes for c in range(self.cpus_per_node))
+
+
+@dataclass(frozen=True, slots=True)
 class Tier:
     index: int  # 0 = die (same package) … 3 = scale-out
     name: str
@@ -96,6 +130,10 @@ class Fabric:
         self.gpu_arch = "hopper" if cfg.gpu_arch == "none" else str(cfg.gpu_arch)
         self.nvls = bool(cfg.nvls)
         self.host_cpu = str(cfg.host_cpu)
+        h = cfg.host
+        self.host = HostFacts(h.cpus_per_node, h.link_GBps * 1e9, h.plane, h.dram_GB * 1e9,
+                              h.read_us * 1e-6, h.write_us * 1e-6, h.remote_read_us * 1e-6,
+                              h.remote_write_us * 1e-6, self.dies_per_node)
         self.switch = SwitchModel(cfg.switch, self.dies_per_node, self.port_Bps.get("ub", 0.0)) \
             if cfg.fidelity == Fidelity.switch else None
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
@@ -107,6 +145,32 @@ class Fabric:
         # a core group (Ascend split architecture: 1 AIC + 2 AIV on a 910C die) is what a mixed
         # kernel's block runs on
         self.aiv_per_group = die.vector_cores / die.cube_cores
+
+    # the host tier as flat attributes (issue 26 contract: Fabric.host_*)
+    @property
+    def host_cpus_per_node(self) -> int:
+        return self.host.cpus_per_node
+
+    @property
+    def host_link_Bps(self) -> float:
+        return self.host.link_Bps
+
+    @property
+    def host_dram_bytes(self) -> float:
+        """DRAM per CPU."""
+        return self.host.dram_bytes
+
+    @property
+    def host_dram_bytes_per_die(self) -> float:
+        return self.host.dram_bytes / self.host.dies_per_cpu if self.host.cpus_per_node else 0.0
+
+    @property
+    def host_read_s(self) -> float:
+        return self.host.read_s
+
+    @property
+    def host_write_s(self) -> float:
+        return self.host.write_s
 
     def cube_format(self, fmt: str) -> str:
         """The format a matmul in `fmt` actually runs in on this die (itself, or widened)."""

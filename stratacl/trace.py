@@ -88,6 +88,10 @@ class Op:
     # p2p: pairs src[i] -> dst[i]
     src: tuple[int, ...] = ()
     dst: tuple[int, ...] = ()
+    # memcpy: "" device-local copy; "host": with the DRAM of the die's own CPU; "pool": with the
+    # DRAM pool striped over every CPU of the supernode (HOST_PEERS). direction: "h2d" | "d2h"
+    peer: str = ""
+    direction: str = "h2d"
 
     def per_rank(self, values: Vec) -> np.ndarray:
         arr = np.asarray(values, dtype=float)
@@ -97,11 +101,13 @@ class Op:
         return f"op {self.id}" + (f" '{self.name}'" if self.name else "") + f" ({self.kind})"
 
 
+HOST_PEERS = ("", "host", "pool")
+DIRECTIONS = ("h2d", "d2h")
 _VEC_FIELDS = ("flops", "hbm_bytes", "nbytes", "peer_bytes", "vector_flops")
 # columns added after format 1 was first written: traces saved before them load with these values
 # columns added after format 1 was first written, with the value older files mean
 _LATE_COLUMNS = {"vector_flops": [0.0], "block_dim": 0, "moe_mode": "", "dtype": "", "kernel": "",
-                 "gemms": []}
+                 "gemms": [], "peer": "", "direction": "h2d"}
 _INT_TUPLE_FIELDS = ("ranks", "deps", "src", "dst")
 
 
@@ -166,6 +172,12 @@ class Trace:
     def compute(self, ranks: Iterable[int], flops: object = 0.0, hbm_bytes: object = 0.0,
                 core: str = "cube", **kw: object) -> int:
         return self.add("compute", ranks, flops=flops, hbm_bytes=hbm_bytes, core=core, **kw)
+
+    def memcpy(self, ranks: Iterable[int], nbytes: object, peer: str = "", direction: str = "h2d",
+               **kw: object) -> int:
+        """A copy of `nbytes` per rank: device-local (peer ""), or between the die's HBM and host
+        DRAM (peer "host": its own CPU; "pool": the supernode's DRAM pool) in `direction`."""
+        return self.add("memcpy", ranks, nbytes=nbytes, peer=peer, direction=direction, **kw)
 
     def collective(self, coll: str, comm: str, nbytes: object, ranks: Iterable[int] | None = None,
                    **kw: object) -> int:
@@ -265,6 +277,9 @@ class Trace:
                 raise bad(f"nbytes has {len(op.nbytes)} values for {len(op.src)} pairs")
         if op.kind == "memcpy" and len(op.nbytes) not in (1, len(op.ranks)):
             raise bad(f"nbytes has {len(op.nbytes)} values for {len(op.ranks)} ranks")
+        if op.peer not in HOST_PEERS or op.direction not in DIRECTIONS or (op.peer and op.kind != "memcpy"):
+            raise bad(f"peer '{op.peer}' / direction '{op.direction}': a memcpy's peer is one of "
+                      f"{HOST_PEERS}, its direction one of {DIRECTIONS}")
 
     def _validate_collective(self, op: Op, families: set[str], bad) -> None:  # noqa: ANN001
         if op.coll not in COLLECTIVES:

@@ -162,7 +162,8 @@ class Replay:
 
     def _recorder(self) -> UtilisationRecorder:
         dies = sorted({r for op in self.trace.ops for r in op.ranks})
-        extra = self.trace.world_size // self.fabric.dies_per_node + 1 if self.fabric.switch else 0
+        nodes = self.trace.world_size // self.fabric.dies_per_node + 1
+        extra = nodes + 1 + nodes * self.fabric.host.cpus_per_node  # node and CPU pseudo-dies
         return UtilisationRecorder(self.fluid, self.trace.world_size + extra, np.asarray(dies, dtype=np.int64))
 
     # ------------------------------------------------------------------ op lifecycle
@@ -236,6 +237,8 @@ class Replay:
             if op.kind == "p2p":
                 roles["src"] = self._intern(op.src)
                 roles["dst"] = self._intern(op.dst)
+            if op.peer:  # a host transfer: the CPUs' links (stratacl/compute.py lower_host)
+                roles["cpu"] = self._intern(self._cpus(op.ranks, op.peer == "pool"))
             if self.fabric.switch is not None and self.fabric.switch.blocking:  # one pseudo-die per node
                 roles["sw"] = self._intern(self._nodes(op.ranks))
                 if op.kind == "p2p":
@@ -250,6 +253,11 @@ class Replay:
             dpn, base = self.fabric.dies_per_node, self.trace.world_size
             hit = self._node_cache[ranks] = tuple(sorted({base + r // dpn for r in ranks}))
         return hit
+
+    def _cpus(self, ranks: tuple[int, ...], pool: bool) -> tuple[int, ...]:
+        """Pseudo-dies standing for host CPUs: after the trace's ranks and the node pseudo-dies."""
+        base = self.trace.world_size + -(-self.trace.world_size // self.fabric.dies_per_node) + 1
+        return tuple(base + c for c in self.fabric.host.cpus(ranks, pool))
 
     def _intern(self, ranks: tuple[int, ...]) -> int:
         hit = self._by_tuple.get(ranks)  # equal tuples (ops of one group) share the lookup
