@@ -70,6 +70,10 @@ MISS_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # JIT misses per iter
 # fetching dies to a power of two, the busiest die's fetched tokens to FETCH_GRID (whole 512-token
 # blocks, two points per octave above two blocks: at most 1.5x the bytes)
 FETCH_GRID = (512, 2)
+# a prefill's context (earlier tokens of its prompts: a reused prefix, earlier chunks), priced at
+# the nearest point of 0, 1024, 2048, 4096, ... (attention is ~1/3 of a prefill's FLOPs and grows
+# ~10 % of the total per 8K of context here: a point's error is ~2-3 % of the iteration)
+PREFILL_CONTEXT_GRID = (1024, 1)
 POOL_FETCH, POOL_STORE = "kv_fetch", "kv_store"  # streams of the prefix cache's DRAM-pool copies
 
 
@@ -170,11 +174,16 @@ class IterationModel:
         return _mix([(w, self._get(library, ("decode", b, c, remap), jit_miss)) for (b, c), w in corners if w > 0])
 
     def prefill(self, library: str, tokens: float, remap: bool = False, jit_miss: float = 0.0,
-                fetch_tokens: list[int] | None = None) -> IterStats:
+                fetch_tokens: list[int] | None = None, context: float = 0.0) -> IterStats:
         """A prefill iteration of `tokens` per die (whole tokens), priced exactly by its own trace.
-        `fetch_tokens`: per die, cached tokens whose KV the iteration first fetches from the DRAM
-        pool (prefix hits there), priced at `fetch_shape`."""
-        return self._get(library, ("prefill", math.ceil(tokens), 0, remap), jit_miss,
+        `context`: cached prefix tokens its sequences attend over (prefix reuse), priced at the
+        nearest CONTEXT_GRID point (0 stays 0). `fetch_tokens`: per die, cached tokens whose KV the
+        iteration first fetches from the DRAM pool (prefix hits there), priced at `fetch_shape`."""
+        c = 0
+        if context > 0:
+            lo, hi, w = bracket(PREFILL_CONTEXT_GRID, context)
+            c = hi if w >= 0.5 else lo
+        return self._get(library, ("prefill", math.ceil(tokens), c, remap), jit_miss,
                          fetch_shape(fetch_tokens or [], len(fetch_tokens or [])))
 
     def exact(self, library: str, phase: str, size: float, context: float = 0.0) -> IterStats:
@@ -264,7 +273,7 @@ class IterationModel:
             main = [c.decode(t * verify, context) for t in mb_tokens]
             mtp = [c.decode(t, context) for t in mb_tokens]
         else:
-            main = mtp = [c.prefill(t) for t in mb_tokens]
+            main = mtp = [c.prefill(t, context) for t in mb_tokens]
         mode = (MoeMode.ll if phase == "decode" else MoeMode.ht).value  # the trace keeps the plain value
         # Streams. SGLang-style TBO (prefill; decode with stream layout "none"): one compute stream
         # and one communication stream; the micro-batches' kernels interleave on each, so one

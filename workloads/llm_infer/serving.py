@@ -102,6 +102,7 @@ class ServingSim:
         self.t_done = np.full(n, np.nan)
         self.generated = np.zeros(n)
         self.hits: list[Hit] = [MISS] * n
+        self.prefilled = np.zeros(n)  # prompt tokens whose KV exists (cached prefix + chunks done)
         self.iter_rows: list[tuple] = []
         self.occupancy = Occupancy()
         self.max_batch_seen = 0
@@ -173,10 +174,12 @@ class ServingSim:
                 yield self.prefill_wake[i]
                 continue
             per_die, finished, fetch = [0] * dp, [], [0] * dp
+            cached = [0.0] * dp  # Σ tokens × the prompt's earlier tokens they attend over, per die
             for d, c in enumerate(chunked):  # a die first continues its own chunked prompt
                 if c is not None:
                     take = min(c[1], budget)
                     per_die[d] = take
+                    cached[d] += take * self._attend(c[0], take)
                     c[1] -= take
                     if c[1] == 0:
                         finished.append(c[0])
@@ -193,24 +196,35 @@ class ServingSim:
                 if self.prefix is not None:  # the cached prefix is not computed; pool hits are fetched
                     hit = self.hits[rid] = self.prefix.lookup(i, self.reqs.block_ids[rid], left)
                     left -= hit.tokens
+                    self.prefilled[rid] = hit.tokens
                     fetch[d] += hit.pool_tokens
                 take = min(left, budget - per_die[d])
                 per_die[d] += take
+                cached[d] += take * self._attend(rid, take)
                 if take < left:
                     chunked[d] = [rid, left - take]  # the rest runs on this die next iteration
                 else:
                     finished.append(rid)
             tokens = max(per_die)
             mem = self.mem_prefill[i].step(env.now, tokens, sum(per_die)) if i < len(self.mem_prefill) else QUIET
-            st = self.iters.prefill(self.lib, tokens, mem.maps > 0, _miss(mem), fetch_tokens=fetch)
+            # the context the iteration's attention spans: the largest token-weighted one of a die
+            context = max((x / t for x, t in zip(cached, per_die, strict=True) if t), default=0.0)
+            st = self.iters.prefill(self.lib, tokens, mem.maps > 0, _miss(mem), fetch_tokens=fetch, context=context)
             yield env.timeout(st.time_s)
-            self._record("prefill", i, tokens, sum(per_die), 0.0, st, mem, min(per_die))
+            self._record("prefill", i, tokens, sum(per_die), 0.0, st, mem, min(per_die), context)
             kv_left = max(0.0, st.kv_ready_s - st.time_s)  # layer-wise KV sends still in flight
             for rid in finished:
                 if self.prefix is not None:
                     self.prefix.insert(i, self.reqs.block_ids[rid])
                 self.t_first_token[rid] = env.now
                 env.process(self._to_decode(rid, kv_left))
+
+    def _attend(self, rid: int, take: int) -> float:
+        """A chunk of `take` tokens of prompt `rid`: the earlier prompt tokens it attends over
+        (its cached prefix and earlier chunks), then counted as done."""
+        before = float(self.prefilled[rid])
+        self.prefilled[rid] += take
+        return before
 
     def _to_decode(self, rid: int, kv_left: float):  # noqa: ANN202
         yield self.env.timeout(kv_left)
@@ -286,7 +300,8 @@ class ServingSim:
 
     def _record(self, phase: str, inst: int, batch: float, tokens: float, kv_util: float, st: IterStats,
                 mem: StepMemory, min_batch: float = 0.0, context: float = 0.0) -> None:
-        """`context`: the decode step's priced context (mean cached tokens per sequence; 0 in prefill)."""
+        """`context`: the step's priced context (decode: mean cached tokens per sequence; prefill: the
+        cached prefix its tokens attend over, 0 without reuse)."""
         self.iter_rows.append((phase, inst, self.env.now - st.time_s, st.time_s, batch, min_batch, tokens, context,
                                kv_util, st.compute_s, st.exposed_comm_s, st.copy_s, st.register_s, st.launch_s,
                                mem.maps > 0, mem.lookups, mem.misses))
