@@ -91,10 +91,13 @@ def test_hits_never_exceed_the_reusable_blocks(trace) -> None:  # noqa: ANN001
 def test_a_larger_cache_never_lowers_the_hit_rate(trace) -> None:  # noqa: ANN001
     ids, tokens = trace
     ids, tokens = ids[:3000], tokens[:3000]
-    rates = []
+    rates, prev = [], np.zeros(len(ids))
     for hbm, pool in ((0, 0), (300, 0), (3000, 0), (3000, 3000), (3000, 30000), (30000, 30000)):
-        hits = replay(ids, tokens, hbm, pool, instances=2)
+        hits = replay(ids, tokens, hbm, pool, instances=2).sum(axis=1)
+        # LRU's inclusion property: on the same request stream every request hits at least as much
+        assert (hits >= prev).all(), (hbm, pool, int(np.argmin(hits - prev)))
         rates.append(hits.sum())
+        prev = hits
     assert rates == sorted(rates) and rates[0] == 0 and rates[-1] > rates[1]
 
 

@@ -144,7 +144,8 @@ class Serving:
         if not reuses_prefixes(self.cfg) or reqs.block_ids is None or not len(reqs):
             return None
         dies = lay.prefill_instances * lay.prefill_dp + lay.decode_instances * lay.decode_dp
-        pool_bytes = p.pool_dram_share * self.ctx.fabric.host_dram_bytes_per_die * dies if p.pool else 0.0
+        pool_bytes = p.pool_dram_share * self.ctx.fabric.host_dram_bytes_per_die * dies if uses_pool(self.cfg, self.ctx) \
+            else 0.0
         hbm, pool_blocks = tier_blocks(kv_prefill_die, lay.prefill_dp, self.kv_tok, int(reqs.input_tokens.max()),
                                        p.hbm_share, pool_bytes, BLOCK_TOKENS)
         return PrefixCache(lay.prefill_instances, hbm, pool_blocks, BLOCK_TOKENS)
@@ -154,6 +155,11 @@ def reuses_prefixes(cfg: LlmInferConfig) -> bool:
     """Whether the run's requests carry block ids and reuse is on (a bundled trace that has them)."""
     r = cfg.requests
     return cfg.prefix_cache.enabled and r.arrival == "trace" and str(r.trace) in BUNDLES
+
+
+def uses_pool(cfg: LlmInferConfig, ctx: RunContext) -> bool:
+    """Whether the prefix cache has its DRAM tier: reuse on, `pool` on, and the fabric has host CPUs."""
+    return reuses_prefixes(cfg) and cfg.prefix_cache.pool and ctx.fabric.host_cpus_per_node > 0
 
 
 def memory_metrics(dies: list[ServingDie]) -> dict[str, float]:
@@ -238,6 +244,8 @@ def saturation(serving: Serving, library: str) -> tuple[dict[str, float], list[s
     sim, _ = serving.serve(library, reqs, "saturation", closed_loop=n, until_s=c.saturation_duration_s)
     s = summarise(sim, c.saturation_warmup_s, c.saturation_duration_s)
     notes = []
+    hits = {f"saturation_{k}": v for k, v in prefix_metrics(sim.request_frame(), serving.kv_tok).items()
+            if k.endswith("rate_tokens")} if sim.prefix is not None else {}
     if sim.issued >= len(reqs):
         notes.append(f"{library}: the closed-loop request pool ran dry; saturation throughput is a lower bound")
     return {"saturation_throughput_tok_per_s": s["throughput_tok_per_s"],
@@ -245,7 +253,7 @@ def saturation(serving: Serving, library: str) -> tuple[dict[str, float], list[s
             "saturation_population": float(n),
             "saturation_mean_decode_batch_per_die": s["mean_decode_batch_per_die"],
             "saturation_kv_utilisation": s["kv_utilisation_mean"],
-            "saturation_prefill_busy_fraction": s["prefill_busy_fraction"]}, notes
+            "saturation_prefill_busy_fraction": s["prefill_busy_fraction"], **hits}, notes
 
 
 def slo_search(serving: Serving, library: str) -> tuple[dict[str, float], pd.DataFrame]:
@@ -275,7 +283,7 @@ def run(ctx: RunContext) -> WorkloadResult:
     first_decode = lay.prefill_instances * lay.prefill_dp  # decode instances follow the prefill ones
     iters = IterationModel(ctx, costs, cfg, kv_bytes_per_token=kv_tok,
                            decode_dies=tuple(range(first_decode, first_decode + lay.decode_dp)),
-                           pool_writes=reuses_prefixes(cfg) and cfg.prefix_cache.pool)
+                           pool_writes=uses_pool(cfg, ctx))
     if cfg.mode == ServingMode.fixed:
         return run_fixed(ctx, cfg, costs, iters, kv_tok)  # no requests: workload.requests is not read
     reqs = generate(cfg.requests, ctx.seed)
