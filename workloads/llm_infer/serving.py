@@ -10,6 +10,13 @@ moves to a decode instance layer by layer inside the simulated prefill iteration
 library, contending with the all-to-alls for the prefill dies' ports); the request joins decode
 when its iteration's last KV byte lands.
 
+Prefix reuse (`prefix`, prefix.py): when a prompt enters a prefill die its longest cached prefix
+of 512-token blocks is looked up; those tokens are not prefilled, the DRAM-pool part of them is
+fetched into the die in that iteration (layer by layer, over the fabric), and every chunk's
+attention spans the prompt tokens before it (its cached prefix and earlier chunks: the iteration
+is priced at the largest such token-weighted context of a die). Its blocks enter the cache when its
+prefill finishes.
+
 Decode instances batch continuously: a request is admitted to the die with the most free KV cache
 when its whole KV footprint (input + output tokens) fits and the die is below its batch cap
 (`decode_max_batch`, and the fused MoE dispatch's token cap), so a library that holds more HBM
