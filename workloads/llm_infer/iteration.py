@@ -67,9 +67,10 @@ CONTEXT_GRID = (256, 1)  # cached tokens per sequence: 0, 256, then octaves 512,
 ROUTING_SAMPLES = 4  # distinct routing draws cycled over layers (keeps trace building cheap)
 MISS_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # JIT misses per iteration with a trace of their own
 # DRAM-pool fetches of a prefill iteration are priced at a shape rounded up (never under-priced):
-# fetching dies to a power of two, the busiest die's fetched tokens to FETCH_GRID (whole 512-token
-# blocks, two points per octave above two blocks: at most 1.5x the bytes)
-FETCH_GRID = (512, 2)
+# fetching dies and the busiest die's fetched 512-token blocks each to a power of two (at most 2x
+# the bytes; a finer grid multiplies the distinct prefill traces a run simulates: 47 fetch shapes
+# in the default run at two points per octave)
+FETCH_GRID = (512, 1)
 # a prefill's context (earlier tokens of its prompts: a reused prefix, earlier chunks), priced at
 # the nearest point of 0, 1024, 2048, 4096, ... (attention is ~1/3 of a prefill's FLOPs and grows
 # ~10 % of the total per 8K of context here: a point's error is ~2-3 % of the iteration)
