@@ -158,8 +158,10 @@ def reuses_prefixes(cfg: LlmInferConfig) -> bool:
 
 
 def uses_pool(cfg: LlmInferConfig, ctx: RunContext) -> bool:
-    """Whether the prefix cache has its DRAM tier: reuse on, `pool` on, and the fabric has host CPUs."""
-    return reuses_prefixes(cfg) and cfg.prefix_cache.pool and ctx.fabric.host_cpus_per_node > 0
+    """Whether the prefix cache has its DRAM tier: serving with reuse on, `pool` on, and the fabric
+    has host CPUs (fixed-shape runs serve no requests: no cache)."""
+    return (cfg.mode == ServingMode.serve and reuses_prefixes(cfg) and cfg.prefix_cache.pool
+            and ctx.fabric.host_cpus_per_node > 0)
 
 
 def memory_metrics(dies: list[ServingDie]) -> dict[str, float]:
