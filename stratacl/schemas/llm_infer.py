@@ -149,6 +149,21 @@ class CapacityConfig:
     rate_max: float = knob(64.0, gt=0)  # the search gives up above this rate
 
 
+@dataclass
+class PrefixCacheConfig:
+    """Prefix reuse from the trace's block ids (workloads/llm_infer/prefix.py): an HBM tier per
+    prefill instance, then the DRAM pool over the fabric (CloudMatrix-Infer's EMS)."""
+
+    enabled: bool = True  # only traces with block ids (mooncake_conv) reuse; others ignore it
+    pool: bool = True  # the DRAM tier (EMS): write-through of new blocks, fetches of pool hits
+    # share of the KV space a prefill die's allocator model leaves (after one longest prompt in
+    # flight) that holds cached blocks (1 = all of it, vLLM: cached blocks fill free KV blocks)
+    hbm_share: float = knob(1.0, ge=0, le=1)
+    # ASSUMPTION: share of the deployment's nodes' host DRAM given to the pool (EMS pools the
+    # supernode's DRAM; no public figure for its share); knob
+    pool_dram_share: float = knob(0.5, ge=0, le=1)
+
+
 class ServingMode(StrEnum):
     """What the serving workload measures."""
 
@@ -183,6 +198,7 @@ class LlmInferConfig(WorkloadConfig):
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     allocator: AllocatorSettings = field(default_factory=AllocatorSettings)
     capacity: CapacityConfig = field(default_factory=CapacityConfig)
+    prefix_cache: PrefixCacheConfig = field(default_factory=PrefixCacheConfig)
     skew: RouterSkew = RouterSkew.zipf  # expert popularity
     zipf_s: float = knob(0.6, ge=0)  # mild routing skew of a trained router (ASSUMPTION, knob)
     # dispatch: INT8 + scales = hidden·(1 + 512/7168) (REFERENCE §5)

@@ -24,6 +24,9 @@ CORE = ".core"  # suffix of an attention type's core part when it runs in anothe
 DECODE_BATCH = (1, 8, 32, 128, 512)  # sequences per die
 DECODE_CONTEXT = (1024, 8192)  # cached tokens per sequence
 PREFILL_TOKENS = (256, 1024, 4096, 16384)  # tokens per die per iteration
+# cached tokens each prefill sequence attends over beyond its own (a reused prefix): attention's
+# work is piecewise linear in it (dense keys, compressed entries and indexer scores grow with it)
+PREFILL_CONTEXT = (0, 8192, 32768, 131072)
 
 
 class ServingCosts:
@@ -135,8 +138,16 @@ class ServingCosts:
               for c in DECODE_CONTEXT]
         return {t: at[0][t].lerp(at[1][t], w) for t in at[0]}
 
-    def prefill(self, tokens: float) -> dict[str, Cost]:
-        return _interp(PREFILL_TOKENS, [self._measure(t, 0, "prefill") for t in PREFILL_TOKENS], tokens)
+    def prefill(self, tokens: float, context: float = 0.0) -> dict[str, Cost]:
+        """Costs of a prefill iteration of `tokens` per die whose sequences also attend over
+        `context` cached tokens each (a reused prefix; 0: none)."""
+        if context <= 0:
+            return _interp(PREFILL_TOKENS, [self._measure(t, 0, "prefill") for t in PREFILL_TOKENS], tokens)
+        i = int(np.clip(np.searchsorted(PREFILL_CONTEXT, context) - 1, 0, len(PREFILL_CONTEXT) - 2))
+        lo, hi = PREFILL_CONTEXT[i], PREFILL_CONTEXT[i + 1]
+        at = [_interp(PREFILL_TOKENS, [self._measure(t, c, "prefill") for t in PREFILL_TOKENS], tokens)
+              for c in (lo, hi)]
+        return {t: at[0][t].lerp(at[1][t], (context - lo) / (hi - lo)) for t in at[0]}
 
 
 def _divisor_at_most(n: int, k: int) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -66,6 +66,27 @@ BATCH_GRID = (1, 2)  # (unit, per_octave): decode sequences per die: 1, 2, 3, th
 CONTEXT_GRID = (256, 1)  # cached tokens per sequence: 0, 256, then octaves 512, 1024, 2048, ...
 ROUTING_SAMPLES = 4  # distinct routing draws cycled over layers (keeps trace building cheap)
 MISS_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # JIT misses per iteration with a trace of their own
+# DRAM-pool fetches of a prefill iteration are priced at a shape rounded up (never under-priced):
+# fetching dies and the busiest die's fetched 512-token blocks each to a power of two (at most 2x
+# the bytes; a finer grid multiplies the distinct prefill traces a run simulates: 47 fetch shapes
+# in the default run at two points per octave)
+FETCH_GRID = (512, 1)
+# a prefill's context (earlier tokens of its prompts: a reused prefix, earlier chunks), priced at
+# the nearest point of 0, 1024, 2048, 4096, ... (attention is ~1/3 of a prefill's FLOPs and grows
+# ~10 % of the total per 8K of context here: a point's error is ~2-3 % of the iteration)
+PREFILL_CONTEXT_GRID = (1024, 1)
+POOL_FETCH, POOL_STORE = "kv_fetch", "kv_store"  # streams of the prefix cache's DRAM-pool copies
+
+
+def fetch_shape(per_die: list[int], dp: int) -> tuple[int, int] | tuple[()]:
+    """(dies, tokens) a prefill iteration with `per_die` pool-fetched tokens is priced at; () none."""
+    busy = [t for t in per_die if t > 0]
+    if not busy:
+        return ()
+    dies = min(dp, 1 << (len(busy) - 1).bit_length())
+    top = max(busy)
+    lo, hi, w = bracket(FETCH_GRID, top)
+    return dies, hi if w > 0 else lo
 
 
 def grid_step(grid: tuple[int, int], x: float) -> int:
@@ -115,10 +136,13 @@ class IterStats:
 
 class IterationModel:
     def __init__(self, ctx: RunContext, costs: ServingCosts, cfg: LlmInferConfig, *,
-                 kv_bytes_per_token: float = 0.0, decode_dies: tuple[int, ...] = ()) -> None:
+                 kv_bytes_per_token: float = 0.0, decode_dies: tuple[int, ...] = (),
+                 pool_writes: bool = False) -> None:
         """Scheduler (TBO, MTP), instance sizes, routing skew and dispatch format from `cfg`;
         the routing seed is the run's. With `decode_dies`, prefill iterations also send their
-        tokens' KV cache (`kv_bytes_per_token`) to those dies: prefill die i to decode_dies[i mod D]."""
+        tokens' KV cache (`kv_bytes_per_token`) to those dies: prefill die i to decode_dies[i mod D].
+        `pool_writes`: prefill iterations also write their tokens' KV through to the DRAM pool
+        (prefix.py: the EMS tier of the prefix cache)."""
         self.ctx = ctx
         self.costs = costs
         self.sched = cfg.scheduler
@@ -128,6 +152,7 @@ class IterationModel:
         self.ranks = {"prefill": cfg.layout.prefill_dp, "decode": cfg.layout.decode_dp}
         self.kv_bytes_per_token = kv_bytes_per_token
         self.decode_dies = tuple(decode_dies)
+        self.pool_writes = pool_writes and kv_bytes_per_token > 0
         self.seed = seed = ctx.seed
         self.weights = expert_weights(costs.experts, cfg.skew, cfg.zipf_s, seed=seed) if costs.experts else None
         self.group_limit = model_group_limit(costs.mc.cfg)  # node-limited routing, as the model's gate
@@ -150,21 +175,46 @@ class IterationModel:
         corners = [((b, c), u * v) for b, u in ((b0, 1 - wb), (b1, wb)) for c, v in ((c0, 1 - wc), (c1, wc))]
         return _mix([(w, self._get(library, ("decode", b, c, remap), jit_miss)) for (b, c), w in corners if w > 0])
 
-    def prefill(self, library: str, tokens: float, remap: bool = False, jit_miss: float = 0.0) -> IterStats:
-        """A prefill iteration of `tokens` per die (whole tokens), priced exactly by its own trace."""
-        return self._get(library, ("prefill", math.ceil(tokens), 0, remap), jit_miss)
+    def prefill(self, library: str, tokens: float, remap: bool = False, jit_miss: float = 0.0,
+                fetch_tokens: list[int] | None = None, context: float = 0.0) -> IterStats:
+        """A prefill iteration of `tokens` per die (whole tokens), priced exactly by its own trace.
+        `context`: the earlier prompt tokens its sequences attend over (a cached prefix, earlier
+        chunks), priced at the nearest PREFILL_CONTEXT_GRID point. `fetch_tokens`: per die, cached
+        tokens whose KV the iteration first fetches from the DRAM pool (prefix hits there): the
+        iteration takes what that fetch adds to a full-budget iteration (`fetch_delay`)."""
+        c = 0
+        if context > 0:
+            lo, hi, w = bracket(PREFILL_CONTEXT_GRID, context)
+            c = hi if w >= 0.5 else lo
+        st = self._get(library, ("prefill", math.ceil(tokens), c, remap), jit_miss)
+        shape = fetch_shape(fetch_tokens or [], len(fetch_tokens or []))
+        if not shape:
+            return st
+        d = self.fetch_delay(library, shape)
+        return replace(st, time_s=st.time_s + d, exposed_comm_s=st.exposed_comm_s + d, kv_ready_s=st.kv_ready_s + d)
 
+    def fetch_delay(self, library: str, shape: tuple[int, int]) -> float:
+        """What a DRAM-pool fetch of `shape` (dies, tokens per die) adds to a prefill iteration: the
+        difference between a full-budget iteration (`prefill_token_budget` tokens per die, no
+        context) with the fetch in its trace — sharing the dies' ports with its all-to-alls and KV
+        sends, each layer's attention waiting for its layer's KV — and without. Measured once per
+        shape rather than per (tokens, context, shape): the delay is set by the fetch's bytes
+        against the ports and CPU links, and pricing every combination multiplied the prefill
+        traces a run simulates (85 of 105 in the default run)."""
+        key = ("prefill", self.sched.prefill_token_budget, 0, False)
+        with_fetch = self._get(library, key, 0.0, shape)
+        return max(0.0, with_fetch.time_s - self._get(library, key).time_s)
     def exact(self, library: str, phase: str, size: float, context: float = 0.0) -> IterStats:
         """An iteration priced at its own shape: its own trace built and simulated (no grid; the
         reference the grid's interpolation is tested against)."""
-        return self._stats_of(library, (phase, size, context, False, 0))
+        return self._stats_of(library, (phase, size, context, False, 0, ()))
 
-    def _get(self, library: str, key: tuple, jit_miss: float = 0.0) -> IterStats:
+    def _get(self, library: str, key: tuple, jit_miss: float = 0.0, fetch: tuple = ()) -> IterStats:
         lib = self.ctx.libraries[library]
         if key[-1] and not lib.cost_depends_on_mapping:
             key = (*key[:-1], False)  # a remap costs nothing to a library that does not care
         if jit_miss <= 0 or not registers_just_in_time(lib):
-            return self._stats_of(library, (*key, 0))
+            return self._stats_of(library, (*key, 0, fetch))
         # the misses go into the trace as whole registrations; between two miss counts the
         # iteration is interpolated (each miss adds one registration on its collective's path)
         n = self.moe_buffer_uses(key[0], key[1])
@@ -173,9 +223,9 @@ class IterationModel:
         lo = points[bisect.bisect_right(points, k) - 1]
         hi = points[bisect.bisect_left(points, k)]
         if lo == hi:
-            return self._stats_of(library, (*key, hi))
+            return self._stats_of(library, (*key, hi, fetch))
         w = (k - lo) / (hi - lo)
-        a, b = self._stats_of(library, (*key, lo)), self._stats_of(library, (*key, hi))
+        a, b = self._stats_of(library, (*key, lo, fetch)), self._stats_of(library, (*key, hi, fetch))
         return _mix([(1 - w, a), (w, b)])
 
     def _stats_of(self, library: str, key: tuple) -> IterStats:
@@ -198,28 +248,33 @@ class IterationModel:
         layers = list(self.costs.layers)
         return layers + layers[-1:] if rules.runs_mtp_layer(self.sched, phase) else layers
 
-    def trace(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0) -> Trace:
+    def trace(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0,
+              fetch: tuple = ()) -> Trace:
         """The (memoised) trace of one iteration shape; the same for every library."""
-        key = (phase, size, context, remap, jit_misses)
+        key = (phase, size, context, remap, jit_misses, fetch)
         trace = self._traces.get(key)
         if trace is None:
             trace = self._traces[key] = self.build(*key)
         return trace
 
     # ------------------------------------------------------------------ trace
-    def build(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0) -> Trace:
+    def build(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0,
+              fetch: tuple = ()) -> Trace:
         """One iteration's trace. The dispatch/combine buffers were mapped (and registered) before
         it; with `remap` the allocator maps new memory for them in this iteration (the routing
         outgrew the mapping) at each layer's attention, which is when the router's output sizes
         them: registration-on-allocation then races the attention kernel. With `jit_misses`, that
         many of the dispatch/combine collectives (spread evenly) use a buffer a JIT registration
-        cache does not hold: each registers it on its path."""
+        cache does not hold: each registers it on its path. With `fetch` (dies, tokens): the first
+        `dies` dies load `tokens` cached tokens' KV from the DRAM pool layer by layer, each layer's
+        attention waiting for its layer's KV (layer-wise loading, as Mooncake's prefill does)."""
         n = self.ranks[phase]
         c = self.costs
         kv_dst = self._kv_destinations(n) if phase == "prefill" else []
         world = max([n, *(d + 1 for d in kv_dst)])
         tr = Trace(world_size=world, meta={"phase": phase, "size": size, "context": context, "remap": remap,
-                                           "jit_misses": jit_misses})
+                                           "jit_misses": jit_misses, "fetch": list(fetch)})
+        fetched = self._pool_fetch(tr, fetch, len(c.layers))
         tr.add_family("ep", [range(n)])
         if not remap:
             tr.add_buffer("dispatch", REGISTERED)
@@ -236,7 +291,7 @@ class IterationModel:
             main = [c.decode(t * verify, context) for t in mb_tokens]
             mtp = [c.decode(t, context) for t in mb_tokens]
         else:
-            main = mtp = [c.prefill(t) for t in mb_tokens]
+            main = mtp = [c.prefill(t, context) for t in mb_tokens]
         mode = (MoeMode.ll if phase == "decode" else MoeMode.ht).value  # the trace keeps the plain value
         # Streams. SGLang-style TBO (prefill; decode with stream layout "none"): one compute stream
         # and one communication stream; the micro-batches' kernels interleave on each, so one
@@ -262,14 +317,18 @@ class IterationModel:
             attn_op = []
             for m in range(mbs):
                 cost = costs[m]
-                last[m] = [self._compute(tr, ranks, cost[attn], cs, last[m], f"L{li}.attn.mb{m}", layer_type=attn)]
+                deps = last[m] + fetched[li: li + 1]  # the layer's cached context is in HBM
+                last[m] = [self._compute(tr, ranks, cost[attn], cs, deps, f"L{li}.attn.mb{m}", layer_type=attn)]
                 if attn + CORE in cost:  # the bf16 attention core of a layer with quantised projections
                     last[m] = [self._compute(tr, ranks, cost[attn + CORE], cs, last[m], f"L{li}.attn_core.mb{m}",
                                              layer_type=attn + CORE)]
                 attn_op.append(last[m][0])  # the attention's last op: a JIT buffer is registered after it
+                layer_kv = mb_tokens[m] * self.kv_bytes_per_token / len(c.layers)
                 if kv_dst:  # this layer's KV of the micro-batch's tokens leaves for decode
-                    self._kv_send(tr, kv_dst, mb_tokens[m] * self.kv_bytes_per_token / len(c.layers), last[m],
-                                  f"L{li}.kv.mb{m}")
+                    self._kv_send(tr, kv_dst, layer_kv, last[m], f"L{li}.kv.mb{m}")
+                if self.pool_writes and phase == "prefill" and li < len(c.layers):  # written through to EMS
+                    tr.memcpy(ranks, layer_kv, peer="pool", direction="d2h", stream=POOL_STORE, deps=last[m],
+                              name=f"L{li}.kv_store.mb{m}")
                 if remap:
                     tr.add_buffer("dispatch", last[m][0])
                     tr.add_buffer("combine", last[m][0])
@@ -316,6 +375,16 @@ class IterationModel:
         if not missed:
             return kind
         return tr.add_buffer(f"{kind}.L{layer}.mb{mb}", alloc_op)
+
+    def _pool_fetch(self, tr: Trace, fetch: tuple, layers: int) -> list[int]:
+        """One host-to-device copy per layer of the fetched KV on the fetching dies (a stream of
+        their own, in layer order); the op ids, by layer."""
+        if not fetch or not fetch[0] or not fetch[1] or self.kv_bytes_per_token <= 0:
+            return []
+        dies, tokens = fetch
+        nbytes = tokens * self.kv_bytes_per_token / layers
+        return [tr.memcpy(range(dies), nbytes, peer="pool", direction="h2d", stream=POOL_FETCH,
+                          name=f"L{li}.kv_fetch") for li in range(layers)]
 
     def _kv_destinations(self, n: int) -> list[int]:
         if not self.decode_dies or self.kv_bytes_per_token <= 0:
@@ -374,11 +443,13 @@ class IterationModel:
         res = self.ctx.simulate(trace, library)
         self.simulated += 1
         kv = np.array([op.stream == "kv" for op in trace.ops])
-        t_iter = float(res.end[~kv].max(initial=0.0))  # the next iteration may start; KV still in flight
-        exp = res.exposure(window=(0.0, t_iter), ops=~kv)
+        store = np.array([op.stream == POOL_STORE for op in trace.ops])
+        t_iter = float(res.end[~(kv | store)].max(initial=0.0))  # the next iteration may start; KV still in flight
+        exp = res.exposure(window=(0.0, t_iter), ops=~(kv | store))
         launch = self.graph_launch_s(trace, library)
+        kv_ready = float(res.end[~store].max(initial=0.0))  # decode waits for its KV, not for the pool's copy
         return IterStats(exp.time_s + launch, exp.compute_s, exp.exposed_comm_s, exp.copy_s, exp.register_s,
-                         exp.vector_core_s, kv_ready_s=res.makespan_s + launch, launch_s=launch)
+                         exp.vector_core_s, kv_ready_s=kv_ready + launch, launch_s=launch)
 
     def graph_launch_s(self, trace: Trace, library: str) -> float:
         """Host time before a step's work when the deployment captures decode as a graph

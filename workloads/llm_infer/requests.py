@@ -11,6 +11,7 @@ import pandas as pd
 
 from stratacl.errors import ConfigError
 from stratacl.schemas.llm_infer import RequestsConfig
+from workloads.llm_infer import prefix_trace
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,9 @@ class Requests:
     arrival_s: np.ndarray
     input_tokens: np.ndarray
     output_tokens: np.ndarray
+    # each request's prompt-block ids (prefix_trace.py: 512-token blocks, identical ids reusable),
+    # when the trace carries them
+    block_ids: list[np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -80,7 +84,11 @@ def pool(cfg: RequestsConfig, seed: int, n: int) -> Requests:
         full = (read_table(TRACES_DIR / f"{cfg.trace}.csv", "workload.requests.trace") if cfg.arrival == "trace"
                 else _from_csv(cfg.csv))
         idx = np.arange(n) % len(full)
-        return Requests(np.zeros(n), full.input_tokens[idx], full.output_tokens[idx])
+        ids = prefix_trace.load(cfg.trace) if cfg.arrival == "trace" else None
+        if ids is not None:  # a later pass over the trace is other users: its blocks are its own
+            top = 1 + max(int(x.max(initial=-1)) for x in ids)
+            ids = [ids[i % len(ids)] + top * (i // len(ids)) for i in range(n)]
+        return Requests(np.zeros(n), full.input_tokens[idx], full.output_tokens[idx], ids)
     len_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(2)[1])  # generate()'s length stream
     inp = _lengths(len_rng, n, cfg.input_dist, cfg.input_mean, cfg.input_min, cfg.input_max, cfg.input_sigma, "input")
     out = _lengths(len_rng, n, cfg.output_dist, cfg.output_mean, cfg.output_min, cfg.output_max,
@@ -112,7 +120,9 @@ def from_trace(cfg: RequestsConfig, rate: float) -> Requests:
     if not keep.any():
         raise ConfigError("workload.requests.duration_s", f"no request of trace '{cfg.trace}' arrives "
                           f"within {cfg.duration_s} s", "a longer duration or a higher rate")
-    return Requests(t[keep], full.input_tokens[keep], full.output_tokens[keep])
+    ids = prefix_trace.load(cfg.trace)
+    return Requests(t[keep], full.input_tokens[keep], full.output_tokens[keep],
+                    None if ids is None else [ids[i] for i in np.flatnonzero(keep)])
 
 
 def describe(reqs: Requests, cfg: RequestsConfig, duration_s: float) -> str:

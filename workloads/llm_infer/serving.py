@@ -10,6 +10,13 @@ moves to a decode instance layer by layer inside the simulated prefill iteration
 library, contending with the all-to-alls for the prefill dies' ports); the request joins decode
 when its iteration's last KV byte lands.
 
+Prefix reuse (`prefix`, prefix.py): when a prompt enters a prefill die its longest cached prefix
+of 512-token blocks is looked up; those tokens are not prefilled, the DRAM-pool part of them is
+fetched into the die in that iteration (layer by layer, over the fabric), and every chunk's
+attention spans the prompt tokens before it (its cached prefix and earlier chunks: the iteration
+is priced at the largest such token-weighted context of a die). Its blocks enter the cache when its
+prefill finishes.
+
 Decode instances batch continuously: a request is admitted to the die with the most free KV cache
 when its whole KV footprint (input + output tokens) fits and the die is below its batch cap
 (`decode_max_batch`, and the fused MoE dispatch's token cap), so a library that holds more HBM
@@ -40,6 +47,7 @@ from stratacl.schemas.llm_infer import LayoutConfig, LlmInferConfig, SchedulerCo
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.iteration import IterationModel, IterStats
 from workloads.llm_infer.memory import ServingDie, StepMemory
+from workloads.llm_infer.prefix import MISS, Hit, PrefixCache
 from workloads.llm_infer.requests import Requests
 
 QUIET = StepMemory()
@@ -70,13 +78,15 @@ class ServingSim:
                  kv_per_die: float, kv_bytes_per_token: float,
                  progress: Callable[[float], None] | None = None,
                  prefill_dies: list[ServingDie] | None = None, decode_dies: list[ServingDie] | None = None,
-                 closed_loop: int = 0, until_s: float | None = None) -> None:
+                 closed_loop: int = 0, until_s: float | None = None, prefix: PrefixCache | None = None) -> None:
         """Layout and scheduler from `cfg`; `kv_per_die` bytes of KV cache per decode die. Instance
         i's iterations drive `prefill_dies[i]` / `decode_dies[i]` (the allocator model) if given;
         the facts they produce reach the iteration model, which prices them for the libraries
         whose cost depends on them.
         `closed_loop` N > 0: N outstanding requests taken from `reqs` in order (their arrival
-        times ignored); `until_s` stops the simulation then (default: when every request is done)."""
+        times ignored); `until_s` stops the simulation then (default: when every request is done).
+        `prefix`: the prefix cache a prompt's blocks (`reqs.block_ids`) are looked up in when it
+        enters a prefill die and inserted into when its prefill finishes (prefix.py)."""
         self.reqs = reqs
         self.iters = iters
         self.lib = library
@@ -89,6 +99,7 @@ class ServingSim:
         self.mem_decode = decode_dies or []
         self.closed_loop = closed_loop
         self.until_s = until_s
+        self.prefix = prefix if reqs.block_ids is not None else None
         self.cap = rules.decode_batch_cap(self.sched)
         n = len(reqs)
         self.arrival = np.array(reqs.arrival_s, dtype=float) if not closed_loop else np.full(n, np.nan)
@@ -97,6 +108,8 @@ class ServingSim:
         self.t_decode_start = np.full(n, np.nan)
         self.t_done = np.full(n, np.nan)
         self.generated = np.zeros(n)
+        self.hits: list[Hit] = [MISS] * n
+        self.prefilled = np.zeros(n)  # prompt tokens whose KV exists (cached prefix + chunks done)
         self.iter_rows: list[tuple] = []
         self.occupancy = Occupancy()
         self.max_batch_seen = 0
@@ -167,11 +180,13 @@ class ServingSim:
                 self.prefill_wake[i] = env.event()
                 yield self.prefill_wake[i]
                 continue
-            per_die, finished = [0] * dp, []
+            per_die, finished, fetch = [0] * dp, [], [0] * dp
+            cached = [0.0] * dp  # Σ tokens × the prompt's earlier tokens they attend over, per die
             for d, c in enumerate(chunked):  # a die first continues its own chunked prompt
                 if c is not None:
                     take = min(c[1], budget)
                     per_die[d] = take
+                    cached[d] += take * self._attend(c[0], take)
                     c[1] -= take
                     if c[1] == 0:
                         finished.append(c[0])
@@ -185,21 +200,38 @@ class ServingSim:
                 self.queued_tokens[i] -= left
                 if np.isnan(self.t_prefill_start[rid]):
                     self.t_prefill_start[rid] = env.now
+                if self.prefix is not None:  # the cached prefix is not computed; pool hits are fetched
+                    hit = self.hits[rid] = self.prefix.lookup(i, self.reqs.block_ids[rid], left)
+                    left -= hit.tokens
+                    self.prefilled[rid] = hit.tokens
+                    fetch[d] += hit.pool_tokens
                 take = min(left, budget - per_die[d])
                 per_die[d] += take
+                cached[d] += take * self._attend(rid, take)
                 if take < left:
                     chunked[d] = [rid, left - take]  # the rest runs on this die next iteration
                 else:
                     finished.append(rid)
             tokens = max(per_die)
             mem = self.mem_prefill[i].step(env.now, tokens, sum(per_die)) if i < len(self.mem_prefill) else QUIET
-            st = self.iters.prefill(self.lib, tokens, mem.maps > 0, _miss(mem))
+            # the context the iteration's attention spans: the largest token-weighted one of a die
+            context = max((x / t for x, t in zip(cached, per_die, strict=True) if t), default=0.0)
+            st = self.iters.prefill(self.lib, tokens, mem.maps > 0, _miss(mem), fetch_tokens=fetch, context=context)
             yield env.timeout(st.time_s)
-            self._record("prefill", i, tokens, sum(per_die), 0.0, st, mem, min(per_die))
+            self._record("prefill", i, tokens, sum(per_die), 0.0, st, mem, min(per_die), context)
             kv_left = max(0.0, st.kv_ready_s - st.time_s)  # layer-wise KV sends still in flight
             for rid in finished:
+                if self.prefix is not None:
+                    self.prefix.insert(i, self.reqs.block_ids[rid])
                 self.t_first_token[rid] = env.now
                 env.process(self._to_decode(rid, kv_left))
+
+    def _attend(self, rid: int, take: int) -> float:
+        """A chunk of `take` tokens of prompt `rid`: the earlier prompt tokens it attends over
+        (its cached prefix and earlier chunks), then counted as done."""
+        before = float(self.prefilled[rid])
+        self.prefilled[rid] += take
+        return before
 
     def _to_decode(self, rid: int, kv_left: float):  # noqa: ANN202
         yield self.env.timeout(kv_left)
@@ -275,7 +307,8 @@ class ServingSim:
 
     def _record(self, phase: str, inst: int, batch: float, tokens: float, kv_util: float, st: IterStats,
                 mem: StepMemory, min_batch: float = 0.0, context: float = 0.0) -> None:
-        """`context`: the decode step's priced context (mean cached tokens per sequence; 0 in prefill)."""
+        """`context`: the step's priced context (decode: mean cached tokens per sequence; prefill: the
+        cached prefix its tokens attend over, 0 without reuse)."""
         self.iter_rows.append((phase, inst, self.env.now - st.time_s, st.time_s, batch, min_batch, tokens, context,
                                kv_util, st.compute_s, st.exposed_comm_s, st.copy_s, st.register_s, st.launch_s,
                                mem.maps > 0, mem.lookups, mem.misses))
@@ -288,6 +321,9 @@ class ServingSim:
             "output_tokens": r.output_tokens, "prefill_start_s": self.t_prefill_start,
             "first_token_s": self.t_first_token, "decode_start_s": self.t_decode_start,
             "completion_s": self.t_done,
+            "prefix_blocks": [len(x) for x in r.block_ids] if r.block_ids is not None else 0,
+            "hbm_hit_blocks": [h.hbm_blocks for h in self.hits], "pool_hit_blocks": [h.pool_blocks for h in self.hits],
+            "hbm_hit_tokens": [h.hbm_tokens for h in self.hits], "pool_hit_tokens": [h.pool_tokens for h in self.hits],
         })
         if self.closed_loop:
             df = df[np.isfinite(df["arrival_s"])].reset_index(drop=True)

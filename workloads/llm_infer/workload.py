@@ -25,6 +25,8 @@ from workloads.llm_infer.memory import (
     role_dies,
     serving_tensors,
 )
+from workloads.llm_infer.prefix import PrefixCache, prefix_metrics, tier_blocks
+from workloads.llm_infer.prefix_trace import BLOCK_TOKENS, BUNDLES
 from workloads.llm_infer.requests import Requests, describe, generate, pool
 from workloads.llm_infer.scheduling import decode_batch_cap
 from workloads.llm_infer.serving import ServingSim
@@ -128,9 +130,38 @@ class Serving:
         ctx.progress.phase(f"{what} {library}", total=total, unit="sim s")
         sim = ServingSim(reqs, self.iters, library, cfg, kv_per_die=kv, kv_bytes_per_token=self.kv_tok,
                          progress=ctx.progress if not closed_loop else None,
-                         prefill_dies=pre, decode_dies=dec, closed_loop=closed_loop, until_s=until_s)
+                         prefill_dies=pre, decode_dies=dec, closed_loop=closed_loop, until_s=until_s,
+                         prefix=self.prefix_cache(pre[0].plan.kv, reqs))
         sim.run()
         return sim, dec
+
+
+    def prefix_cache(self, kv_prefill_die: float, reqs: Requests) -> PrefixCache | None:
+        """A cold prefix cache for one serving run (None: reuse off, or no block ids): each prefill
+        instance's HBM tier from what its dies' allocator model leaves, the DRAM pool from the host
+        DRAM of the deployment's dies (the fabric's host tier)."""
+        p, lay = self.cfg.prefix_cache, self.cfg.layout
+        if not reuses_prefixes(self.cfg) or reqs.block_ids is None or not len(reqs):
+            return None
+        dies = lay.prefill_instances * lay.prefill_dp + lay.decode_instances * lay.decode_dp
+        pool_bytes = p.pool_dram_share * self.ctx.fabric.host_dram_bytes_per_die * dies if uses_pool(self.cfg, self.ctx) \
+            else 0.0
+        hbm, pool_blocks = tier_blocks(kv_prefill_die, lay.prefill_dp, self.kv_tok, int(reqs.input_tokens.max()),
+                                       p.hbm_share, pool_bytes, BLOCK_TOKENS)
+        return PrefixCache(lay.prefill_instances, hbm, pool_blocks, BLOCK_TOKENS)
+
+
+def reuses_prefixes(cfg: LlmInferConfig) -> bool:
+    """Whether the run's requests carry block ids and reuse is on (a bundled trace that has them)."""
+    r = cfg.requests
+    return cfg.prefix_cache.enabled and r.arrival == "trace" and str(r.trace) in BUNDLES
+
+
+def uses_pool(cfg: LlmInferConfig, ctx: RunContext) -> bool:
+    """Whether the prefix cache has its DRAM tier: serving with reuse on, `pool` on, and the fabric
+    has host CPUs (fixed-shape runs serve no requests: no cache)."""
+    return (cfg.mode == ServingMode.serve and reuses_prefixes(cfg) and cfg.prefix_cache.pool
+            and ctx.fabric.host_cpus_per_node > 0)
 
 
 def memory_metrics(dies: list[ServingDie]) -> dict[str, float]:
@@ -215,6 +246,8 @@ def saturation(serving: Serving, library: str) -> tuple[dict[str, float], list[s
     sim, _ = serving.serve(library, reqs, "saturation", closed_loop=n, until_s=c.saturation_duration_s)
     s = summarise(sim, c.saturation_warmup_s, c.saturation_duration_s)
     notes = []
+    hits = {f"saturation_{k}": v for k, v in prefix_metrics(sim.request_frame(), serving.kv_tok).items()
+            if k.endswith("rate_tokens")} if sim.prefix is not None else {}
     if sim.issued >= len(reqs):
         notes.append(f"{library}: the closed-loop request pool ran dry; saturation throughput is a lower bound")
     return {"saturation_throughput_tok_per_s": s["throughput_tok_per_s"],
@@ -222,7 +255,7 @@ def saturation(serving: Serving, library: str) -> tuple[dict[str, float], list[s
             "saturation_population": float(n),
             "saturation_mean_decode_batch_per_die": s["mean_decode_batch_per_die"],
             "saturation_kv_utilisation": s["kv_utilisation_mean"],
-            "saturation_prefill_busy_fraction": s["prefill_busy_fraction"]}, notes
+            "saturation_prefill_busy_fraction": s["prefill_busy_fraction"], **hits}, notes
 
 
 def slo_search(serving: Serving, library: str) -> tuple[dict[str, float], pd.DataFrame]:
@@ -251,7 +284,8 @@ def run(ctx: RunContext) -> WorkloadResult:
     lay = cfg.layout
     first_decode = lay.prefill_instances * lay.prefill_dp  # decode instances follow the prefill ones
     iters = IterationModel(ctx, costs, cfg, kv_bytes_per_token=kv_tok,
-                           decode_dies=tuple(range(first_decode, first_decode + lay.decode_dp)))
+                           decode_dies=tuple(range(first_decode, first_decode + lay.decode_dp)),
+                           pool_writes=uses_pool(cfg, ctx))
     if cfg.mode == ServingMode.fixed:
         return run_fixed(ctx, cfg, costs, iters, kv_tok)  # no requests: workload.requests is not read
     reqs = generate(cfg.requests, ctx.seed)
@@ -266,6 +300,8 @@ def run(ctx: RunContext) -> WorkloadResult:
                               f"p50 {m['ttft_p50_s']:.3g} s)", "a window several times longer than the time to first token")
         m.update(memory_metrics(dies))
         m.update(registration_metrics(sim, cfg.warmup_s))
+        if sim.prefix is not None:
+            m.update(prefix_metrics(sim.request_frame(), kv_tok))
         if cfg.capacity.saturation:
             sat, sat_notes = saturation(serving, library)
             m.update(sat)
@@ -284,6 +320,7 @@ def run(ctx: RunContext) -> WorkloadResult:
             "decode_exposed_comm_share", "kv_cache_GiB_per_die", "library_GiB_per_die", "reserved_GiB_per_die",
             "fragmentation_GiB_per_die", "remap_fraction", "prefill_remap_fraction", "jit_hit_rate",
             "prefill_jit_hit_rate", "register_ms_per_decode_iter", "register_ms_per_prefill_iter",
+            "prefix_hit_rate_blocks", "prefix_hit_rate_tokens", "prefix_pool_hit_rate_blocks",
             "saturation_throughput_tok_per_s", "slo_capacity_req_per_s"]
     keys = [k for k in keys if k in next(iter(metrics.values()))]
     table = metric_table(metrics, ctx.baseline, keys)
