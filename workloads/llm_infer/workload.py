@@ -42,7 +42,7 @@ def estimate(cfg: LlmInferConfig) -> RunSize:
     at its batch cap)."""
     resolve_layout(cfg)
     r = cfg.requests
-    if cfg.mode == "fixed":
+    if cfg.mode in ("fixed", "search"):  # search: bounded by its own grid (conf/experiment/deployment_search.yaml)
         return RunSize()  # one decode and one prefill iteration at fixed shapes: no requests
     n = 0.0 if r.arrival == "csv" else r.rate * r.duration_s * 1.5 + 50  # a user's table is bounded by its file
     if cfg.capacity.saturation:
@@ -254,6 +254,9 @@ def run(ctx: RunContext) -> WorkloadResult:
                            decode_dies=tuple(range(first_decode, first_decode + lay.decode_dp)))
     if cfg.mode == ServingMode.fixed:
         return run_fixed(ctx, cfg, costs, iters, kv_tok)  # no requests: workload.requests is not read
+    if cfg.mode == ServingMode.search:
+        from workloads.llm_infer.deployment import run_search  # imports this module
+        return run_search(ctx, cfg, mc)
     reqs = generate(cfg.requests, ctx.seed)
     serving = Serving(ctx, cfg, costs, iters, kv_tok)
     req_frames, iter_frames, slo_frames, metrics, timelines, notes = [], [], [], {}, {}, []
