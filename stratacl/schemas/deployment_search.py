@@ -39,6 +39,7 @@ class SearchConfig:
     rate_fractions: list[float] = field(default_factory=lambda: [0.4, 0.6, 0.75, 0.9, 1.0])
     grid_extend: float = knob(1.25, gt=1)
     max_extend: int = knob(6, ge=0)  # beyond this the goodput is reported as capped
+    serve_check: bool = True  # false: the analytic search alone (capacities, no goodput; benchmarks/bench_search.py)
     check_default: bool = True  # also check the configured (fixed) layout: today's comparison
 
     def slo(self, trace: str | None) -> tuple[str, float, float]:

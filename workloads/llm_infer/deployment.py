@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from stratacl.compare import metric_table
+from stratacl.errors import ConfigError
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.llm_infer.requests import pool
@@ -77,6 +78,14 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
         for k in scales:
             if by_scale[k].best is not None:
                 finalists.setdefault(by_scale[k].best.label(), by_scale[k].best)
+        if not sc.serve_check:
+            metrics[library] = _analytic_only(by_scale, scales, budget, t_search, oracle_sims(oracle) - sims0)
+            scale_rows += [{"library": library, "slo_scale": k, "analytic_best": by_scale[k].best.label() if by_scale[k].best
+                            else "", "analytic_capacity_req_per_s": by_scale[k].best.capacity if by_scale[k].best else 0.0}
+                           for k in scales]
+            notes.append(f"{library}: {int(metrics[library]['candidates'])} candidate layouts priced in {t_search:.1f} s; "
+                         f"analytic best {res.best.label() if res.best else '—'}")
+            continue
         p, d, n_p, n_d = configured(cfg)
         fixed = Layout(p, d, n_p, n_d, 0.0, "")
         if sc.check_default:
@@ -129,6 +138,16 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
                           notes=notes, extra_rows=extra)
 
 
+def _analytic_only(by_scale: dict, scales: list[float], budget: int, t: float, sims: int) -> dict[str, float]:
+    res = by_scale[1.0]
+    m = {"die_budget": float(budget), "candidates": float(sum(by_scale[k].candidates for k in scales)),
+         "search_s": t, "iteration_traces_simulated": float(sims),
+         "analytic_capacity_req_per_s": res.best.capacity if res.best else 0.0}
+    if res.best:
+        m.update(_layout_metrics(res.best))
+    return m
+
+
 def oracle_sims(oracle: IterationOracle) -> int:
     return sum(s.iters.simulated for s in oracle._serving.values())
 
@@ -151,8 +170,14 @@ def _check_grid(oracle: IterationOracle, library: str, lay: Layout, slo: Slo, lo
     for _ in range(sc.max_extend):
         if _att(frames[top], slo.scaled(loosest)) < slo.attainment:
             return frames, False
+        try:
+            f = oracle.check(library, lay, round(top * sc.grid_extend, 3))
+        except ConfigError as e:
+            if e.field != "workload.requests.rate":
+                raise
+            break  # the trace holds no more requests at this rate: the goodput stays capped
         top = round(top * sc.grid_extend, 3)
-        frames[top] = oracle.check(library, lay, top)
+        frames[top] = f
     return frames, _att(frames[top], slo.scaled(loosest)) >= slo.attainment
 
 
