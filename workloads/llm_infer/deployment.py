@@ -19,7 +19,8 @@ from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.llm_infer.requests import pool
+from workloads.llm_infer import scheduling as rules
+from workloads.llm_infer.requests import Requests, pool
 from workloads.llm_infer.search import (
     DecodeRole,
     Layout,
@@ -32,6 +33,7 @@ from workloads.llm_infer.search import (
     search,
 )
 from workloads.llm_infer.search_check import IterationOracle
+from workloads.llm_infer.workload import Serving
 from workloads.modelcost import ModelCosts
 
 
@@ -211,3 +213,56 @@ def _role_rows(library: str, res) -> list[dict]:  # noqa: ANN001
               "per_die": c.rate / r.dp, "limit": c.limit, "step_s": c.step_s, "batch": c.batch,
               "ttft_floor_share": np.nan} for r, c in res.decode.items()]
     return rows
+
+
+class RunOracle:
+    """The Oracle of one run's own layout (its iteration model and dies): what the default run's
+    load-vs-capacity line prices, with no trace beyond its bisection's decode shapes."""
+
+    def __init__(self, serving: Serving) -> None:
+        self.s = serving
+
+    def prefill_s(self, library: str, role: PrefillRole, tokens: int) -> float:
+        return self.s.iters.prefill(library, tokens).time_s
+
+    def decode_s(self, library: str, role: DecodeRole, batch: int, context: float) -> float:
+        return self.s.iters.decode(library, batch, context).time_s
+
+    def kv_per_die(self, library: str, role: DecodeRole) -> float:
+        return self.s.dies(library, "decode", False)[0].plan.kv
+
+    def batch_limit(self, role: DecodeRole) -> int:
+        s = self.s.cfg.scheduler
+        return rules.dispatch_token_cap(s) // rules.verify_factor(s, rules.DECODE)
+
+    def emitted(self, role: DecodeRole) -> float:
+        return rules.emitted_tokens_per_step(self.s.cfg.scheduler)
+
+
+def load_metrics(serving: Serving, library: str, m: dict[str, float], sample: Requests) -> dict[str, float]:
+    """Load as a fraction of capacity: the run's layout's analytic role capacities (search.py, the
+    TPOT SLO of workload.capacity; TTFT not binding) against its served rate."""
+    cfg = serving.cfg
+    p, d, n_p, n_d = configured(cfg)
+    lengths = Lengths(sample.input_tokens, sample.output_tokens, serving.kv_tok)
+    slo = Slo(float("inf"), cfg.capacity.tpot_p99_slo_s, 1.0)
+    o = RunOracle(serving)
+    cp, cd = prefill_capacity(o, library, p, lengths, slo), decode_capacity(o, library, d, lengths, slo)
+    pc, dc = n_p * cp.rate, n_d * cd.rate
+    rate = m["requests_per_s"]
+    return {"prefill_capacity_req_per_s": pc, "decode_capacity_req_per_s": dc,
+            "load_fraction": rate / max(min(pc, dc), 1e-12), "prefill_load_fraction": rate / max(pc, 1e-12),
+            "decode_load_fraction": rate / max(dc, 1e-12), "decode_slo_batch_per_die": float(cd.batch)}
+
+
+def regime(library: str, m: dict[str, float]) -> str:
+    """One line: where the run sits against its layout's capacity, and which side binds."""
+    side = "prefill" if m["prefill_capacity_req_per_s"] <= m["decode_capacity_req_per_s"] else "decode"
+    load = m["load_fraction"]
+    word = "light load" if load < 0.5 else ("moderate load" if load < 0.85 else "near or past saturation")
+    return (f"{library} regime: {word} — {m['requests_per_s']:.3g} req/s served is {load:.0%} of the layout's "
+            f"analytic capacity ({min(m['prefill_capacity_req_per_s'], m['decode_capacity_req_per_s']):.3g} req/s, "
+            f"{side}-bound; prefill {m['prefill_capacity_req_per_s']:.3g}, decode {m['decode_capacity_req_per_s']:.3g} "
+            f"req/s at the TPOT SLO); prefill dies {m['prefill_die_busy_fraction']:.0%} busy (instances "
+            f"{m['prefill_busy_fraction']:.0%} in an iteration), decode {m['mean_decode_batch_per_die']:.1f} "
+            f"sequences per die of the {m['decode_slo_batch_per_die']:.0f} the TPOT SLO allows")

@@ -26,7 +26,7 @@ from workloads.llm_infer.memory import (
     serving_tensors,
 )
 from workloads.llm_infer.requests import Requests, describe, generate, pool
-from workloads.llm_infer.scheduling import decode_batch_cap
+from workloads.llm_infer.scheduling import decode_batch_cap, emitted_tokens_per_step
 from workloads.llm_infer.serving import ServingSim
 from workloads.modelcost import ModelCosts
 
@@ -193,14 +193,31 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
         "kv_utilisation_mean": float(np.average(dec["kv_utilisation"], weights=w)) if w.sum() > 0 else 0.0,
         "decode_step_s_mean": float(np.average(dec["time_s"], weights=w)) if w.sum() > 0 else 0.0,
         "decode_exposed_comm_share": float(dec["exposed_comm_s"].sum() / max(dec["time_s"].sum(), 1e-12)),
-        # share of the window a prefill instance spends in an iteration (all its dies step together)
+        # share of the window a prefill instance spends in an iteration (all its dies step together):
+        # 1.0 as soon as one prompt is always in flight, whatever the load (not a utilisation)
         "prefill_busy_fraction": float(busy) / (span * sim.layout.prefill_instances),
+        # share of the window a prefill die computes its own tokens (an iteration lasts as long as its
+        # fullest die: the others idle for the rest, pro rata to their tokens)
+        "prefill_die_busy_fraction": _die_busy(win[win["phase"] == "prefill"], span, sim.layout.prefill_instances,
+                                               sim.layout.prefill_dp, 1.0),
+        "decode_die_busy_fraction": _die_busy(win[win["phase"] == "decode"], span, sim.layout.decode_instances,
+                                              sim.layout.decode_dp, emitted_tokens_per_step(sim.sched)),
     }
     for name, col in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s")):
         vals = m[col].dropna().to_numpy()
         for q in (50, 90, 99):
             out[f"{name}_p{q}_s"] = percentile(vals, q)
     return out
+
+
+def _die_busy(it: pd.DataFrame, span: float, instances: int, dp: int, per_row: float) -> float:
+    """Σ iteration time × (rows of all dies ÷ (dies × rows of the fullest)) over the window, per
+    die: a die is busy for its share of the iteration's work (`per_row`: tokens a row records —
+    a decode sequence records the tokens it emits)."""
+    if not len(it):
+        return 0.0
+    full = (it["batch_per_die"] * dp * per_row).clip(lower=1e-12)
+    return float((it["time_s"] * (it["tokens"] / full).clip(upper=1.0)).sum()) / (span * instances)
 
 
 def saturation(serving: Serving, library: str) -> tuple[dict[str, float], list[str]]:
@@ -269,6 +286,9 @@ def run(ctx: RunContext) -> WorkloadResult:
                               f"p50 {m['ttft_p50_s']:.3g} s)", "a window several times longer than the time to first token")
         m.update(memory_metrics(dies))
         m.update(registration_metrics(sim, cfg.warmup_s))
+        from workloads.llm_infer.deployment import load_metrics, regime  # imports this module
+        m.update(load_metrics(serving, library, m, pool(cfg.requests, ctx.seed, 10_000)))
+        notes.append(regime(library, m))
         if cfg.capacity.saturation:
             sat, sat_notes = saturation(serving, library)
             m.update(sat)
@@ -287,7 +307,8 @@ def run(ctx: RunContext) -> WorkloadResult:
             "decode_exposed_comm_share", "kv_cache_GiB_per_die", "library_GiB_per_die", "reserved_GiB_per_die",
             "fragmentation_GiB_per_die", "remap_fraction", "prefill_remap_fraction", "jit_hit_rate",
             "prefill_jit_hit_rate", "register_ms_per_decode_iter", "register_ms_per_prefill_iter",
-            "saturation_throughput_tok_per_s", "slo_capacity_req_per_s"]
+            "saturation_throughput_tok_per_s", "slo_capacity_req_per_s", "load_fraction", "prefill_die_busy_fraction",
+            "decode_die_busy_fraction"]
     keys = [k for k in keys if k in next(iter(metrics.values()))]
     table = metric_table(metrics, ctx.baseline, keys)
     notes.insert(0, f"{describe(reqs, cfg.requests, cfg.requests.duration_s)} "
