@@ -147,7 +147,7 @@ class CapacityConfig:
     ttft_p99_slo_s: float = knob(30.0, gt=0)
     tpot_p99_slo_s: float = knob(0.05, gt=0)
     rate_step: float = knob(0.5, gt=0)  # resolution of the SLO-capacity search (req/s)
-    rate_max: float = knob(64.0, gt=0)  # the search gives up above this rate
+    rate_max: float = knob(64.0, gt=0)  # first ceiling of the search; doubled (3 times at most) while it is met
 
 
 class ServingMode(StrEnum):

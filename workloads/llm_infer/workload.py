@@ -254,7 +254,8 @@ def slo_search(serving: Serving, library: str) -> tuple[dict[str, float], pd.Dat
     res = slo_capacity(cfg.capacity, cfg.requests.rate, evaluate)
     rows = pd.DataFrame([{"library": library, "rate_req_per_s": r, "ttft_p99_s": v[0], "tpot_p99_s": v[1],
                           "meets_slo": res.meets(cfg.capacity, r)} for r, v in sorted(res.evaluated.items())])
-    return {"slo_capacity_req_per_s": res.rate, "slo_capacity_capped": float(res.capped)}, rows
+    return {"slo_capacity_req_per_s": res.rate, "slo_capacity_capped": float(res.capped),
+            "slo_capacity_ceiling_req_per_s": res.ceiling or cfg.capacity.rate_max}, rows
 
 
 def run(ctx: RunContext) -> WorkloadResult:
