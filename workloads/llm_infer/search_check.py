@@ -46,6 +46,7 @@ class IterationOracle:
         self.kv_tok = float(mc.kv_bytes_per_token())
         self._serving: dict[tuple, Serving] = {}
         self._kv: dict[tuple, float] = {}
+        self._valid: dict[tuple, ConfigError | None] = {}
 
     def serving(self, p: PrefillRole, d: DecodeRole, n_p: int = 1, n_d: int = 1) -> Serving:
         key = (p, d, n_p, n_d)
@@ -88,6 +89,19 @@ class IterationOracle:
     def validate(self, library: str, role: PrefillRole | DecodeRole, largest_kv: float) -> None:
         """Divisibility and memory of a role shape, as the serving workload checks them; the error
         names the search field (the workload's own field in the problem)."""
+        key = (library, role, largest_kv)
+        if key in self._valid:  # the same verdict at every SLO scale
+            if self._valid[key] is not None:
+                raise self._valid[key]
+            return
+        try:
+            self._validate(library, role, largest_kv)
+            self._valid[key] = None
+        except ConfigError as e:
+            self._valid[key] = e
+            raise
+
+    def _validate(self, library: str, role: PrefillRole | DecodeRole, largest_kv: float) -> None:
         kind = "prefill" if isinstance(role, PrefillRole) else "decode"
         try:
             srv = self._prefill_model(role) if kind == "prefill" else self._decode_model(role)
