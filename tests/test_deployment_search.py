@@ -147,3 +147,39 @@ def test_simulator_oracle_rejects_ep_not_dividing_experts_and_kv_too_small() -> 
     with pytest.raises(ConfigError) as e:
         oracle.validate("hccl", role, 2 * kv)
     assert e.value.field == "search.decode_dp" and "KV cache" in e.value.problem
+
+
+def test_die_busy_fraction_counts_each_die_share_of_the_iteration() -> None:
+    """Two prefill iterations of 1 s on a 4-die instance in a 4 s window: one full (4 dies × 100
+    tokens), one with 100 tokens on one die only: the instance is in an iteration half the window,
+    a die computes (1 + 1/4) / 4 of it."""
+    import pandas as pd
+
+    from workloads.llm_infer.workload import _die_busy
+    it = pd.DataFrame({"time_s": [1.0, 1.0], "tokens": [400.0, 100.0], "batch_per_die": [100.0, 100.0]})
+    assert _die_busy(it, 4.0, 1, 4, 1.0) == pytest.approx(1.25 / 4)
+    # a decode row records emitted tokens (1.85 per sequence with MTP): the same fill
+    it_d = it.assign(tokens=it["tokens"] * 1.85)
+    assert _die_busy(it_d, 4.0, 1, 4, 1.85) == pytest.approx(1.25 / 4)
+
+
+def test_load_fraction_grows_with_the_rate_and_busy_is_not_load() -> None:
+    """On the tiny deployment: load as a fraction of the layout's capacity grows with the served
+    rate, and a die's busy share never exceeds its instance's."""
+    from test_llm_infer import Env
+
+    from workloads.llm_infer.deployment import load_metrics
+    from workloads.llm_infer.requests import generate, pool
+    from workloads.llm_infer.workload import summarise
+    env = Env()
+    sample = pool(env.w.requests, 0, 1000)
+    loads = []
+    for rate in (1.0, 4.0):
+        sim, _ = env.serve("hccl", generate(env.w.requests, seed=3, rate=rate))
+        m = summarise(sim, env.w.warmup_s, env.w.requests.duration_s)
+        m.update(load_metrics(env.serving, "hccl", m, sample))
+        assert m["prefill_die_busy_fraction"] <= m["prefill_busy_fraction"] + 1e-12
+        assert m["load_fraction"] == pytest.approx(m["requests_per_s"] / min(m["prefill_capacity_req_per_s"],
+                                                                          m["decode_capacity_req_per_s"]))
+        loads.append(m["load_fraction"])
+    assert 0 < loads[0] < loads[1]
