@@ -118,3 +118,30 @@ fig.tight_layout()
 Path(args.out).parent.mkdir(parents=True, exist_ok=True)
 fig.savefig(args.out, dpi=110)
 print("figure:", args.out)
+
+# %% [markdown]
+# ## SLO-scale curves: goodput per die at each library's best layout as both SLOs scale
+
+# %%
+fig2, axs = plt.subplots(1, max(1, len(runs)), figsize=(5 * max(1, len(runs)), 3.6), squeeze=False)
+for ax, (trace, base, d) in zip(axs[0], runs, strict=False):
+    sc = pd.read_parquet(d / "slo_scale.parquet")
+    if "goodput_req_per_s_per_die" not in sc:
+        ax.set_axis_off()
+        continue
+    for lib, g in sc.groupby("library"):
+        g = g.sort_values("slo_scale")
+        ax.plot(g["slo_scale"], g["goodput_req_per_s_per_die"], marker="o", label=lib)
+        capped = g[g["capped"]]
+        ax.scatter(capped["slo_scale"], capped["goodput_req_per_s_per_die"], marker="^", s=80, facecolors="none",
+                   edgecolors="k", label="capped (grid top met)" if lib == base else None)
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("SLO scale (TTFT and TPOT × k)")
+    ax.set_ylabel("goodput (req/s per die)")
+    ax.set_title(trace)
+    ax.legend(fontsize=8)
+fig2.tight_layout()
+out2 = Path(args.out).with_name("slo_scale.png")
+fig2.savefig(out2, dpi=110)
+print("figure:", out2)
