@@ -183,3 +183,12 @@ def test_load_fraction_grows_with_the_rate_and_busy_is_not_load() -> None:
                                                                           m["decode_capacity_req_per_s"]))
         loads.append(m["load_fraction"])
     assert 0 < loads[0] < loads[1]
+
+
+def test_a_layout_carries_the_tpot_feasible_batch_as_its_cap() -> None:
+    """With no batch cap of its own, the layout's cap is the batch the TPOT SLO allows (40 here),
+    so the serving check runs the scheduler the decomposition priced; an explicit cap stays."""
+    res = search(ClosedForm(), "x", P_ROLES, [*D_ROLES, DecodeRole(2, True, "none", False, 16)], LENGTHS,
+                 Slo(10.0, 0.050), budget=24)
+    caps = {x.decode.max_batch: x.decode_batch for x in res.layouts}
+    assert caps == {0: 40, 16: 16}

@@ -92,7 +92,7 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
         fixed = Layout(p, d, n_p, n_d, 0.0, "")
         if sc.check_default:
             cp, cd = prefill_capacity(oracle, library, p, lengths, slo), decode_capacity(oracle, library, d, lengths, slo)
-            fixed.capacity = min(n_p * cp.rate, n_d * cd.rate)
+            fixed.capacity = min(n_p * cp.rate, n_d * cd.rate)  # its own batch cap: as configured
             fixed.bound = "prefill" if n_p * cp.rate <= n_d * cd.rate else "decode"
         t1 = time.perf_counter()
         grids = {}
@@ -198,7 +198,7 @@ def _layout_metrics(lay: Layout) -> dict[str, float | str]:
     return {"prefill_instances": float(lay.n_prefill), "prefill_dp": float(p.dp),
             "decode_instances": float(lay.n_decode), "decode_dp": float(d.dp), "tbo": float(d.tbo),
             "mtp": float(d.mtp), "cloudmatrix_streams": float(d.tbo and d.stream_layout != "none"),
-            "decode_max_batch": float(d.max_batch), "prefill_token_budget": float(p.budget), "dies_used": float(lay.dies)}
+            "decode_max_batch": float(lay.decode_batch or d.max_batch), "prefill_token_budget": float(p.budget), "dies_used": float(lay.dies)}
 
 
 def _layout_row(library: str, lay: Layout, rank: int) -> dict:

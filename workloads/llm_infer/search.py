@@ -143,6 +143,9 @@ class Layout:
     n_decode: int
     capacity: float  # analytic: min of the roles' capacities (req/s), an upper bound on goodput
     bound: str  # which role binds
+    # the batch cap the operator sets (decode.max_batch, or with 0 the TPOT-feasible batch: a
+    # scheduler left to fill the KV cache would run past the TPOT SLO)
+    decode_batch: int = 0
 
     @property
     def dies(self) -> int:
@@ -244,6 +247,7 @@ def search(oracle: Oracle, library: str, prefill_roles: Iterable[PrefillRole], d
             lay, n = best_split(p, d, cp.rate, cd.rate, budget)
             res.candidates += n
             if lay is not None and lay.capacity > 0:
+                lay.decode_batch = d.max_batch or cd.batch
                 res.layouts.append(lay)
     res.layouts.sort(key=lambda x: (-x.capacity, x.dies, x.label()))
     return res

@@ -21,7 +21,8 @@ from workloads.modelcost import ModelCosts
 GiB = 2**30
 
 
-def layout_config(base: LlmInferConfig, p: PrefillRole, d: DecodeRole, n_p: int = 1, n_d: int = 1) -> LlmInferConfig:
+def layout_config(base: LlmInferConfig, p: PrefillRole, d: DecodeRole, n_p: int = 1, n_d: int = 1,
+                  batch_cap: int = 0) -> LlmInferConfig:
     """The serving config of a layout: `base` (model, trace, placement, allocator) with the roles'
     instance shapes and scheduler knobs. TBO is one switch in the scheduler: a layout whose roles
     disagree takes the decode role's (the search keeps them equal; see `roles`)."""
@@ -31,7 +32,7 @@ def layout_config(base: LlmInferConfig, p: PrefillRole, d: DecodeRole, n_p: int 
     lay.decode_instances, lay.decode_dp, lay.decode_ep = n_d, d.dp, d.dp
     lay.total_dies = 0
     s.prefill_token_budget = p.budget
-    s.tbo, s.mtp, s.decode_max_batch = d.tbo, d.mtp, d.max_batch
+    s.tbo, s.mtp, s.decode_max_batch = d.tbo, d.mtp, d.max_batch or batch_cap
     s.decode_stream_layout = StreamLayout(d.stream_layout)
     cfg.capacity.saturation = cfg.capacity.slo_search = False
     return cfg
@@ -48,11 +49,11 @@ class IterationOracle:
         self._kv: dict[tuple, float] = {}
         self._valid: dict[tuple, ConfigError | None] = {}
 
-    def serving(self, p: PrefillRole, d: DecodeRole, n_p: int = 1, n_d: int = 1) -> Serving:
-        key = (p, d, n_p, n_d)
+    def serving(self, p: PrefillRole, d: DecodeRole, n_p: int = 1, n_d: int = 1, batch_cap: int = 0) -> Serving:
+        key = (p, d, n_p, n_d, batch_cap)
         hit = self._serving.get(key)
         if hit is None:
-            cfg = layout_config(self.base, p, d, n_p, n_d)
+            cfg = layout_config(self.base, p, d, n_p, n_d, batch_cap)
             costs = serving_costs(self.mc, cfg, self.ctx.seed)
             first = n_p * p.dp
             iters = IterationModel(self.ctx, costs, cfg, kv_bytes_per_token=self.kv_tok,
@@ -116,7 +117,7 @@ class IterationOracle:
     def check(self, library: str, lay: Layout, rate: float) -> dict[str, np.ndarray | float]:
         """Serve the trace at `rate` on the layout: TTFT and TPOT of the requests arriving in the
         measured window [warmup_s, duration_s), and their P99s."""
-        srv = self.serving(lay.prefill, lay.decode, lay.n_prefill, lay.n_decode)
+        srv = self.serving(lay.prefill, lay.decode, lay.n_prefill, lay.n_decode, lay.decode_batch)
         cfg = srv.cfg
         sim, _ = srv.serve(library, generate(cfg.requests, self.ctx.seed, rate=rate), f"check {rate:.3g} req/s")
         df = sim.request_frame()
