@@ -19,24 +19,24 @@ TRACE_CLASS = {"azure_conv": "chatbot", "azure_code": "code", "mooncake_conv": "
 @dataclass
 class SearchConfig:
     die_budget: int = knob(192, ge=2)  # dies the deployment may use (≤ the fabric's)
-    prefill_dp: list[int] = field(default_factory=lambda: [16, 32, 64])  # dies per prefill instance (DP = EP)
-    decode_dp: list[int] = field(default_factory=lambda: [8, 16, 32])
+    prefill_dp: list[int] = knob(factory=lambda: [16, 32, 64], ge=1)  # dies per prefill instance (DP = EP)
+    decode_dp: list[int] = knob(factory=lambda: [8, 16, 32], ge=1)
     tbo: list[bool] = field(default_factory=lambda: [True, False])
     stream_layout: list[str] = field(default_factory=lambda: ["cloudmatrix_tbo", "none"])  # with TBO only
     mtp: list[bool] = field(default_factory=lambda: [True, False])
-    decode_max_batch: list[int] = field(default_factory=lambda: [0, 32])  # 0 = KV / dispatch cap only
-    prefill_token_budget: list[int] = field(default_factory=lambda: [4096, 8192, 16384])
+    decode_max_batch: list[int] = knob(factory=lambda: [0, 32], ge=0)  # 0 = KV / dispatch cap only
+    prefill_token_budget: list[int] = knob(factory=lambda: [4096, 8192, 16384], ge=1)
     # SLO: a class from SLO_CLASSES, `auto` (the trace's class; chatbot for generated arrivals) or
     # `custom` (ttft_s / tpot_s below)
     slo_class: str = "auto"
     ttft_s: float = knob(15.0, gt=0)  # slo_class=custom only
     tpot_s: float = knob(0.05, gt=0)
     attainment: float = knob(0.9, gt=0, le=1)  # DistServe's SLO attainment target (arXiv 2401.09670 §2)
-    slo_scales: list[float] = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])  # the SLO-scale view
+    slo_scales: list[float] = knob(factory=lambda: [0.5, 1.0, 2.0, 4.0], gt=0)  # the SLO-scale view
     finalists: int = knob(2, ge=1)  # best layouts by analytic capacity checked by serving, per library
     # rates served in a check, as fractions of the layout's analytic capacity; a check whose top rate
     # still meets the SLO (at the loosest scale) adds rates × grid_extend until one misses
-    rate_fractions: list[float] = field(default_factory=lambda: [0.4, 0.6, 0.75, 0.9, 1.0])
+    rate_fractions: list[float] = knob(factory=lambda: [0.4, 0.6, 0.75, 0.9, 1.0], gt=0)
     grid_extend: float = knob(1.25, gt=1)
     max_extend: int = knob(6, ge=0)  # beyond this the goodput is reported as capped
     serve_check: bool = True  # false: the analytic search alone (capacities, no goodput; benchmarks/bench_search.py)
