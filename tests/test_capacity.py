@@ -79,7 +79,10 @@ def test_slo_bisection_on_a_known_monotone_response() -> None:
     assert slo_capacity(tight, 10.0, evaluate).rate == 0.0  # nothing meets it
     loose = CapacityConfig(ttft_p99_slo_s=1e9, rate_step=0.5, rate_max=8.0)
     r = slo_capacity(loose, 3.0, evaluate)
-    assert r.rate == 8.0 and r.capped
+    assert r.rate == 64.0 and r.capped and r.ceiling == 64.0  # rate_max 8 raised ×2 three times, still met
+    above = CapacityConfig(ttft_p99_slo_s=1.5, rate_step=0.5, rate_max=8.0)  # crosses at 10.95 req/s
+    r = slo_capacity(above, 3.0, evaluate)
+    assert r.rate == 10.5 and not r.capped and r.ceiling == 16.0  # the ceiling raised once, then found
 
 
 def test_slo_search_on_the_simulated_system_is_monotone_and_tight(env: Env) -> None:

@@ -9,6 +9,7 @@ from hydra.core.config_store import ConfigStore
 
 from stratacl.errors import ConfigError
 from stratacl.schemas.base import WorkloadConfig, knob
+from stratacl.schemas.deployment_search import SearchConfig
 from stratacl.schemas.model import (  # ModelRef re-exported: the shared model reference
     ModelRef,
     QuantPreset,
@@ -146,7 +147,7 @@ class CapacityConfig:
     ttft_p99_slo_s: float = knob(30.0, gt=0)
     tpot_p99_slo_s: float = knob(0.05, gt=0)
     rate_step: float = knob(0.5, gt=0)  # resolution of the SLO-capacity search (req/s)
-    rate_max: float = knob(64.0, gt=0)  # the search gives up above this rate
+    rate_max: float = knob(64.0, gt=0)  # first ceiling of the search; doubled (3 times at most) while it is met
 
 
 @dataclass
@@ -169,6 +170,7 @@ class ServingMode(StrEnum):
 
     serve = "serve"  # request-level serving: arrivals, scheduler, latency percentiles
     fixed = "fixed"  # one decode and one prefill iteration at fixed shapes (workloads/llm_infer/fixed.py)
+    search = "search"  # goodput-optimal layouts per library under the SLO (workloads/llm_infer/search.py)
 
 
 @dataclass
@@ -199,6 +201,7 @@ class LlmInferConfig(WorkloadConfig):
     allocator: AllocatorSettings = field(default_factory=AllocatorSettings)
     capacity: CapacityConfig = field(default_factory=CapacityConfig)
     prefix_cache: PrefixCacheConfig = field(default_factory=PrefixCacheConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)  # mode=search only
     skew: RouterSkew = RouterSkew.zipf  # expert popularity
     zipf_s: float = knob(0.6, ge=0)  # mild routing skew of a trained router (ASSUMPTION, knob)
     # dispatch: INT8 + scales = hidden·(1 + 512/7168) (REFERENCE §5)
@@ -215,7 +218,9 @@ class LlmInferConfig(WorkloadConfig):
                               f"{c.saturation_warmup_s:g} s is not shorter than saturation_duration_s "
                               f"({c.saturation_duration_s:g} s): the closed-loop window would be empty",
                               "a saturation_warmup_s below saturation_duration_s")
-        if self.mode != ServingMode.serve:
+        if self.mode == ServingMode.search:
+            self.search.check(f"{prefix}.search")
+        if self.mode == ServingMode.fixed:
             return  # fixed shapes: no arrivals, no window
         r = self.requests
         if self.warmup_s >= r.duration_s:

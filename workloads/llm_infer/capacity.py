@@ -36,6 +36,9 @@ def population(cfg: LlmInferConfig, reqs: Requests, kv_per_die: float, kv_tok: f
     return decode + prefill
 
 
+RAISES = 3  # a capacity at rate_max raises the ceiling ×2 up to this many times before it is reported capped
+
+
 @dataclass
 class SloSearch:
     """Result of the SLO-capacity search: the capacity and every rate evaluated."""
@@ -43,7 +46,8 @@ class SloSearch:
     rate: float  # highest grid rate meeting the SLO (0: none does)
     step: float
     evaluated: dict[float, tuple[float, float]] = field(default_factory=dict)  # rate -> (ttft p99, tpot p99)
-    capped: bool = False  # the search reached rate_max without missing the SLO
+    capped: bool = False  # the search reached its raised ceiling without missing the SLO
+    ceiling: float = 0.0  # the ceiling the search ended with (rate_max, doubled while it was met)
 
     def meets(self, cap: CapacityConfig, rate: float) -> bool:
         ttft, tpot = self.evaluated[rate]
@@ -69,16 +73,21 @@ def slo_capacity(cap: CapacityConfig, start_rate: float,
         return meets(cap, *res.evaluated[r])
 
     k = min(top, max(1, round(start_rate / step)))
-    if ok(k):  # double until a rate misses the SLO
+    if ok(k):  # double until a rate misses the SLO; at the ceiling, raise it (RAISES times at most)
         lo = k
         hi = None
-        while lo < top:
-            nxt = min(top, lo * 2)
-            if ok(nxt):
-                lo = nxt
-            else:
-                hi = nxt
+        for attempt in range(RAISES + 1):
+            while lo < top:
+                nxt = min(top, lo * 2)
+                if ok(nxt):
+                    lo = nxt
+                else:
+                    hi = nxt
+                    break
+            if hi is not None or attempt == RAISES:
                 break
+            top *= 2
+        res.ceiling = round(top * step, 9)
         if hi is None:
             res.rate, res.capped = round(lo * step, 9), True
             return res

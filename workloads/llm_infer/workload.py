@@ -28,7 +28,7 @@ from workloads.llm_infer.memory import (
 from workloads.llm_infer.prefix import PrefixCache, prefix_metrics, tier_blocks
 from workloads.llm_infer.prefix_trace import BLOCK_TOKENS, BUNDLES
 from workloads.llm_infer.requests import Requests, describe, generate, pool
-from workloads.llm_infer.scheduling import decode_batch_cap
+from workloads.llm_infer.scheduling import decode_batch_cap, emitted_tokens_per_step
 from workloads.llm_infer.serving import ServingSim
 from workloads.modelcost import ModelCosts
 
@@ -44,7 +44,7 @@ def estimate(cfg: LlmInferConfig) -> RunSize:
     at its batch cap)."""
     resolve_layout(cfg)
     r = cfg.requests
-    if cfg.mode == "fixed":
+    if cfg.mode in ("fixed", "search"):  # search: bounded by its own grid (conf/experiment/deployment_search.yaml)
         return RunSize()  # one decode and one prefill iteration at fixed shapes: no requests
     n = 0.0 if r.arrival == "csv" else r.rate * r.duration_s * 1.5 + 50  # a user's table is bounded by its file
     if cfg.capacity.saturation:
@@ -224,14 +224,31 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
         "kv_utilisation_mean": float(np.average(dec["kv_utilisation"], weights=w)) if w.sum() > 0 else 0.0,
         "decode_step_s_mean": float(np.average(dec["time_s"], weights=w)) if w.sum() > 0 else 0.0,
         "decode_exposed_comm_share": float(dec["exposed_comm_s"].sum() / max(dec["time_s"].sum(), 1e-12)),
-        # share of the window a prefill instance spends in an iteration (all its dies step together)
+        # share of the window a prefill instance spends in an iteration (all its dies step together):
+        # 1.0 as soon as one prompt is always in flight, whatever the load (not a utilisation)
         "prefill_busy_fraction": float(busy) / (span * sim.layout.prefill_instances),
+        # share of the window a prefill die computes its own tokens (an iteration lasts as long as its
+        # fullest die: the others idle for the rest, pro rata to their tokens)
+        "prefill_die_busy_fraction": _die_busy(win[win["phase"] == "prefill"], span, sim.layout.prefill_instances,
+                                               sim.layout.prefill_dp, 1.0),
+        "decode_die_busy_fraction": _die_busy(win[win["phase"] == "decode"], span, sim.layout.decode_instances,
+                                              sim.layout.decode_dp, emitted_tokens_per_step(sim.sched)),
     }
     for name, col in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s")):
         vals = m[col].dropna().to_numpy()
         for q in (50, 90, 99):
             out[f"{name}_p{q}_s"] = percentile(vals, q)
     return out
+
+
+def _die_busy(it: pd.DataFrame, span: float, instances: int, dp: int, per_row: float) -> float:
+    """Σ iteration time × (rows of all dies ÷ (dies × rows of the fullest)) over the window, per
+    die: a die is busy for its share of the iteration's work (`per_row`: tokens a row records —
+    a decode sequence records the tokens it emits)."""
+    if not len(it):
+        return 0.0
+    full = (it["batch_per_die"] * dp * per_row).clip(lower=1e-12)
+    return float((it["time_s"] * (it["tokens"] / full).clip(upper=1.0)).sum()) / (span * instances)
 
 
 def saturation(serving: Serving, library: str) -> tuple[dict[str, float], list[str]]:
@@ -270,7 +287,8 @@ def slo_search(serving: Serving, library: str) -> tuple[dict[str, float], pd.Dat
     res = slo_capacity(cfg.capacity, cfg.requests.rate, evaluate)
     rows = pd.DataFrame([{"library": library, "rate_req_per_s": r, "ttft_p99_s": v[0], "tpot_p99_s": v[1],
                           "meets_slo": res.meets(cfg.capacity, r)} for r, v in sorted(res.evaluated.items())])
-    return {"slo_capacity_req_per_s": res.rate, "slo_capacity_capped": float(res.capped)}, rows
+    return {"slo_capacity_req_per_s": res.rate, "slo_capacity_capped": float(res.capped),
+            "slo_capacity_ceiling_req_per_s": res.ceiling or cfg.capacity.rate_max}, rows
 
 
 def run(ctx: RunContext) -> WorkloadResult:
@@ -288,6 +306,9 @@ def run(ctx: RunContext) -> WorkloadResult:
                            pool_writes=uses_pool(cfg, ctx))
     if cfg.mode == ServingMode.fixed:
         return run_fixed(ctx, cfg, costs, iters, kv_tok)  # no requests: workload.requests is not read
+    if cfg.mode == ServingMode.search:
+        from workloads.llm_infer.deployment import run_search  # imports this module
+        return run_search(ctx, cfg, mc)
     reqs = generate(cfg.requests, ctx.seed)
     serving = Serving(ctx, cfg, costs, iters, kv_tok)
     req_frames, iter_frames, slo_frames, metrics, timelines, notes = [], [], [], {}, {}, []
@@ -302,6 +323,9 @@ def run(ctx: RunContext) -> WorkloadResult:
         m.update(registration_metrics(sim, cfg.warmup_s))
         if sim.prefix is not None:
             m.update(prefix_metrics(sim.request_frame(), kv_tok))
+        from workloads.llm_infer.deployment import load_metrics, regime  # imports this module
+        m.update(load_metrics(serving, library, m, pool(cfg.requests, ctx.seed, 10_000)))
+        notes.append(regime(library, m))
         if cfg.capacity.saturation:
             sat, sat_notes = saturation(serving, library)
             m.update(sat)
@@ -321,7 +345,8 @@ def run(ctx: RunContext) -> WorkloadResult:
             "fragmentation_GiB_per_die", "remap_fraction", "prefill_remap_fraction", "jit_hit_rate",
             "prefill_jit_hit_rate", "register_ms_per_decode_iter", "register_ms_per_prefill_iter",
             "prefix_hit_rate_blocks", "prefix_hit_rate_tokens", "prefix_pool_hit_rate_blocks",
-            "saturation_throughput_tok_per_s", "slo_capacity_req_per_s"]
+            "saturation_throughput_tok_per_s", "slo_capacity_req_per_s", "load_fraction", "prefill_die_busy_fraction",
+            "decode_die_busy_fraction"]
     keys = [k for k in keys if k in next(iter(metrics.values()))]
     table = metric_table(metrics, ctx.baseline, keys)
     notes.insert(0, f"{describe(reqs, cfg.requests, cfg.requests.duration_s)} "

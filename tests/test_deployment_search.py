@@ -1,0 +1,194 @@
+"""Deployment search (workloads/llm_infer/search.py): the optimal split of a case whose per-role
+capacities are known in closed form, goodput monotone in the SLO scale, invalid layouts rejected
+with the field named (a closed-form oracle, and the serving simulator on a tiny model)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from helpers import compose_run
+from test_llm_infer import OVERRIDES, _shared_costs
+
+from stratacl.comm.library import LibraryModel
+from stratacl.errors import ConfigError
+from stratacl.fabric import Fabric
+from stratacl.workload_api import RunContext
+from workloads.llm_infer.search import (
+    DecodeRole,
+    Lengths,
+    PrefillRole,
+    Slo,
+    attainment,
+    decode_capacity,
+    goodput_on_grid,
+    search,
+)
+from workloads.llm_infer.search_check import IterationOracle
+
+PROMPT, OUTPUT = 1000, 101  # every request: 1000 prompt tokens, 100 decode tokens
+
+
+class ClosedForm:
+    """Prefill: a die computes 1000·eff(dp) tokens/s; decode: a step takes 10 ms + 1 ms per
+    sequence per die; KV never binds; one token per step."""
+
+    eff = {4: 1.0, 8: 0.9}
+
+    def prefill_s(self, library: str, role: PrefillRole, tokens: int) -> float:
+        return tokens / (1000.0 * self.eff[role.dp])
+
+    def decode_s(self, library: str, role: DecodeRole, batch: int, context: float) -> float:
+        return 0.010 + 0.001 * batch
+
+    def kv_per_die(self, library: str, role: DecodeRole) -> float:
+        return 1e15
+
+    def batch_limit(self, role: DecodeRole) -> int:
+        return 512
+
+    def emitted(self, role: DecodeRole) -> float:
+        return 1.0
+
+
+LENGTHS = Lengths(np.full(100, PROMPT), np.full(100, OUTPUT), kv_tok=1.0)
+P_ROLES = [PrefillRole(4, True, 1000), PrefillRole(8, True, 1000)]
+D_ROLES = [DecodeRole(2, True, "none", False, 0)]
+
+
+def test_search_finds_the_closed_form_optimal_split() -> None:
+    """Prefill P4: 4 req/s per instance (1/die), P8: 7.2 (0.9/die); decode D2 at TPOT 50 ms: the
+    largest batch with 10 + b ms ≤ 50 ms is 40, so 2·40/0.05 = 1600 tokens/s = 16 req/s. On 24 dies
+    the best is 5 × P4 + 2 × D2 = min(20, 32) = 20 req/s; enumerated independently below."""
+    slo = Slo(ttft_s=10.0, tpot_s=0.050)
+    res = search(ClosedForm(), "x", P_ROLES, D_ROLES, LENGTHS, slo, budget=24)
+    cap = res.decode[D_ROLES[0]]
+    assert (cap.batch, cap.limit) == (40, "tpot") and cap.rate == pytest.approx(16.0)
+    assert res.prefill[P_ROLES[0]].rate == pytest.approx(4.0) and res.prefill[P_ROLES[1]].rate == pytest.approx(7.2)
+    best = res.best
+    assert (best.prefill.dp, best.n_prefill, best.decode.dp, best.n_decode) == (4, 5, 2, 2)
+    assert best.capacity == pytest.approx(20.0) and best.bound == "prefill"
+    # brute force over every (prefill role, n_p, n_d) that fits, not only the decode-fills-the-rest splits
+    rates = {4: 4.0, 8: 7.2}
+    brute = max(min(n_p * rates[p], n_d * 16.0) for p in rates for n_p, n_d in itertools.product(range(1, 7), range(1, 13))
+                if n_p * p + n_d * 2 <= 24)
+    assert best.capacity == pytest.approx(brute)
+
+
+def test_ttft_floor_makes_a_prefill_role_infeasible() -> None:
+    """A 1000-token prompt at budget 1000 on P8 (0.9 efficiency) takes 1.11 s with no queue: under
+    a 1.05 s TTFT SLO no prompt meets it, so P8 serves nothing and P4 (1.0 s) is chosen."""
+    res = search(ClosedForm(), "x", P_ROLES, D_ROLES, LENGTHS, Slo(1.05, 0.050), budget=24)
+    assert res.prefill[P_ROLES[1]].rate == 0.0 and res.prefill[P_ROLES[1]].limit == "ttft"
+    assert all(x.prefill.dp == 4 for x in res.layouts)
+
+
+def test_goodput_monotone_in_slo_scale() -> None:
+    """Loosening both SLOs can only keep or raise goodput: the analytic search, and the serve
+    check's goodput on a grid (random per-rate latencies, each judged at every scale)."""
+    scales = np.linspace(0.3, 4.0, 25)
+    caps = [(search(ClosedForm(), "x", P_ROLES, D_ROLES, LENGTHS, Slo(1.2, 0.05).scaled(k), budget=24).best)
+            for k in scales]
+    vals = [c.capacity if c else 0.0 for c in caps]
+    assert all(b >= a - 1e-12 for a, b in itertools.pairwise(vals)) and vals[-1] > vals[0]
+    rng = np.random.default_rng(0)
+    frames = {r: (rng.gamma(2.0, 0.5 * r, 200), rng.gamma(2.0, 0.004 * r, 200)) for r in (1.0, 2.0, 4.0, 8.0, 16.0)}
+    g = [goodput_on_grid(frames, Slo(2.0, 0.02).scaled(k))[0] for k in scales]
+    assert all(b >= a for a, b in itertools.pairwise(g)) and g[-1] > g[0]
+
+
+def test_goodput_on_grid_stops_at_the_first_miss() -> None:
+    """DistServe's goodput: a rate meeting the target above one that misses does not count."""
+    ok, bad = (np.zeros(10), np.zeros(10)), (np.full(10, 9.0), np.zeros(10))
+    assert goodput_on_grid({1.0: ok, 2.0: bad, 3.0: ok}, Slo(1.0, 1.0)) == (1.0, False)
+    assert goodput_on_grid({1.0: ok, 2.0: ok}, Slo(1.0, 1.0)) == (2.0, True)  # capped: top rate met
+    assert attainment(np.array([0.5, 2.0]), np.array([np.nan, 0.1]), Slo(1.0, 1.0)) == 0.5
+
+
+def test_kv_cap_binds_decode() -> None:
+    class Tight(ClosedForm):
+        def kv_per_die(self, library: str, role: DecodeRole) -> float:
+            return 25 * (PROMPT + OUTPUT) + 1.0  # 25 sequences' reservations
+
+    cap = decode_capacity(Tight(), "x", D_ROLES[0], LENGTHS, Slo(10.0, 0.05))
+    assert (cap.batch, cap.limit) == (25, "kv")
+
+
+def test_invalid_role_rejected_with_field_not_scored() -> None:
+    """A role larger than the die budget, and one a validator refuses (memory), are rejected with
+    the search field named and priced into no layout."""
+    def validate(lib: str, role: object) -> None:
+        if isinstance(role, PrefillRole) and role.dp == 8:
+            raise ConfigError("search.prefill_dp", "the model does not fit a prefill die", "more EP")
+
+    res = search(ClosedForm(), "x", P_ROLES, [*D_ROLES, DecodeRole(32, True, "none", False, 0)], LENGTHS,
+                 Slo(10.0, 0.05), budget=24, validate=validate)
+    fields = {(r.role, r.field) for r in res.rejected}
+    assert fields == {("prefill", "search.prefill_dp"), ("decode", "search.decode_dp")}
+    assert all(x.prefill.dp != 8 and x.decode.dp != 32 for x in res.layouts)
+    assert PrefillRole(8, True, 1000) not in res.prefill
+
+
+def test_simulator_oracle_rejects_ep_not_dividing_experts_and_kv_too_small() -> None:
+    """The real oracle (tiny model, 16 experts): EP 3 does not divide them; a decode die whose KV
+    cache cannot hold the largest request is refused — both name search.*_dp."""
+    cfg = compose_run(OVERRIDES)
+    fab = Fabric(cfg.fabric)
+    libs = {n: LibraryModel(n, c, fab) for n, c in cfg.library.items()}
+    ctx = RunContext(cfg=cfg, fabric=fab, libraries=libs, baseline="hccl", seed=0)
+    oracle = IterationOracle(ctx, cfg.workload, _shared_costs())
+    with pytest.raises(ConfigError) as e:
+        oracle.validate("hccl", PrefillRole(3, True, 1024), 0.0)
+    assert e.value.field == "search.prefill_dp" and "does not divide" in e.value.problem
+    role = DecodeRole(4, True, "none", True, 0)
+    oracle.validate("hccl", role, 1.0)  # fits
+    kv = oracle.kv_per_die("hccl", role)
+    with pytest.raises(ConfigError) as e:
+        oracle.validate("hccl", role, 2 * kv)
+    assert e.value.field == "search.decode_dp" and "KV cache" in e.value.problem
+
+
+def test_die_busy_fraction_counts_each_die_share_of_the_iteration() -> None:
+    """Two prefill iterations of 1 s on a 4-die instance in a 4 s window: one full (4 dies × 100
+    tokens), one with 100 tokens on one die only: the instance is in an iteration half the window,
+    a die computes (1 + 1/4) / 4 of it."""
+    import pandas as pd
+
+    from workloads.llm_infer.workload import _die_busy
+    it = pd.DataFrame({"time_s": [1.0, 1.0], "tokens": [400.0, 100.0], "batch_per_die": [100.0, 100.0]})
+    assert _die_busy(it, 4.0, 1, 4, 1.0) == pytest.approx(1.25 / 4)
+    # a decode row records emitted tokens (1.85 per sequence with MTP): the same fill
+    it_d = it.assign(tokens=it["tokens"] * 1.85)
+    assert _die_busy(it_d, 4.0, 1, 4, 1.85) == pytest.approx(1.25 / 4)
+
+
+def test_load_fraction_grows_with_the_rate_and_busy_is_not_load() -> None:
+    """On the tiny deployment: load as a fraction of the layout's capacity grows with the served
+    rate, and a die's busy share never exceeds its instance's."""
+    from test_llm_infer import Env
+
+    from workloads.llm_infer.deployment import load_metrics
+    from workloads.llm_infer.requests import generate, pool
+    from workloads.llm_infer.workload import summarise
+    env = Env()
+    sample = pool(env.w.requests, 0, 1000)
+    loads = []
+    for rate in (1.0, 4.0):
+        sim, _ = env.serve("hccl", generate(env.w.requests, seed=3, rate=rate))
+        m = summarise(sim, env.w.warmup_s, env.w.requests.duration_s)
+        m.update(load_metrics(env.serving, "hccl", m, sample))
+        assert m["prefill_die_busy_fraction"] <= m["prefill_busy_fraction"] + 1e-12
+        assert m["load_fraction"] == pytest.approx(m["requests_per_s"] / min(m["prefill_capacity_req_per_s"],
+                                                                          m["decode_capacity_req_per_s"]))
+        loads.append(m["load_fraction"])
+    assert 0 < loads[0] < loads[1]
+
+
+def test_a_layout_carries_the_tpot_feasible_batch_as_its_cap() -> None:
+    """With no batch cap of its own, the layout's cap is the batch the TPOT SLO allows (40 here),
+    so the serving check runs the scheduler the decomposition priced; an explicit cap stays."""
+    res = search(ClosedForm(), "x", P_ROLES, [*D_ROLES, DecodeRole(2, True, "none", False, 16)], LENGTHS,
+                 Slo(10.0, 0.050), budget=24)
+    caps = {x.decode.max_batch: x.decode_batch for x in res.layouts}
+    assert caps == {0: 40, 16: 16}

@@ -1,0 +1,269 @@
+"""`workload.mode=search` (+experiment=deployment_search): each library at its goodput-optimal
+layout under the trace's SLO, next to the configured (fixed) layout; the SLO-scale view.
+
+Per library: the analytic search (search.py) at every SLO scale, then the serving check of the
+finalists (the top `finalists` layouts at scale 1, the best at each scale, the configured layout)
+at a grid of rates. Goodput at a scale is the best finalist's goodput on its grid (search.
+goodput_on_grid): every run is judged at every scale from the same requests, so goodput can only
+grow as the SLO loosens."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pandas as pd
+
+from stratacl.compare import metric_table
+from stratacl.errors import ConfigError
+from stratacl.schemas.llm_infer import LlmInferConfig
+from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.llm_infer import scheduling as rules
+from workloads.llm_infer.requests import Requests, pool
+from workloads.llm_infer.search import (
+    DecodeRole,
+    Layout,
+    Lengths,
+    PrefillRole,
+    Slo,
+    decode_capacity,
+    goodput_on_grid,
+    prefill_capacity,
+    search,
+)
+from workloads.llm_infer.search_check import IterationOracle
+from workloads.llm_infer.workload import Serving
+from workloads.modelcost import ModelCosts
+
+
+def roles(cfg: LlmInferConfig) -> tuple[list[PrefillRole], list[DecodeRole]]:
+    """The search space's role shapes (stream layouts other than `none` only with TBO)."""
+    s = cfg.search
+    pre = [PrefillRole(dp, tbo, b) for dp, tbo, b in itertools.product(s.prefill_dp, s.tbo, s.prefill_token_budget)]
+    dec = [DecodeRole(dp, tbo, sl, mtp, cap)
+           for dp, tbo, sl, mtp, cap in itertools.product(s.decode_dp, s.tbo, s.stream_layout, s.mtp, s.decode_max_batch)
+           if tbo or sl == "none"]
+    return pre, list(dict.fromkeys(dec))
+
+
+def configured(cfg: LlmInferConfig) -> tuple[PrefillRole, DecodeRole, int, int]:
+    lay, s = cfg.layout, cfg.scheduler
+    return (PrefillRole(lay.prefill_dp, s.tbo, s.prefill_token_budget),
+            DecodeRole(lay.decode_dp, s.tbo, str(s.decode_stream_layout), s.mtp, s.decode_max_batch),
+            lay.prefill_instances, lay.decode_instances)
+
+
+def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> WorkloadResult:
+    sc = cfg.search
+    trace = str(cfg.requests.trace) if str(cfg.requests.arrival) == "trace" else None
+    cls, ttft, tpot = sc.slo(trace)
+    slo = Slo(ttft, tpot, sc.attainment)
+    sample = pool(cfg.requests, ctx.seed, 10_000)
+    lengths = Lengths(sample.input_tokens, sample.output_tokens, float(mc.kv_bytes_per_token()))
+    oracle = IterationOracle(ctx, cfg, mc)
+    budget = min(sc.die_budget, ctx.fabric.world)
+    pre, dec = roles(cfg)
+    scales = sorted(set(sc.slo_scales) | {1.0})
+    metrics, layout_rows, check_rows, scale_rows, role_rows, rejected, notes = {}, [], [], [], [], [], []
+    for library in ctx.libraries:
+        t0 = time.perf_counter()
+        sims0 = oracle_sims(oracle)
+        by_scale = {k: search(oracle, library, pre, dec, lengths, slo.scaled(k), budget,
+                              validate=lambda lib, r: oracle.validate(lib, r, lengths.kv_largest)) for k in scales}
+        t_search = time.perf_counter() - t0
+        res = by_scale[1.0]
+        rejected += [{"library": library, "role": r.role, "field": r.field, "reason": r.reason} for r in res.rejected]
+        role_rows += _role_rows(library, res)
+        layout_rows += [_layout_row(library, x, i) for i, x in enumerate(res.layouts)]
+        finalists = {x.label(): x for x in res.layouts[:sc.finalists]}
+        for k in scales:
+            if by_scale[k].best is not None:
+                finalists.setdefault(by_scale[k].best.label(), by_scale[k].best)
+        if not sc.serve_check:
+            metrics[library] = _analytic_only(by_scale, scales, budget, t_search, oracle_sims(oracle) - sims0)
+            scale_rows += [{"library": library, "slo_scale": k, "analytic_best": by_scale[k].best.label() if by_scale[k].best
+                            else "", "analytic_capacity_req_per_s": by_scale[k].best.capacity if by_scale[k].best else 0.0}
+                           for k in scales]
+            notes.append(f"{library}: {int(metrics[library]['candidates'])} candidate layouts priced in {t_search:.1f} s; "
+                         f"analytic best {res.best.label() if res.best else '—'}")
+            continue
+        p, d, n_p, n_d = configured(cfg)
+        fixed = Layout(p, d, n_p, n_d, 0.0, "")
+        if sc.check_default:
+            cp, cd = prefill_capacity(oracle, library, p, lengths, slo), decode_capacity(oracle, library, d, lengths, slo)
+            fixed.capacity = min(n_p * cp.rate, n_d * cd.rate)  # its own batch cap: as configured
+            fixed.bound = "prefill" if n_p * cp.rate <= n_d * cd.rate else "decode"
+        t1 = time.perf_counter()
+        grids = {}
+        for name, lay in ([("fixed", fixed)] if sc.check_default else []) + list(finalists.items()):
+            grids[name] = _check_grid(oracle, library, lay, slo, sc)
+            check_rows += [{"library": library, "layout": lay.label(), "role": "fixed" if name == "fixed" else "search",
+                            "rate_req_per_s": r, "ttft_p99_s": f["ttft_p99_s"], "tpot_p99_s": f["tpot_p99_s"],
+                            **{f"attainment_x{k:g}": _att(f, slo.scaled(k)) for k in scales}}
+                           for r, f in sorted(grids[name][0].items())]
+        t_check = time.perf_counter() - t1
+        m = {"slo_ttft_s": ttft, "slo_tpot_s": tpot, "die_budget": float(budget),
+             "candidates": float(sum(by_scale[k].candidates for k in scales)),
+             "search_s": t_search, "check_s": t_check, "iteration_traces_simulated": float(oracle_sims(oracle) - sims0)}
+        for k in scales:
+            g = _goodput(grids, {n: x for n, x in finalists.items()}, slo.scaled(k))
+            scale_rows.append({"library": library, "slo_scale": k, "goodput_req_per_s": g[0],
+                               "goodput_req_per_s_per_die": g[0] / budget, "layout": g[1], "capped": g[2],
+                               "analytic_best": by_scale[k].best.label() if by_scale[k].best else "",
+                               "analytic_capacity_req_per_s": by_scale[k].best.capacity if by_scale[k].best else 0.0})
+            if k == 1.0:
+                m.update({"goodput_req_per_s": g[0], "goodput_per_die": g[0] / budget, "goodput_capped": float(g[2]),
+                          "analytic_capacity_req_per_s": res.best.capacity if res.best else 0.0})
+                best_lay = finalists.get(g[1])
+                if best_lay is not None:
+                    m.update(_layout_metrics(best_lay))
+        if sc.check_default:
+            gf, capped = goodput_on_grid({r: (f["ttft"], f["tpot"]) for r, f in grids["fixed"][0].items()}, slo)
+            m.update({"fixed_layout_goodput_req_per_s": gf, "fixed_layout_goodput_per_die": gf / budget,
+                      "fixed_layout_capped": float(capped), "fixed_layout_analytic_req_per_s": fixed.capacity})
+        metrics[library] = m
+        notes.append(f"{library}: {int(m['candidates'])} candidate layouts priced in {t_search:.1f} s "
+                     f"({t_search / max(m['candidates'], 1) * 1e3:.2f} ms each, {int(m['iteration_traces_simulated'])} "
+                     f"iteration traces); {len(finalists) + sc.check_default} layouts serve-checked in {t_check:.1f} s; "
+                     f"best: {scale_rows[-len(scales) + scales.index(1.0)]['layout'] or '—'} at {m['goodput_req_per_s']:.3g} req/s "
+                     f"({'capped' if m['goodput_capped'] else 'not capped'})")
+    notes.insert(0, f"SLO class '{cls}': P{sc.attainment * 100:g} attainment of TTFT ≤ {ttft:g} s and TPOT ≤ "
+                    f"{tpot * 1e3:g} ms (docs/sources.md 'Serving SLOs'); die budget {budget}")
+    keys = ["goodput_req_per_s", "goodput_per_die", "analytic_capacity_req_per_s", "fixed_layout_goodput_req_per_s",
+            "fixed_layout_goodput_per_die", "prefill_instances", "prefill_dp", "decode_instances", "decode_dp",
+            "decode_batch_per_die", "candidates", "search_s", "check_s"]
+    keys = [k for k in keys if k in next(iter(metrics.values()))]
+    extra = {"checks": pd.DataFrame(check_rows), "slo_scale": pd.DataFrame(scale_rows), "roles": pd.DataFrame(role_rows),
+             "rejected": pd.DataFrame(rejected, columns=["library", "role", "field", "reason"])}
+    return WorkloadResult(rows=pd.DataFrame(layout_rows), metrics=metrics, table=metric_table(metrics, ctx.baseline, keys),
+                          notes=notes, extra_rows=extra)
+
+
+def _analytic_only(by_scale: dict, scales: list[float], budget: int, t: float, sims: int) -> dict[str, float]:
+    res = by_scale[1.0]
+    m = {"die_budget": float(budget), "candidates": float(sum(by_scale[k].candidates for k in scales)),
+         "search_s": t, "iteration_traces_simulated": float(sims),
+         "analytic_capacity_req_per_s": res.best.capacity if res.best else 0.0}
+    if res.best:
+        m.update(_layout_metrics(res.best))
+    return m
+
+
+def oracle_sims(oracle: IterationOracle) -> int:
+    return sum(s.iters.simulated for s in oracle._serving.values())
+
+
+def _att(f: dict, slo: Slo) -> float:
+    from workloads.llm_infer.search import attainment
+    return attainment(f["ttft"], f["tpot"], slo)
+
+
+def _check_grid(oracle: IterationOracle, library: str, lay: Layout, slo: Slo,
+                sc) -> tuple[dict[float, dict], bool]:  # noqa: ANN001
+    """Serve the layout at `rate_fractions` of its analytic capacity, then × grid_extend while the
+    top rate still meets the SLO (at most max_extend times: then capped). A looser scale whose
+    goodput reaches the grid's top is reported capped in the SLO-scale view."""
+    cap = lay.capacity if lay.capacity > 0 else 1.0
+    frames = {}
+    for f in sc.rate_fractions:
+        r = round(cap * f, 3)
+        frames[r] = oracle.check(library, lay, r)
+    top = max(frames)
+    for _ in range(sc.max_extend):
+        if _att(frames[top], slo) < slo.attainment:
+            return frames, False
+        try:
+            f = oracle.check(library, lay, round(top * sc.grid_extend, 3))
+        except ConfigError as e:
+            if e.field != "workload.requests.rate":
+                raise
+            break  # the trace holds no more requests at this rate: the goodput stays capped
+        top = round(top * sc.grid_extend, 3)
+        frames[top] = f
+    return frames, _att(frames[top], slo) >= slo.attainment
+
+
+def _goodput(grids: dict, finalists: dict[str, Layout], slo: Slo) -> tuple[float, str, bool]:
+    best = (0.0, "", False)
+    for name, lay in finalists.items():
+        g, capped = goodput_on_grid({r: (f["ttft"], f["tpot"]) for r, f in grids[name][0].items()}, slo)
+        if g > best[0]:
+            best = (g, lay.label(), capped)
+    return best
+
+
+def _layout_metrics(lay: Layout) -> dict[str, float | str]:
+    p, d = lay.prefill, lay.decode
+    return {"prefill_instances": float(lay.n_prefill), "prefill_dp": float(p.dp),
+            "decode_instances": float(lay.n_decode), "decode_dp": float(d.dp), "tbo": float(d.tbo),
+            "mtp": float(d.mtp), "cloudmatrix_streams": float(d.tbo and d.stream_layout != "none"),
+            "decode_max_batch": float(lay.decode_batch or d.max_batch), "prefill_token_budget": float(p.budget), "dies_used": float(lay.dies)}
+
+
+def _layout_row(library: str, lay: Layout, rank: int) -> dict:
+    return {"library": library, "rank": rank, "layout": lay.label(), "capacity_req_per_s": lay.capacity,
+            "bound": lay.bound, **_layout_metrics(lay)}
+
+
+def _role_rows(library: str, res) -> list[dict]:  # noqa: ANN001
+    rows = [{"library": library, "role": "prefill", "shape": r.label(), "req_per_s_per_instance": c.rate,
+             "per_die": c.rate / r.dp, "limit": c.limit, "step_s": c.step_s, "batch": np.nan,
+             "ttft_floor_share": c.ttft_floor_share} for r, c in res.prefill.items()]
+    rows += [{"library": library, "role": "decode", "shape": r.label(), "req_per_s_per_instance": c.rate,
+              "per_die": c.rate / r.dp, "limit": c.limit, "step_s": c.step_s, "batch": c.batch,
+              "ttft_floor_share": np.nan} for r, c in res.decode.items()]
+    return rows
+
+
+class RunOracle:
+    """The Oracle of one run's own layout (its iteration model and dies): what the default run's
+    load-vs-capacity line prices, with no trace beyond its bisection's decode shapes."""
+
+    def __init__(self, serving: Serving) -> None:
+        self.s = serving
+
+    def prefill_s(self, library: str, role: PrefillRole, tokens: int) -> float:
+        return self.s.iters.prefill(library, tokens).time_s
+
+    def decode_s(self, library: str, role: DecodeRole, batch: int, context: float) -> float:
+        return self.s.iters.decode(library, batch, context).time_s
+
+    def kv_per_die(self, library: str, role: DecodeRole) -> float:
+        return self.s.dies(library, "decode", False)[0].plan.kv
+
+    def batch_limit(self, role: DecodeRole) -> int:
+        s = self.s.cfg.scheduler
+        return rules.dispatch_token_cap(s) // rules.verify_factor(s, rules.DECODE)
+
+    def emitted(self, role: DecodeRole) -> float:
+        return rules.emitted_tokens_per_step(self.s.cfg.scheduler)
+
+
+def load_metrics(serving: Serving, library: str, m: dict[str, float], sample: Requests) -> dict[str, float]:
+    """Load as a fraction of capacity: the run's layout's analytic role capacities (search.py, the
+    TPOT SLO of workload.capacity; TTFT not binding) against its served rate."""
+    cfg = serving.cfg
+    p, d, n_p, n_d = configured(cfg)
+    lengths = Lengths(sample.input_tokens, sample.output_tokens, serving.kv_tok)
+    slo = Slo(float("inf"), cfg.capacity.tpot_p99_slo_s, 1.0)
+    o = RunOracle(serving)
+    cp, cd = prefill_capacity(o, library, p, lengths, slo), decode_capacity(o, library, d, lengths, slo)
+    pc, dc = n_p * cp.rate, n_d * cd.rate
+    rate = m["requests_per_s"]
+    return {"prefill_capacity_req_per_s": pc, "decode_capacity_req_per_s": dc,
+            "load_fraction": rate / max(min(pc, dc), 1e-12), "prefill_load_fraction": rate / max(pc, 1e-12),
+            "decode_load_fraction": rate / max(dc, 1e-12), "decode_slo_batch_per_die": float(cd.batch)}
+
+
+def regime(library: str, m: dict[str, float]) -> str:
+    """One line: where the run sits against its layout's capacity, and which side binds."""
+    side = "prefill" if m["prefill_capacity_req_per_s"] <= m["decode_capacity_req_per_s"] else "decode"
+    load = m["load_fraction"]
+    word = "light load" if load < 0.5 else ("moderate load" if load < 0.85 else "near or past saturation")
+    return (f"{library} regime: {word} — {m['requests_per_s']:.3g} req/s served is {load:.0%} of the layout's "
+            f"analytic capacity ({min(m['prefill_capacity_req_per_s'], m['decode_capacity_req_per_s']):.3g} req/s, "
+            f"{side}-bound; prefill {m['prefill_capacity_req_per_s']:.3g}, decode {m['decode_capacity_req_per_s']:.3g} "
+            f"req/s at the TPOT SLO); prefill dies {m['prefill_die_busy_fraction']:.0%} busy (instances "
+            f"{m['prefill_busy_fraction']:.0%} in an iteration), decode {m['mean_decode_batch_per_die']:.1f} "
+            f"sequences per die of the {m['decode_slo_batch_per_die']:.0f} the TPOT SLO allows")

@@ -1,0 +1,274 @@
+"""Deployment search: the goodput-optimal serving layout of one library under an SLO (issue 24).
+
+Goodput as DistServe defines it (Zhong et al., OSDI 2024, arXiv 2401.09670 §2): the highest
+request rate at which the SLO attainment — the share of requests whose TTFT and TPOT both meet
+their SLOs — reaches a target (90 % there); per die it is that rate over the die budget.
+
+Method: an exact decomposition, not a black-box optimiser. Prefill and decode instances only meet
+through the request stream, so each role's capacity is a function of its own shape:
+  prefill (DP = EP dies, TBO, chunked-prefill budget B): under load every die runs B tokens per
+    iteration, so an instance serves dp·B / t_prefill(B) prompt tokens/s; a prompt of L tokens
+    takes ceil(L / B) such iterations on its die even with no queue (its TTFT floor);
+  decode (DP = EP dies, TBO, stream layout, MTP, batch cap): the largest per-die batch b whose step
+    meets the TPOT SLO (TPOT = step / tokens emitted per step), no larger than the dispatch cap,
+    the batch cap and the KV cache (the trace's length-biased mean reservation); an instance then
+    serves dp·b·emitted / step decode tokens/s.
+Iteration times come from the run's memoised iteration model, so a role costs a handful of
+iteration traces however many layouts use it. A layout (n_p prefill × n_d decode instances
+within the die budget) then has the analytic capacity min(n_p·R_p, n_d·R_d), an upper bound on its
+goodput (queueing is left out); the split is enumerated exactly. The top layouts by that bound
+(the finalists) are checked by serving the trace at a grid of rates (search_check.py), which
+gives the goodput. Optuna through Hydra's sweeper would treat each layout as a black box at the
+price of a serving run per trial; the decomposition prices ~10^4 layouts for the cost of the
+role traces and spends serving runs only where the answer is decided.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import numpy as np
+
+from stratacl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_s: float
+    tpot_s: float
+    attainment: float = 0.9  # share of requests meeting both (DistServe's 90 %)
+
+    def scaled(self, k: float) -> Slo:
+        """Both latency SLOs × k (the SLO-scale view); the attainment target unchanged."""
+        return replace(self, ttft_s=self.ttft_s * k, tpot_s=self.tpot_s * k)
+
+
+@dataclass(frozen=True)
+class PrefillRole:
+    dp: int  # dies of an instance (attention DP = MoE EP)
+    tbo: bool
+    budget: int  # chunked-prefill tokens per die per iteration
+
+    def label(self) -> str:
+        return f"P{self.dp}{'+tbo' if self.tbo else ''} B{self.budget}"
+
+
+@dataclass(frozen=True)
+class DecodeRole:
+    dp: int
+    tbo: bool
+    stream_layout: str  # none | cloudmatrix_tbo (only with tbo)
+    mtp: bool
+    max_batch: int  # sequences per die, 0 = no cap of its own
+
+    def label(self) -> str:
+        s = "+cm" if self.tbo and self.stream_layout != "none" else ("+tbo" if self.tbo else "")
+        return f"D{self.dp}{s}{'+mtp' if self.mtp else ''} cap{self.max_batch or '-'}"
+
+
+class Oracle(Protocol):
+    """What the decomposition asks of the cost model (search_check.IterationOracle: the simulator;
+    tests: closed forms)."""
+
+    def prefill_s(self, library: str, role: PrefillRole, tokens: int) -> float: ...
+    def decode_s(self, library: str, role: DecodeRole, batch: int, context: float) -> float: ...
+    def kv_per_die(self, library: str, role: DecodeRole) -> float: ...
+    def batch_limit(self, role: DecodeRole) -> int: ...  # dispatch cap and batch cap
+    def emitted(self, role: DecodeRole) -> float: ...  # tokens a step yields per sequence
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """The trace's request lengths and what the decomposition needs of them."""
+
+    input: np.ndarray
+    output: np.ndarray
+    kv_tok: float  # KV bytes per cached token
+
+    @property
+    def mean_input(self) -> float:
+        return float(np.mean(self.input))
+
+    @property
+    def decode_tokens(self) -> float:
+        """Mean tokens a request asks of decode (the prefill makes its first)."""
+        return float(np.mean(np.maximum(self.output - 1, 0)))
+
+    def _biased(self, x: np.ndarray) -> float:
+        """Time average over running sequences: a request is in decode for ∝ its output tokens."""
+        w = np.maximum(self.output - 1, 0).astype(float)
+        return float(np.sum(w * x) / max(w.sum(), 1e-12))
+
+    @property
+    def context(self) -> float:
+        """Mean cached tokens of a running sequence (its prompt and half its output, length-biased)."""
+        return self._biased(self.input + self.output / 2)
+
+    @property
+    def kv_reserved(self) -> float:
+        """Mean KV a running sequence holds reserved (the scheduler reserves prompt + output)."""
+        return self.kv_tok * self._biased(self.input + self.output)
+
+    @property
+    def kv_largest(self) -> float:
+        return self.kv_tok * float(np.max(self.input + self.output))
+
+
+@dataclass
+class RoleCap:
+    """One role shape's capacity per instance (req/s) and why it stops there."""
+
+    rate: float
+    limit: str  # prefill: compute | ttft; decode: tpot | kv | batch_cap | dispatch_cap | infeasible
+    step_s: float = 0.0
+    batch: int = 0  # decode: sequences per die
+    ttft_floor_share: float = 1.0  # prefill: share of prompts whose no-queue TTFT meets the SLO
+
+
+@dataclass
+class Rejection:
+    role: str
+    field: str
+    reason: str
+
+
+@dataclass
+class Layout:
+    prefill: PrefillRole
+    decode: DecodeRole
+    n_prefill: int
+    n_decode: int
+    capacity: float  # analytic: min of the roles' capacities (req/s), an upper bound on goodput
+    bound: str  # which role binds
+    # the batch cap the operator sets (decode.max_batch, or with 0 the TPOT-feasible batch: a
+    # scheduler left to fill the KV cache would run past the TPOT SLO)
+    decode_batch: int = 0
+
+    @property
+    def dies(self) -> int:
+        return self.n_prefill * self.prefill.dp + self.n_decode * self.decode.dp
+
+    def label(self) -> str:
+        return f"{self.n_prefill}×{self.prefill.label()} | {self.n_decode}×{self.decode.label()}"
+
+
+def prefill_capacity(oracle: Oracle, library: str, role: PrefillRole, lengths: Lengths, slo: Slo) -> RoleCap:
+    t = oracle.prefill_s(library, role, role.budget)
+    rate = role.dp * role.budget / t / lengths.mean_input
+    floor = np.ceil(lengths.input / role.budget) * t  # chunks of a full iteration each, no queue
+    share = float(np.mean(floor <= slo.ttft_s))
+    if share < slo.attainment:  # too few prompts meet the TTFT SLO even on an idle instance
+        return RoleCap(0.0, "ttft", t, ttft_floor_share=share)
+    return RoleCap(rate, "compute", t, ttft_floor_share=share)
+
+
+def decode_capacity(oracle: Oracle, library: str, role: DecodeRole, lengths: Lengths, slo: Slo) -> RoleCap:
+    """The largest batch per die meeting the TPOT SLO (step time non-decreasing in the batch:
+    bisection), within the batch limits."""
+    emitted = oracle.emitted(role)
+    kv_cap = math.floor(oracle.kv_per_die(library, role) / max(lengths.kv_reserved, 1.0))
+    limits = {"dispatch_cap": oracle.batch_limit(role), "kv": kv_cap}
+    if role.max_batch:
+        limits["batch_cap"] = role.max_batch
+    why, top = min(limits.items(), key=lambda kv: (kv[1], kv[0] != "batch_cap"))
+    ctx = lengths.context
+
+    def step(b: int) -> float:
+        return oracle.decode_s(library, role, b, ctx)
+
+    if top < 1 or step(1) / emitted > slo.tpot_s:
+        return RoleCap(0.0, "infeasible" if top >= 1 else "kv", step(1) if top >= 1 else 0.0)
+    lo, hi = 1, top
+    if step(top) / emitted <= slo.tpot_s:
+        lo = top
+    else:
+        why = "tpot"
+        while hi - lo > 1:  # invariant: lo meets the TPOT SLO, hi does not
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if step(mid) / emitted <= slo.tpot_s else (lo, mid)
+    t = step(lo)
+    return RoleCap(role.dp * lo * emitted / t / max(lengths.decode_tokens, 1e-12), why, t, batch=lo)
+
+
+def best_split(p: PrefillRole, d: DecodeRole, rp: float, rd: float, budget: int) -> tuple[Layout | None, int]:
+    """The (n_p, n_d) within `budget` dies maximising min(n_p·rp, n_d·rd), exactly (every n_p, the
+    decode instances taking what is left); ties to fewer dies. Returns it and the splits priced."""
+    best, n = None, 0
+    for n_p in range(1, (budget - d.dp) // p.dp + 1):
+        n_d = (budget - n_p * p.dp) // d.dp
+        n += 1
+        cap = min(n_p * rp, n_d * rd)
+        lay = Layout(p, d, n_p, n_d, cap, "prefill" if n_p * rp <= n_d * rd else "decode")
+        if best is None or cap > best.capacity + 1e-12 or (abs(cap - best.capacity) <= 1e-12 and lay.dies < best.dies):
+            best = lay
+    return best, n
+
+
+@dataclass
+class SearchResult:
+    library: str
+    layouts: list[Layout]  # best split per (prefill role, decode role), best first
+    prefill: dict[PrefillRole, RoleCap] = field(default_factory=dict)
+    decode: dict[DecodeRole, RoleCap] = field(default_factory=dict)
+    rejected: list[Rejection] = field(default_factory=list)
+    candidates: int = 0  # layouts priced (role pairs × splits)
+
+    @property
+    def best(self) -> Layout | None:
+        return self.layouts[0] if self.layouts else None
+
+
+def search(oracle: Oracle, library: str, prefill_roles: Iterable[PrefillRole], decode_roles: Iterable[DecodeRole],
+           lengths: Lengths, slo: Slo, budget: int,
+           validate: Callable[[str, object], None] | None = None) -> SearchResult:
+    """Every role pair's best split within `budget` dies, ranked by analytic capacity. `validate`
+    (library, role) raises ConfigError for a role shape that cannot run (memory, divisibility):
+    it is rejected with the field named, never scored."""
+    res = SearchResult(library, [])
+    for roles, table, fn, kind in ((prefill_roles, res.prefill, prefill_capacity, "prefill"),
+                                   (decode_roles, res.decode, decode_capacity, "decode")):
+        for r in roles:
+            try:
+                if r.dp > budget:
+                    raise ConfigError(f"search.{kind}_dp", f"{r.dp} dies exceed the budget of {budget}",
+                                      "a smaller instance or a larger search.die_budget")
+                if validate is not None:
+                    validate(library, r)
+                table[r] = fn(oracle, library, r, lengths, slo)
+            except ConfigError as e:
+                res.rejected.append(Rejection(kind, e.field, f"{r.label()}: {e.problem}"))
+    for p, cp in res.prefill.items():
+        for d, cd in res.decode.items():
+            if p.dp + d.dp > budget or p.tbo != d.tbo:  # TBO is one scheduler switch for both roles
+                continue
+            lay, n = best_split(p, d, cp.rate, cd.rate, budget)
+            res.candidates += n
+            if lay is not None and lay.capacity > 0:
+                lay.decode_batch = d.max_batch or cd.batch
+                res.layouts.append(lay)
+    res.layouts.sort(key=lambda x: (-x.capacity, x.dies, x.label()))
+    return res
+
+
+def attainment(ttft: np.ndarray, tpot: np.ndarray, slo: Slo) -> float:
+    """Share of requests meeting both SLOs (a request of one output token has no TPOT)."""
+    if not len(ttft):
+        return 0.0
+    ok = (ttft <= slo.ttft_s) & (np.isnan(tpot) | (tpot <= slo.tpot_s))
+    return float(np.mean(ok))
+
+
+def goodput_on_grid(frames: dict[float, tuple[np.ndarray, np.ndarray]], slo: Slo) -> tuple[float, bool]:
+    """DistServe's goodput on a grid of served rates: the highest rate r such that every rate up to
+    r reaches the attainment target (a lucky rate above a miss does not count). Returns it and
+    whether the grid's top rate met it (capped: the true goodput may be higher)."""
+    good = 0.0
+    rates = sorted(frames)
+    for r in rates:
+        if attainment(*frames[r], slo) < slo.attainment:
+            return good, False
+        good = r
+    return good, True

@@ -1,0 +1,127 @@
+"""The simulator behind the deployment search (search.py): role iteration times from the serving
+workload's memoised iteration model, KV capacity from its allocator model, and the serving check
+of a finalist layout at a grid of rates."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from stratacl.errors import ConfigError
+from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
+from stratacl.workload_api import RunContext
+from workloads.llm_infer import scheduling as rules
+from workloads.llm_infer.iteration import IterationModel
+from workloads.llm_infer.requests import generate
+from workloads.llm_infer.search import DecodeRole, Layout, PrefillRole
+from workloads.llm_infer.workload import Serving, serving_costs
+from workloads.modelcost import ModelCosts
+
+GiB = 2**30
+
+
+def layout_config(base: LlmInferConfig, p: PrefillRole, d: DecodeRole, n_p: int = 1, n_d: int = 1,
+                  batch_cap: int = 0) -> LlmInferConfig:
+    """The serving config of a layout: `base` (model, trace, placement, allocator) with the roles'
+    instance shapes and scheduler knobs. TBO is one switch in the scheduler: a layout whose roles
+    disagree takes the decode role's (the search keeps them equal; see `roles`)."""
+    cfg = copy.deepcopy(base)
+    lay, s = cfg.layout, cfg.scheduler
+    lay.prefill_instances, lay.prefill_dp, lay.prefill_ep = n_p, p.dp, p.dp
+    lay.decode_instances, lay.decode_dp, lay.decode_ep = n_d, d.dp, d.dp
+    lay.total_dies = 0
+    s.prefill_token_budget = p.budget
+    s.tbo, s.mtp, s.decode_max_batch = d.tbo, d.mtp, d.max_batch or batch_cap
+    s.decode_stream_layout = StreamLayout(d.stream_layout)
+    cfg.capacity.saturation = cfg.capacity.slo_search = False
+    return cfg
+
+
+class IterationOracle:
+    """Role costs per library on the run's fabric, each role shape's iteration model built once
+    (its traces memoised across libraries and batch sizes)."""
+
+    def __init__(self, ctx: RunContext, base: LlmInferConfig, mc: ModelCosts) -> None:
+        self.ctx, self.base, self.mc = ctx, base, mc
+        self.kv_tok = float(mc.kv_bytes_per_token())
+        self._serving: dict[tuple, Serving] = {}
+        self._kv: dict[tuple, float] = {}
+        self._valid: dict[tuple, ConfigError | None] = {}
+
+    def serving(self, p: PrefillRole, d: DecodeRole, n_p: int = 1, n_d: int = 1, batch_cap: int = 0) -> Serving:
+        key = (p, d, n_p, n_d, batch_cap)
+        hit = self._serving.get(key)
+        if hit is None:
+            cfg = layout_config(self.base, p, d, n_p, n_d, batch_cap)
+            costs = serving_costs(self.mc, cfg, self.ctx.seed)
+            first = n_p * p.dp
+            iters = IterationModel(self.ctx, costs, cfg, kv_bytes_per_token=self.kv_tok,
+                                   decode_dies=tuple(range(first, first + d.dp)))
+            hit = self._serving[key] = Serving(self.ctx, cfg, costs, iters, self.kv_tok)
+        return hit
+
+    # a role alone: the other role mirrors it (prefill's KV goes to as many decode dies as it has)
+    def _prefill_model(self, role: PrefillRole) -> Serving:
+        return self.serving(role, DecodeRole(role.dp, role.tbo, "none", self.base.scheduler.mtp, 0))
+
+    def _decode_model(self, role: DecodeRole) -> Serving:
+        return self.serving(PrefillRole(role.dp, role.tbo, self.base.scheduler.prefill_token_budget), role)
+
+    def prefill_s(self, library: str, role: PrefillRole, tokens: int) -> float:
+        return self._prefill_model(role).iters.prefill(library, tokens).time_s
+
+    def decode_s(self, library: str, role: DecodeRole, batch: int, context: float) -> float:
+        return self._decode_model(role).iters.decode(library, batch, context).time_s
+
+    def kv_per_die(self, library: str, role: DecodeRole) -> float:
+        key = (library, role.dp, role.tbo, role.mtp, role.max_batch)
+        if key not in self._kv:
+            self._kv[key] = self._decode_model(role).dies(library, "decode", False)[0].plan.kv
+        return self._kv[key]
+
+    def batch_limit(self, role: DecodeRole) -> int:
+        s = self._decode_model(role).cfg.scheduler
+        return rules.dispatch_token_cap(s) // rules.verify_factor(s, rules.DECODE)
+
+    def emitted(self, role: DecodeRole) -> float:
+        return rules.emitted_tokens_per_step(self._decode_model(role).cfg.scheduler)
+
+    def validate(self, library: str, role: PrefillRole | DecodeRole, largest_kv: float) -> None:
+        """Divisibility and memory of a role shape, as the serving workload checks them; the error
+        names the search field (the workload's own field in the problem)."""
+        key = (library, role, largest_kv)
+        if key in self._valid:  # the same verdict at every SLO scale
+            if self._valid[key] is not None:
+                raise self._valid[key]
+            return
+        try:
+            self._validate(library, role, largest_kv)
+            self._valid[key] = None
+        except ConfigError as e:
+            self._valid[key] = e
+            raise
+
+    def _validate(self, library: str, role: PrefillRole | DecodeRole, largest_kv: float) -> None:
+        kind = "prefill" if isinstance(role, PrefillRole) else "decode"
+        try:
+            srv = self._prefill_model(role) if kind == "prefill" else self._decode_model(role)
+            die = srv.dies(library, kind, False)[0]  # start-up: weights, buffers, profiled activations
+        except ConfigError as e:
+            raise ConfigError(f"search.{kind}_dp", f"{e.field}: {e.problem}", e.fix) from None
+        if kind == "decode" and die.plan.kv < largest_kv:
+            raise ConfigError("search.decode_dp", f"a decode die's {die.plan.kv / GiB:.2f} GiB KV cache with "
+                              f"'{library}' holds less than the trace's largest request ({largest_kv / GiB:.2f} GiB)",
+                              "larger decode instances (more EP: fewer expert weights per die)")
+
+    def check(self, library: str, lay: Layout, rate: float) -> dict[str, np.ndarray | float]:
+        """Serve the trace at `rate` on the layout: TTFT and TPOT of the requests arriving in the
+        measured window [warmup_s, duration_s), and their P99s."""
+        srv = self.serving(lay.prefill, lay.decode, lay.n_prefill, lay.n_decode, lay.decode_batch)
+        cfg = srv.cfg
+        sim, _ = srv.serve(library, generate(cfg.requests, self.ctx.seed, rate=rate), f"check {rate:.3g} req/s")
+        df = sim.request_frame()
+        w = df[df["arrival_s"] >= cfg.warmup_s]
+        ttft, tpot = w["ttft_s"].to_numpy(float), w["tpot_s"].to_numpy(float)
+        return {"ttft": ttft, "tpot": tpot, "ttft_p99_s": float(np.percentile(ttft, 99)) if len(ttft) else np.nan,
+                "tpot_p99_s": float(np.nanpercentile(tpot, 99)) if np.isfinite(tpot).any() else np.nan}
