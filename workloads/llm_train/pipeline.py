@@ -113,6 +113,9 @@ class PipelineBuilder(IterationBuilder):
                                    "microbatches": pipe.microbatches, "zero": pipe.zero,
                                    "stage_dies": layout.stage_dies, "boundary_bytes": self.act}
         self.rs_ops: list[list[int]] = [[] for _ in range(self.p)]
+        # (kind, stage, micro-batch, first op, last op) of every action, in issue order
+        self.actions: list[tuple[str, int, int, int, int]] = []
+        self.t.meta["pipeline"]["actions"] = self.actions
 
     # ------------------------------------------------------------------ one action
     def _marker(self, deps: list[int], name: str) -> None:
@@ -210,8 +213,10 @@ class PipelineBuilder(IterationBuilder):
         for n, a in enumerate(step):
             self.stream = "main" if n == 0 else "main.overlap"
             self._marker(tail[r] + self._input_deps(a, done), f"{a.kind}{a.stage}.mb{a.mb}")
+            first = self.last_main
             {"F": self._forward, "B": self._backward, "I": self._backward, "W": self._weight}[a.kind](a)
             done[("G" if a.kind in "BI" else a.kind, a.stage, a.mb)] = self.last_main
+            self.actions.append((a.kind, a.stage, a.mb, first, self.last_main))
             ends.append(self.last_main)
         tail[r] = ends
         self.stream = "main"
