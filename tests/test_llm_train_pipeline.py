@@ -156,3 +156,19 @@ def test_bad_pipeline_layout_fails_with_the_field(extra: list[str], field: str) 
     with pytest.raises(ConfigError) as err:
         prepare(cfg.workload, Fabric(cfg.fabric))
     assert err.value.field == field
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_dualpipev_pairs_run_concurrently_only_when_overlapped(overlap: bool) -> None:
+    plan = mlp_stack_plan(8, HIDDEN, TOKENS, 1)
+    lay = Layout(4, 1, 1, 1, pp=4)
+    trace = build_pipeline(plan, lay, QUIET, Pipe(schedule=PpSchedule.dualpipev, microbatches=8, overlap=overlap))
+    res = simulate(trace, _lib()[1])
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for _k, s, _mb, first, last in trace.meta["pipeline"]["actions"]:
+        rank = s if s < 4 else 7 - s
+        spans.setdefault(rank, []).append((res.start[first], res.end[last]))
+    concurrent = sum(1 for lst in spans.values() for (_a0, a1), (b0, _b1) in zip(lst[:-1], lst[1:], strict=True)
+                     if b0 < a1 - 1e-9)  # the next action started before this one ended
+    assert (concurrent > 0) == overlap
+    assert any(op.stream == "main.overlap" for op in trace.ops) == overlap

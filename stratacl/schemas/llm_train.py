@@ -79,6 +79,9 @@ class LlmTrainConfig(TrainStepConfig):
     # ZeroBubble / DualPipeV split a backward into input- and weight-gradient parts: the weight
     # part's share of the backward's work (ASSUMPTION: 0.5, one of the two GEMMs per linear)
     pp_weight_grad_fraction: float = knob(0.5, ge=0, le=1)
+    # DualPipeV's overlapped forward/backward pairs on two streams, so one micro-batch's MoE
+    # all-to-all runs under the other's compute (false: the pair runs back to back, the ablation)
+    pp_overlap: bool = True
     # ZeRO stage of the data-parallel (fsdp) group: 3 = FSDP (parameters gathered per unit),
     # 2 = parameters replicated, gradients reduce-scattered per micro-batch, 1 = gradients
     # reduce-scattered once per step; 1 and 2 all-gather the updated parameters after the step

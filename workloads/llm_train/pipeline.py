@@ -56,6 +56,7 @@ class Pipe:
     weight_fraction: float = 0.5  # share of a backward that is the weight-gradient part (I/W split)
     zero: int = 3
     split: LayerSplit = LayerSplit.even
+    overlap: bool = True  # DualPipeV's pairs on two streams (False: one after the other on one)
 
     def n_stages(self, pp: int) -> int:
         return pp * stages_per_rank(self.schedule, self.virtual)
@@ -211,7 +212,9 @@ class PipelineBuilder(IterationBuilder):
         self.ranks = self.layout.stage_ranks(r)
         ends = []
         for n, a in enumerate(step):
-            self.stream = "main" if n == 0 else "main.overlap"
+            self.stream = "main" if n == 0 or not self.pipe.overlap else "main.overlap"
+            if n and not self.pipe.overlap:
+                tail[r] = ends[-1:]
             self._marker(tail[r] + self._input_deps(a, done), f"{a.kind}{a.stage}.mb{a.mb}")
             first = self.last_main
             {"F": self._forward, "B": self._backward, "I": self._backward, "W": self._weight}[a.kind](a)
