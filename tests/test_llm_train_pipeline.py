@@ -172,3 +172,13 @@ def test_dualpipev_pairs_run_concurrently_only_when_overlapped(overlap: bool) ->
                      if b0 < a1 - 1e-9)  # the next action started before this one ended
     assert (concurrent > 0) == overlap
     assert any(op.stream == "main.overlap" for op in trace.ops) == overlap
+
+
+def test_a_stage_ops_span_that_stage_only() -> None:
+    p, fsdp = 4, 2
+    _, lay, trace, _ = _replay(p, 4, PpSchedule.one_f_one_b, fsdp=fsdp, zero=2, knobs=Knobs(recompute=False))
+    for op in trace.ops:
+        stages = {r // lay.stage_dies for r in op.ranks}
+        assert len(stages) == (2 if op.kind == "p2p" else 1), op.label()
+    rs = [op for op in trace.ops if op.coll == "reducescatter"]
+    assert len(rs) == 8 * 4  # ZeRO-2: every unit, every micro-batch

@@ -182,7 +182,7 @@ class IterationBuilder:
             if params and fam in self.fams:
                 comm = self.layout.reduce_scatter_family(fam)
                 ops.append(self.t.collective("reducescatter", comm, float(params * self.k.grad_bytes),
-                                             stream="fsdp_rs", deps=[self.last_main],
+                                             ranks=self.ranks, stream="fsdp_rs", deps=[self.last_main],
                                              buffer=f"{fam}.grad.{slot % 2}",
                                              name=f"{unit.name}.{fam}_reducescatter"))
         return ops
