@@ -45,7 +45,7 @@ class PpScheduleName(StrEnum):
     """Pipeline schedules TorchTitan offers (torch.distributed.pipelining names in brackets)."""
 
     gpipe = "gpipe"  # ScheduleGPipe
-    one_f_one_b = "1f1b"  # Schedule1F1B
+    one_f_one_b = "one_f_one_b"  # Schedule1F1B (an identifier: Hydra takes enum names)
     interleaved_1f1b = "interleaved_1f1b"  # ScheduleInterleaved1F1B
     interleaved_zb = "interleaved_zb"  # ScheduleInterleavedZeroBubble (ZB1P)
     dualpipev = "dualpipev"  # ScheduleDualPipeV
