@@ -22,6 +22,7 @@ optimizer steps on the shard, and 1 / 2 all-gather the updated parameters afterw
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -139,7 +140,12 @@ class PipelineBuilder(IterationBuilder):
             self.rs_ops[stage_rank(a.stage, self.p, self.pipe.schedule)] += \
                 self._reduce_scatters(self.plan.units[i], len(self.rs_ops[0]))
 
-    def _forward(self, a: Action) -> None:
+    # an action's ops come out sub-block by sub-block (generators), so that DualPipeV's pair can
+    # interleave its two actions' ops in issue order, as DualPipe rearranges the components of an
+    # overlapped forward/backward chunk pair (report Fig. 4): collectives on one communicator run
+    # in issue order (engine/order.py), so emitting one action whole would queue all of the other's
+    # all-to-alls behind it
+    def _forward(self, a: Action) -> Iterator[None]:
         units = self.chunks[a.stage]
         gathers = self._zero3_gathers(units) if self.pipe.zero == 3 else {}
         for i in units:
@@ -147,8 +153,9 @@ class PipelineBuilder(IterationBuilder):
                 self._marker([self.last_main, *gathers[i]], "wait_gather")
             for sub in self.plan.units[i].subs:
                 self._sub(i, sub, "fwd", True)
+                yield
 
-    def _backward(self, a: Action) -> None:
+    def _backward(self, a: Action) -> Iterator[None]:
         """B (full) or I (input gradient; the weight part waits for W)."""
         units = list(reversed(self.chunks[a.stage]))
         gathers = self._zero3_gathers(units) if self.pipe.zero == 3 else {}
@@ -163,10 +170,11 @@ class PipelineBuilder(IterationBuilder):
             for j, sub in reversed(list(enumerate(subs))):
                 first = i == self.first_decoder and j == 0 and not self.plan.first_input_needs_grad
                 self._sub(i, sub, "bwd", not first)
+                yield
             if a.kind == "B":
                 self._grad_sync(i, a)
 
-    def _weight(self, a: Action) -> None:
+    def _weight(self, a: Action) -> Iterator[None]:
         """W: the weight-gradient GEMMs (no collectives: their inputs and output grads are local)."""
         wf = self.pipe.weight_fraction
         for i in reversed(self.chunks[a.stage]):
@@ -178,6 +186,7 @@ class PipelineBuilder(IterationBuilder):
                     recv = self.routing[i].rows.sum(axis=0).astype(float)
                     self._compute(f"{self.plan.units[i].name}.{sub.name}.experts.wgrad", sub.name,
                                   sub.row_bwd.scale(wf), per_rank=recv[self.ep_pos], dtype=sub.dtype)
+                yield
             self._grad_sync(i, a)
 
     # ------------------------------------------------------------------ transfers
@@ -209,20 +218,37 @@ class PipelineBuilder(IterationBuilder):
         return ("F", a.stage, a.mb) in done and (a.stage == n_stages - 1 or ("G", a.stage + 1, a.mb) in done)
 
     def _emit(self, r: int, step: Step, done: dict, tail: list[list[int]]) -> None:
+        """One step of rank r: an action, or an overlapped pair (two streams, ops interleaved)."""
         self.ranks = self.layout.stage_ranks(r)
-        ends = []
+        run = {"F": self._forward, "B": self._backward, "I": self._backward, "W": self._weight}
+        parallel = self.pipe.overlap and len(step) > 1
+        ends: list[int] = []
+        live = []  # [action, stream, its ops, first op, last op]
         for n, a in enumerate(step):
-            self.stream = "main" if n == 0 or not self.pipe.overlap else "main.overlap"
-            if n and not self.pipe.overlap:
-                tail[r] = ends[-1:]
-            self._marker(tail[r] + self._input_deps(a, done), f"{a.kind}{a.stage}.mb{a.mb}")
-            first = self.last_main
-            {"F": self._forward, "B": self._backward, "I": self._backward, "W": self._weight}[a.kind](a)
-            done[("G" if a.kind in "BI" else a.kind, a.stage, a.mb)] = self.last_main
-            self.actions.append((a.kind, a.stage, a.mb, first, self.last_main))
-            ends.append(self.last_main)
+            self.stream = "main.overlap" if parallel and n else "main"
+            deps = tail[r] if parallel or not ends else ends[-1:]
+            self._marker(deps + self._input_deps(a, done), f"{a.kind}{a.stage}.mb{a.mb}")
+            live.append([a, self.stream, run[a.kind](a), self.last_main, self.last_main])
+            if not parallel:
+                self._drain(live.pop(), done, ends)
+        while live:  # round robin, sub-block by sub-block
+            for st in list(live):
+                self.stream, self.last_main = st[1], st[4]
+                more = next(st[2], StopIteration) is not StopIteration
+                st[4] = self.last_main
+                if not more:
+                    live.remove(st)
+                    self._drain(st, done, ends)
         tail[r] = ends
         self.stream = "main"
+
+    def _drain(self, st: list, done: dict, ends: list[int]) -> None:
+        a, self.stream, ops, first, self.last_main = st
+        for _ in ops:
+            pass
+        done[("G" if a.kind in "BI" else a.kind, a.stage, a.mb)] = self.last_main
+        self.actions.append((a.kind, a.stage, a.mb, first, self.last_main))
+        ends.append(self.last_main)
 
     # ------------------------------------------------------------------ iteration
     def build(self) -> Trace:
