@@ -395,7 +395,7 @@ class Trace:
 def _as_vec(value: object) -> Vec:
     if isinstance(value, int | float | np.integer | np.floating):
         return (float(value),)
-    return tuple(float(v) for v in np.asarray(value, dtype=float).ravel())
+    return tuple(np.asarray(value, dtype=float).ravel().tolist())  # tolist: Python floats, in C
 
 
 def _as_gemms(value: object) -> tuple[tuple[int, int, int, int], ...]:

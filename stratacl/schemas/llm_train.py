@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from hydra.core.config_store import ConfigStore
 
@@ -40,6 +41,21 @@ class TrainStepConfig(WorkloadConfig):
     flash_attention: bool = True  # no S×S score matrices kept for backward
 
 
+class PpScheduleName(StrEnum):
+    """Pipeline schedules TorchTitan offers (torch.distributed.pipelining names in brackets)."""
+
+    gpipe = "gpipe"  # ScheduleGPipe
+    one_f_one_b = "one_f_one_b"  # Schedule1F1B (an identifier: Hydra takes enum names)
+    interleaved_1f1b = "interleaved_1f1b"  # ScheduleInterleaved1F1B
+    interleaved_zb = "interleaved_zb"  # ScheduleInterleavedZeroBubble (ZB1P)
+    dualpipev = "dualpipev"  # ScheduleDualPipeV
+
+
+class LayerSplit(StrEnum):
+    even = "even"  # every stage the same number of decoder layers (else a ConfigError)
+    balanced = "balanced"  # ⌊L/S⌋ or ⌈L/S⌉ layers, the extra ones on the stages after the first
+
+
 @dataclass
 class LlmTrainConfig(TrainStepConfig):
     """TorchTitan-style FSDP × TP × EP training of a transformers model (REFERENCE §6)."""
@@ -54,6 +70,22 @@ class LlmTrainConfig(TrainStepConfig):
     # they run one at a time, in issue order) unless FSDPModule.set_separate_reduce_scatter_group()
     # gives them their own (torch 2.13 torch/distributed/fsdp/_fully_shard/_fully_shard.py)
     separate_reduce_scatter_group: bool = False
+    # pipeline parallelism: dies = pp × fsdp × tp; stages over contiguous blocks of the placement
+    pp: int = knob(1, ge=1)
+    pp_schedule: PpScheduleName = PpScheduleName.one_f_one_b
+    pp_virtual_stages: int = knob(2, ge=1)  # stages per pipeline rank of the interleaved schedules
+    microbatches: int = knob(1, ge=1)  # per data-parallel rank and step (gradient accumulation)
+    pp_layer_split: LayerSplit = LayerSplit.even
+    # ZeroBubble / DualPipeV split a backward into input- and weight-gradient parts: the weight
+    # part's share of the backward's work (ASSUMPTION: 0.5, one of the two GEMMs per linear)
+    pp_weight_grad_fraction: float = knob(0.5, ge=0, le=1)
+    # DualPipeV's overlapped forward/backward pairs on two streams, so one micro-batch's MoE
+    # all-to-all runs under the other's compute (false: the pair runs back to back, the ablation)
+    pp_overlap: bool = True
+    # ZeRO stage of the data-parallel (fsdp) group: 3 = FSDP (parameters gathered per unit),
+    # 2 = parameters replicated, gradients reduce-scattered per micro-batch, 1 = gradients
+    # reduce-scattered once per step; 1 and 2 all-gather the updated parameters after the step
+    zero: int = knob(3, ge=1, le=3)
     iterations: list[int] = knob(factory=lambda: [0, 100, 500, 1000, 2000], ge=0)
     skew: SkewScheduleConfig = field(default_factory=SkewScheduleConfig)
     alloc_overhead_GB: float = knob(2.0, ge=0)  # runtime context / workspaces outside the allocator, per die

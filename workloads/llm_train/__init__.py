@@ -31,6 +31,9 @@ from .blocks import ModelPlan
 from .layout import Layout
 from .memory import check_fits, memory_breakdown
 from .model import build_plan, model_costs
+from .pipeline import Pipe, build_pipeline, chunk_units, stage_figures
+from .pp_memory import pipeline_breakdown, pipeline_peak
+from .pp_schedules import PpSchedule, check, stages_per_rank
 from .report import iteration_figures
 from .schedule import Knobs, build_iteration, moe_meta
 
@@ -43,20 +46,48 @@ class Prepared:
     layout: Layout
     plan: ModelPlan
     knobs: Knobs
+    pipe: Pipe | None = None  # None: the FSDP schedule (pp 1, ZeRO-3, one micro-batch)
 
 
 def prepare(cfg: LlmTrainConfig, fabric: Fabric) -> Prepared:
     fabric.check_ranks(cfg.dies, "workload.dies")
     if not cfg.iterations:  # each element's bound is the schema's
         raise ConfigError("workload.iterations", "empty", "give at least one iteration number ≥ 0")
-    layout = Layout(cfg.dies, cfg.fsdp, cfg.tp, cfg.ep, cfg.separate_reduce_scatter_group)
-    if cfg.fsdp * cfg.tp != cfg.dies:  # fail before measuring the model
+    pipe = _pipe(cfg)
+    layout = Layout(cfg.dies, cfg.fsdp, cfg.tp, cfg.ep, cfg.separate_reduce_scatter_group, pp=cfg.pp)
+    if cfg.fsdp * cfg.tp * cfg.pp != cfg.dies:  # fail before measuring the model
         layout.check(0 if cfg.ep == 1 else cfg.ep)
     knobs = Knobs(act_bytes=cfg.model.dtype_bytes, grad_bytes=cfg.grad_dtype_bytes,
                   master_bytes=cfg.master_dtype_bytes, state_bytes=cfg.optimizer_state_bytes,
                   optimizer_flops_per_param=cfg.optimizer_flops_per_param,
                   sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute, prefetch=cfg.prefetch)
-    return Prepared(cfg, layout, build_plan(cfg, layout), knobs)
+    if pipe is None:
+        return Prepared(cfg, layout, build_plan(cfg, layout), knobs)
+    if cfg.global_batch % (cfg.fsdp * cfg.microbatches):
+        raise ConfigError("workload.microbatches", f"global_batch {cfg.global_batch} does not split into "
+                          f"{cfg.microbatches} micro-batches on each of fsdp={cfg.fsdp} data-parallel ranks",
+                          "choose global_batch a multiple of fsdp × microbatches")
+    plan = build_plan(replace(cfg, global_batch=cfg.global_batch // cfg.microbatches), layout)  # one micro-batch
+    chunk_units(plan, pipe.n_stages(cfg.pp), pipe.split)  # stages must divide the layers
+    return Prepared(cfg, layout, plan, knobs, pipe)
+
+
+def _pipe(cfg: LlmTrainConfig) -> Pipe | None:
+    """The pipeline / ZeRO knobs, checked; None for the plain FSDP iteration."""
+    if cfg.pp == 1 and cfg.zero == 3 and cfg.microbatches == 1:
+        return None
+    sched = PpSchedule(cfg.pp_schedule)
+    if cfg.dies % cfg.pp:
+        raise ConfigError("workload.pp", f"pp={cfg.pp} does not divide dies={cfg.dies}", "use a divisor of dies")
+    if sched == PpSchedule.dualpipev and cfg.pp == 1:
+        raise ConfigError("workload.pp_schedule", "dualpipev needs pp ≥ 2", "use 1f1b, or set workload.pp")
+    n_stages = cfg.pp * stages_per_rank(sched, cfg.pp_virtual_stages)
+    if sched in (PpSchedule.one_f_one_b, PpSchedule.dualpipev) and cfg.microbatches < n_stages:
+        raise ConfigError("workload.microbatches", f"{sched.value} needs at least as many micro-batches as "
+                          f"stages ({n_stages}), got {cfg.microbatches}", f"use microbatches ≥ {n_stages}")
+    check(sched, cfg.pp, cfg.microbatches, cfg.pp_virtual_stages)
+    return Pipe(sched, cfg.microbatches, cfg.pp_virtual_stages, cfg.pp_weight_grad_fraction, cfg.zero,
+                cfg.pp_layer_split, cfg.pp_overlap)
 
 
 MAX_MODEL_LAYERS = 128  # depth assumed when the config does not say (deeper than every shipped model)
@@ -66,7 +97,9 @@ OPS_PER_LAYER = 40  # measured: 2118 ops for DeepSeek-V3.2's 61 layers (≈ 35),
 def estimate(cfg: LlmTrainConfig) -> RunSize:
     """One trace per sampled iteration, each ≈ OPS_PER_LAYER ops per transformer layer."""
     layers = cfg.num_layers or int(cfg.model.overrides.get("num_hidden_layers", MAX_MODEL_LAYERS))
-    per_trace = OPS_PER_LAYER * layers + 64
+    # a pipeline runs every layer once per micro-batch (the zero-bubble schedules add weight passes)
+    split = 1.5 if cfg.pp_schedule in ("interleaved_zb", "dualpipev") else 1.0
+    per_trace = int(OPS_PER_LAYER * layers * cfg.microbatches * split) + 64 * cfg.pp
     return RunSize(trace_ops=per_trace, replayed_ops=per_trace * len(cfg.iterations))
 
 
@@ -90,6 +123,8 @@ def iteration_trace(prep: Prepared, iteration: int, seed: int) -> tuple[Trace, f
     meta = {"iteration": iteration, "zipf_exponent": s}
     if rows:
         meta["moe"] = moe_meta(prep.plan, prep.layout, model_costs(prep.cfg)[0].formats, prep.knobs)
+    if prep.pipe is not None:
+        return build_pipeline(prep.plan, prep.layout, prep.knobs, prep.pipe, rows, meta=meta), s, imb
     trace = build_iteration(prep.plan, prep.layout, prep.knobs, rows, meta=meta)
     return trace, s, imb
 
@@ -105,12 +140,19 @@ def fit_memory(prep: Prepared, library: Library, hbm_bytes: float) -> tuple[Knob
     outside = library.held_memory_bytes(communicators=prep.layout.communicators_per_rank(), context="training")
     capacity = hbm_bytes - outside - cfg.alloc_overhead_GB * 1e9
     knobs, change = prep.knobs, ""
-    peak = allocator_peak(prep.plan, prep.layout, knobs, library, capacity, cfg.expandable_segments) \
-        if capacity > 0 else None
+
+    def peak_of(k: Knobs):  # noqa: ANN202
+        if prep.pipe is None:
+            return allocator_peak(prep.plan, prep.layout, k, library, capacity, cfg.expandable_segments)
+        return pipeline_peak(prep.plan, prep.layout, k, prep.pipe, library, capacity, cfg.expandable_segments)
+
+    peak = peak_of(knobs) if capacity > 0 else None
     if peak is None and not knobs.recompute and capacity > 0:
         knobs, change = replace(knobs, recompute=True), "recompute"
-        peak = allocator_peak(prep.plan, prep.layout, knobs, library, capacity, cfg.expandable_segments)
-    mem = memory_breakdown(prep.plan, prep.layout, knobs, outside, cfg.alloc_overhead_GB * 1e9)
+        peak = peak_of(knobs)
+    mem = memory_breakdown(prep.plan, prep.layout, knobs, outside, cfg.alloc_overhead_GB * 1e9) \
+        if prep.pipe is None else \
+        pipeline_breakdown(prep.plan, prep.layout, knobs, prep.pipe, outside, cfg.alloc_overhead_GB * 1e9)
     if peak is None:
         check_fits({**mem, "overflow": hbm_bytes + 1.0}, hbm_bytes, library.name, knobs.recompute)
     mem["reserved"] = peak.reserved
@@ -137,6 +179,9 @@ def run(ctx: RunContext) -> WorkloadResult:
                 res = ctx.simulate(trace, lib)
                 ctx.progress(1)
                 fig = iteration_figures(res.exposure())
+                if prep.pipe is not None:  # per pipeline rank: one stage's compute hides nothing of another's
+                    fig.update(stage_figures(trace, res.start, res.end, prep.layout))
+                    fig["compute_s"], fig["exposed_comm_s"] = fig["stage_compute_s"], fig["stage_exposed_comm_s"]
                 mem = memory[lib]
                 held = mem["reserved"] + mem["library"] + mem["overhead"]
                 records.append({"library": lib, "iteration": it, "zipf_exponent": s, "ep_imbalance": imb, **fig,
@@ -150,6 +195,11 @@ def run(ctx: RunContext) -> WorkloadResult:
     metrics = {lib: _metrics(rows[rows["library"] == lib]) for lib in ctx.libraries}
     notes = [f"mesh: fsdp {cfg.fsdp} × tp {cfg.tp} = {cfg.dies} dies; ep {cfg.ep} over {cfg.ep // cfg.tp} "
              f"FSDP ranks × tp; efsdp {prep.layout.efsdp}; {len(prep.plan.units)} FSDP units"]
+    if prep.pipe is not None:
+        pipe = prep.pipe
+        notes = [f"mesh: pp {cfg.pp} × fsdp {cfg.fsdp} × tp {cfg.tp} = {cfg.dies} dies; ep {cfg.ep} inside each "
+                 f"{prep.layout.stage_dies}-die stage; schedule {pipe.schedule.value}, {pipe.n_stages(cfg.pp)} "
+                 f"stages, {pipe.microbatches} micro-batches; ZeRO-{pipe.zero}"]
     notes += [f"{lib}: its memory does not fit without activation checkpointing: recompute turned on"
               for lib, c in changes.items() if c == "recompute"]
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, notes=notes,
@@ -161,6 +211,8 @@ def _metrics(sub: pd.DataFrame) -> dict[str, float]:
     m = {k: float(sub[k].mean()) for k in ("iteration_time_s", "compute_s", "exposed_comm_s", "tokens_per_s",
                                             "comm_wire_s", "comm_copy_s", "comm_sync_s", "comm_register_s",
                                             "comm_launch_s")}
+    if "bubble_fraction" in sub:
+        m["bubble_fraction"] = float(sub["bubble_fraction"].mean())
     m["iteration_time_s_first"] = float(sub["iteration_time_s"].iloc[0])
     m["iteration_time_s_last"] = float(sub["iteration_time_s"].iloc[-1])
     m["peak_mem_GB_per_die"] = float(sub["peak_mem_GB_per_die"].max())

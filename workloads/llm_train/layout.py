@@ -1,6 +1,9 @@
 """The device mesh: which dies form the fsdp, tp, ep and efsdp communicators.
 
-rank = f·tp + t (TP innermost, so a TP group sits on neighbouring dies of one node).
+rank = s·(fsdp·tp) + f·tp + t (TP innermost, so a TP group sits on neighbouring dies of one node;
+pipeline stage s outermost, so a stage is a contiguous block of the fabric's placement — whole
+nodes when a stage spans at least one — and its p2p neighbours are the same positions of the next
+block). Every family below is formed inside each stage (indices are stage-local, shown for s = 0).
 - ``tp[f]``    = {f·tp + t : t}                 tensor parallel (attention heads, MLP columns)
 - ``fsdp[t]``  = {f·tp + t : f}                 non-expert parameters sharded over 128 dies
 - ``ep[g]``    = ranks g·ep … g·ep + ep − 1     TorchTitan with expert-TP = 1: EP borrows
@@ -27,22 +30,33 @@ class Layout:
     tp: int
     ep: int
     separate_reduce_scatter: bool = False  # reduce-scatters on their own process groups (FSDP2 opt-in)
+    pp: int = 1  # pipeline stages (pipeline ranks); each holds dies / pp dies
+
+    @property
+    def stage_dies(self) -> int:
+        return self.dies // self.pp
 
     @property
     def efsdp(self) -> int:
-        return self.dies // self.ep
+        return self.stage_dies // self.ep
+
+    def stage_ranks(self, rank: int) -> tuple[int, ...]:
+        """The dies of pipeline rank `rank` (a contiguous block)."""
+        n = self.stage_dies
+        return tuple(range(rank * n, (rank + 1) * n))
 
     def check(self, n_experts: int) -> None:
-        if self.fsdp * self.tp != self.dies:
-            raise ConfigError("workload.fsdp", f"fsdp {self.fsdp} × tp {self.tp} = {self.fsdp * self.tp} "
-                              f"≠ dies {self.dies}", "choose fsdp = dies / tp")
+        if self.fsdp * self.tp * self.pp != self.dies:
+            raise ConfigError("workload.fsdp", f"pp {self.pp} × fsdp {self.fsdp} × tp {self.tp} = "
+                              f"{self.pp * self.fsdp * self.tp} ≠ dies {self.dies}",
+                              "choose fsdp = dies / (tp · pp)")
         if n_experts == 0 and self.ep != 1:
             raise ConfigError("workload.ep", f"ep={self.ep} but the model has no routed experts",
                               "use workload.ep=1 for a dense model")
         if self.ep > 1:
-            if self.ep % self.tp or self.dies % self.ep:
+            if self.ep % self.tp or self.stage_dies % self.ep:
                 raise ConfigError("workload.ep", f"ep={self.ep} must be a multiple of tp={self.tp} "
-                                  f"and divide dies={self.dies} (EP spans whole TP groups)",
+                                  f"and divide a stage's {self.stage_dies} dies (EP spans whole TP groups)",
                                   f"e.g. ep={self.tp * max(1, self.fsdp // 2)}")
             if n_experts % self.ep:
                 raise ConfigError("workload.ep", f"ep={self.ep} does not divide the model's "
@@ -50,7 +64,7 @@ class Layout:
 
     def groups(self) -> dict[str, list[list[int]]]:
         """Families with more than one rank per group (size-1 groups need no communication)."""
-        tp, ep, world = self.tp, self.ep, self.dies
+        tp, ep, world = self.tp, self.ep, self.stage_dies
         fam = {
             "tp": [[f * tp + t for t in range(tp)] for f in range(self.fsdp)],
             "fsdp": [[f * tp + t for f in range(self.fsdp)] for t in range(tp)],
@@ -58,6 +72,8 @@ class Layout:
             "efsdp": [[g * ep + j for g in range(world // ep)] for j in range(ep)],
         }
         fam = {k: v for k, v in fam.items() if len(v[0]) > 1}
+        if self.pp > 1:  # the same groups inside every stage
+            fam = {k: [[world * s + r for r in g] for s in range(self.pp) for g in v] for k, v in fam.items()}
         if self.separate_reduce_scatter:
             fam.update({f"{k}_rs": fam[k] for k in ("fsdp", "efsdp") if k in fam})
         return fam

@@ -76,6 +76,7 @@ class IterationBuilder:
         self.fams = set(layout.add_to(self.t))
         self.ranks = tuple(range(layout.dies))
         self.ep_pos = np.arange(layout.dies) % layout.ep  # rank -> position in its EP group
+        self.stream = "main"  # the compute stream ops go on (a pipeline's overlapped pair uses two)
         self.last_main = -1
         self.group_start: dict[int, int] = {}  # last op of a kernel group -> its first (cube) op
         for name in ("tp.in", "tp.out"):
@@ -92,14 +93,15 @@ class IterationBuilder:
         """One SPMD kernel group: the kernels training's fused set gives `layer_type`'s work
         (`workloads/common/kernels.py`), its matmuls in `dtype`."""
         ops = add_cost(self.t, self.ranks, layer_type, cost, fused=TRAINING_FUSED, name=name, scale=per_rank,
-                       dtype=dtype, hbm_extra=hbm_extra)
+                       dtype=dtype, hbm_extra=hbm_extra, stream=self.stream)
         self.last_main = ops[-1]
         self.group_start[ops[-1]] = ops[0]
         return self.last_main
 
     def _main_coll(self, coll: str, fam: str, nbytes: object, name: str, buffer: str,
                    **kw: object) -> int:
-        self.last_main = self.t.collective(coll, fam, nbytes, name=name, buffer=buffer, **kw)
+        self.last_main = self.t.collective(coll, fam, nbytes, ranks=self.ranks, name=name, buffer=buffer,
+                                           stream=self.stream, **kw)
         return self.last_main
 
     # ------------------------------------------------------------------ sub-blocks
@@ -180,7 +182,7 @@ class IterationBuilder:
             if params and fam in self.fams:
                 comm = self.layout.reduce_scatter_family(fam)
                 ops.append(self.t.collective("reducescatter", comm, float(params * self.k.grad_bytes),
-                                             stream="fsdp_rs", deps=[self.last_main],
+                                             ranks=self.ranks, stream="fsdp_rs", deps=[self.last_main],
                                              buffer=f"{fam}.grad.{slot % 2}",
                                              name=f"{unit.name}.{fam}_reducescatter"))
         return ops
@@ -189,7 +191,7 @@ class IterationBuilder:
         """Make the unit's first kernel wait for its gathers (a zero-cost marker op)."""
         if deps:
             self.last_main = self.t.compute(self.ranks, fixed_time_s=0.0, deps=deps, name="wait_gather",
-                                            stream="main")
+                                            stream=self.stream)
 
     # ------------------------------------------------------------------ iteration
     def build(self) -> Trace:

@@ -1,0 +1,184 @@
+"""llm_train pipeline parallelism and ZeRO: bubbles from the replay against the closed form, the
+order of each stage's actions, the bytes between stages, ZeRO's parameter residency, bad layouts."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pytest
+from helpers import compose_run, make_library
+
+from stratacl.engine.replay import simulate
+from stratacl.errors import ConfigError
+from stratacl.fabric import Fabric
+from workloads.llm_train import prepare
+from workloads.llm_train.crosscheck import mlp_stack_plan
+from workloads.llm_train.layout import Layout
+from workloads.llm_train.pipeline import Pipe, build_pipeline, stage_figures
+from workloads.llm_train.pp_memory import pipeline_ops
+from workloads.llm_train.pp_schedules import PpSchedule
+from workloads.llm_train.schedule import Knobs
+
+HIDDEN, TOKENS = 2048, 8192
+# no optimizer work and no recompute: every stage's time is its forwards and backwards
+QUIET = Knobs(recompute=False, optimizer_flops_per_param=0.0, master_bytes=0, grad_bytes=0, state_bytes=0)
+
+
+@cache
+def _lib():  # noqa: ANN202
+    cfg = compose_run(["workload=llm_train"])
+    fabric = Fabric(cfg.fabric)
+    return fabric, make_library(fabric)
+
+
+def _replay(p: int, m: int, schedule: PpSchedule, layers: int = 8, tokens: int = TOKENS, fsdp: int = 1,
+            zero: int = 3, knobs: Knobs = QUIET, hidden: int = HIDDEN):  # noqa: ANN202
+    plan = mlp_stack_plan(layers, hidden, tokens, 1)
+    lay = Layout(p * fsdp, fsdp, 1, 1, pp=p)
+    trace = build_pipeline(plan, lay, knobs, Pipe(schedule=schedule, microbatches=m, zero=zero))
+    trace.validate()
+    return plan, lay, trace, simulate(trace, _lib()[1])
+
+
+@pytest.mark.parametrize("p, m", [(4, 8), (4, 16), (8, 8)])
+def test_1f1b_bubble_matches_closed_form(p: int, m: int) -> None:
+    # uniform stages (two MLP blocks each), wide enough that a p2p transfer takes ~2 % of a
+    # forward: each stage idles (p − 1)(t_F + t_B) of (m + p − 1)(t_F + t_B)
+    _, lay, trace, res = _replay(p, m, PpSchedule.one_f_one_b, layers=2 * p, tokens=2048, hidden=8192)
+    fig = stage_figures(trace, res.start, res.end, lay)
+    assert fig["stage_exposed_comm_s"] < 0.02 * res.makespan_s
+    assert fig["bubble_fraction"] == pytest.approx((p - 1) / (m + p - 1), rel=0.03)
+
+
+def test_schedules_shrink_the_bubble_in_their_published_order() -> None:
+    fr = {}
+    for sched in PpSchedule:
+        _, lay, trace, res = _replay(4, 8, sched)
+        fr[sched] = stage_figures(trace, res.start, res.end, lay)["bubble_fraction"]
+    assert fr[PpSchedule.gpipe] == pytest.approx(fr[PpSchedule.one_f_one_b], rel=0.05)
+    assert fr[PpSchedule.interleaved_1f1b] < 0.8 * fr[PpSchedule.one_f_one_b]
+    assert fr[PpSchedule.interleaved_zb] < fr[PpSchedule.interleaved_1f1b]
+    assert fr[PpSchedule.dualpipev] < fr[PpSchedule.interleaved_1f1b]
+
+
+@pytest.mark.parametrize("sched", list(PpSchedule))
+def test_every_forward_precedes_its_backward_on_each_stage(sched: PpSchedule) -> None:
+    _, _, trace, res = _replay(4, 8, sched)
+    acts = trace.meta["pipeline"]["actions"]
+    ends = {(k, s, mb): res.end[last] for k, s, mb, _, last in acts}
+    starts = {(k, s, mb): res.start[first] for k, s, mb, first, _ in acts}
+    n = 0
+    for (k, s, mb), t0 in starts.items():
+        if k in "BI":
+            assert t0 >= ends[("F", s, mb)] - 1e-12, (k, s, mb)
+            n += 1
+        if k == "W":
+            assert t0 >= ends[("I", s, mb)] - 1e-12
+    assert n == trace.meta["pipeline"]["stages"] * 8
+
+
+@pytest.mark.parametrize("sched", [PpSchedule.one_f_one_b, PpSchedule.interleaved_1f1b, PpSchedule.dualpipev])
+def test_bytes_between_stages_are_activations_times_microbatches(sched: PpSchedule) -> None:
+    p, m, fsdp = 4, 8, 2
+    plan, lay, trace, _ = _replay(p, m, sched, fsdp=fsdp)
+    act = TOKENS * HIDDEN * QUIET.act_bytes  # one die's hidden states of one micro-batch (tp 1)
+    p2p = [op for op in trace.ops if op.kind == "p2p"]
+    stages = trace.meta["pipeline"]["stages"]
+    turns = 1 if sched == PpSchedule.dualpipev else 0  # the V's turn stays on one rank
+    for kind in ("act", "grad"):
+        ops = [op for op in p2p if f".{kind}." in op.name]
+        sent = sum(float(np.sum(op.per_rank(op.nbytes)[:1])) * len(op.src) for op in ops)
+        assert sent == pytest.approx(act * m * fsdp * (stages - 1 - turns))
+        for op in ops:  # die j of a stage sends to die j of the next stage's rank, only
+            assert len(op.src) == fsdp and len({d - s for s, d in zip(op.src, op.dst, strict=True)}) == 1
+            assert [s % fsdp for s in op.src] == [d % fsdp for d in op.dst] == list(range(fsdp))
+
+
+def _live_param_bytes(ops: list[tuple], prefixes: tuple[str, ...]) -> tuple[float, float]:
+    live: dict[str, float] = {}
+    lo, hi, started = np.inf, 0.0, False
+    for op in ops:
+        if op[1].startswith(prefixes):
+            if op[0] == "alloc":
+                live[op[1]] = op[2]
+            else:
+                live.pop(op[1], None)
+        if op[1].startswith("act"):
+            started = True  # after start-up
+        if started:
+            total = sum(live.values())
+            lo, hi = min(lo, total), max(hi, total)
+    return lo, hi
+
+
+def test_zero1_keeps_full_parameters_and_zero3_does_not() -> None:
+    p, fsdp = 2, 4
+    plan = mlp_stack_plan(4, HIDDEN, TOKENS, 1)
+    lay = Layout(p * fsdp, fsdp, 1, 1, pp=p)
+    k = Knobs(recompute=False)
+    full = sum(u.params for u in plan.units[:2]) * k.act_bytes  # rank 0's two blocks, bf16
+    z1 = pipeline_ops(plan, lay, k, Pipe(microbatches=4, zero=1), 0)
+    z3 = pipeline_ops(plan, lay, k, Pipe(microbatches=4, zero=3), 0)
+    lo1, _ = _live_param_bytes(z1, ("replica", "unsharded"))
+    _, hi3 = _live_param_bytes(z3, ("replica", "unsharded"))
+    assert lo1 >= full  # every die holds its stage's parameters at every moment
+    assert hi3 <= full / 2 + 1  # at most one of the two units gathered at a time
+    # ZeRO-1 accumulates full gradients; ZeRO-3 keeps only the shard
+    assert sum(o[2] for o in z1 if o[0] == "alloc" and o[1].startswith("fgrad")) == \
+        sum(u.params for u in plan.units[:2]) * k.grad_bytes
+    assert not any(o[1].startswith("fgrad") for o in z3)
+    # the traces: ZeRO-3 gathers before every forward and input-gradient action, ZeRO-1 once after the step
+    g3 = [op for op in _replay(p, 4, PpSchedule.one_f_one_b, layers=4, fsdp=fsdp, zero=3, knobs=k)[2].ops
+          if op.coll == "allgather"]
+    g1 = [op for op in _replay(p, 4, PpSchedule.one_f_one_b, layers=4, fsdp=fsdp, zero=1, knobs=k)[2].ops
+          if op.coll == "allgather"]
+    assert len(g3) == p * 2 * 4 * 2  # stages × units × micro-batches × (F, B)
+    assert len(g1) == 4  # one per unit
+
+
+BASE = ["workload=llm_train", "workload.num_layers=4", "workload.dies=16", "workload.fsdp=2",
+        "workload.tp=4", "workload.ep=8", "workload.global_batch=8", "workload.seq_len=512", "workload.pp=2",
+        "workload.microbatches=4"]
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["workload.pp=3"], "workload.pp"),  # 3 does not divide 16 dies
+    (["workload.pp_schedule=interleaved_1f1b", "workload.pp_virtual_stages=4"], "workload.pp"),  # 8 stages, 4 layers
+    (["workload.microbatches=1", "workload.global_batch=2"], "workload.microbatches"),  # 1F1B: m < p
+    (["workload.pp_schedule=dualpipev", "workload.microbatches=2", "workload.global_batch=4"],
+     "workload.microbatches"),  # 4 stages
+    (["workload.microbatches=3"], "workload.microbatches"),  # 8 sequences over 2 × 3
+    (["workload.fsdp=4"], "workload.fsdp"),  # 2 × 4 × 4 ≠ 16
+])
+def test_bad_pipeline_layout_fails_with_the_field(extra: list[str], field: str) -> None:
+    cfg = compose_run(BASE + extra)
+    with pytest.raises(ConfigError) as err:
+        prepare(cfg.workload, Fabric(cfg.fabric))
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_dualpipev_pairs_run_concurrently_only_when_overlapped(overlap: bool) -> None:
+    plan = mlp_stack_plan(8, HIDDEN, TOKENS, 1)
+    lay = Layout(4, 1, 1, 1, pp=4)
+    trace = build_pipeline(plan, lay, QUIET, Pipe(schedule=PpSchedule.dualpipev, microbatches=8, overlap=overlap))
+    res = simulate(trace, _lib()[1])
+    spans: dict[int, list[tuple[float, float]]] = {}
+    for _k, s, _mb, first, last in trace.meta["pipeline"]["actions"]:
+        rank = s if s < 4 else 7 - s
+        spans.setdefault(rank, []).append((res.start[first], res.end[last]))
+    concurrent = sum(1 for lst in spans.values() for (_a0, a1), (b0, _b1) in zip(lst[:-1], lst[1:], strict=True)
+                     if b0 < a1 - 1e-9)  # the next action started before this one ended
+    assert (concurrent > 0) == overlap
+    assert any(op.stream == "main.overlap" for op in trace.ops) == overlap
+
+
+def test_a_stage_ops_span_that_stage_only() -> None:
+    p, fsdp = 4, 2
+    _, lay, trace, _ = _replay(p, 4, PpSchedule.one_f_one_b, fsdp=fsdp, zero=2, knobs=Knobs(recompute=False))
+    for op in trace.ops:
+        stages = {r // lay.stage_dies for r in op.ranks}
+        assert len(stages) == (2 if op.kind == "p2p" else 1), op.label()
+    rs = [op for op in trace.ops if op.coll == "reducescatter"]
+    assert len(rs) == 8 * 4  # ZeRO-2: every unit, every micro-batch
