@@ -194,8 +194,8 @@ def test_a_phase_that_ends_says_done_not_zero_percent(capsys) -> None:  # noqa: 
 
 def test_ctrl_c_of_a_sweep_prints_one_resume_line(tmp_path) -> None:  # noqa: ANN001
     sweep = tmp_path / "sweep"
-    # points of several seconds each (dlrm_train), so the signal lands inside one on a fast machine too
-    args = ["--multirun", "workload=dlrm_train", "seed=0,1", "output.timeline=false", f"hydra.sweep.dir={sweep}"]
+    # points of ~30 s each (the default serving run), so the signal lands inside the first on any machine
+    args = ["--multirun", "workload=llm_infer", "seed=0,1", "output.timeline=false", f"hydra.sweep.dir={sweep}"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     proc = subprocess.Popen([sys.executable, "-m", "stratacl.run", *args], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -209,6 +209,6 @@ def test_ctrl_c_of_a_sweep_prints_one_resume_line(tmp_path) -> None:  # noqa: AN
     assert "Traceback" not in err
     last = [ln for ln in err.splitlines() if ln.strip()][-1]
     assert last == ("interrupted: finished points are kept; resume with: python -m stratacl.run "
-                    f"--multirun workload=dlrm_train seed=0,1 output.timeline=false "
+                    f"--multirun workload=llm_infer seed=0,1 output.timeline=false "
                     f"hydra.sweep.dir={sweep} resume=true")
     assert not list(sweep.glob("*/summary.json"))  # interrupted points wrote no summary
