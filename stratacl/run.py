@@ -39,12 +39,14 @@ from stratacl.precheck import CONF, precheck
 from stratacl.precheck import one_line as precheck_one_line
 from stratacl.progress import Progress
 from stratacl.report import report_lines
+from stratacl.run_dir import register as register_run_dir
 from stratacl.run_traces import TRACES_DIR, TraceRecorder
 from stratacl.sweep_resume import RememberSweepDir, resume_command, skip_finished
 from stratacl.timeline import interval_timeline, write_timeline
 from stratacl.verdict import accounting, merge_accounting, verdict
 from stratacl.workload_api import RunContext, Workload, WorkloadResult
 
+register_run_dir()  # before Hydra resolves hydra.run.dir, in the CLI and in launcher workers
 log = logging.getLogger("stratacl")
 
 OUTPUTS = ("summary.json", "results.parquet", "timeline.json", "run_timeline.json", "utilisation.parquet")
