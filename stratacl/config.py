@@ -490,7 +490,8 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     for tier in lib.unit_KiB:
         if tier not in TIER_ORDER:
             raise ConfigError(f"{where}.unit_KiB.{tier}", f"unknown tier '{tier}'", f"use tiers {TIER_ORDER}")
-    if lib.partitioning == Partitioning.balanced and lib.mover == Mover.vector_cores and not lib.unit_KiB:
+    # the mover the expansion mode resolves to (ai_cpu moves with SDMA whatever `mover` reads)
+    if lib.partitioning == Partitioning.balanced and resolved_mover(lib)[0] == Mover.vector_cores and not lib.unit_KiB:
         raise ConfigError(f"{where}.unit_KiB", "balanced partitioning needs transfer unit sizes",
                           "e.g. unit_KiB: {die: 256, node: 256, supernode: 512}")
 

@@ -398,3 +398,12 @@ def test_fabric_ranges_are_checked_without_validate_run() -> None:
     assert err.value.field == "fabric.tiers.supernode.alpha_us"
     with pytest.raises(ConfigError):
         validate_fabric(fab)
+
+
+def test_balanced_partitioning_needs_units_only_when_vector_cores_move() -> None:
+    """The mover checked is the one the expansion mode resolves to: ai_cpu moves with SDMA (no
+    transfer units to balance), aiv on the vector cores (units required)."""
+    base = ["library=[hccl]", "library.hccl.partitioning=balanced", "library.hccl.unit_KiB={}"]
+    validate_run(compose_run([*base, "library.hccl.expansion_mode=ai_cpu"]))
+    with pytest.raises(ConfigError, match=r"library\.hccl\.unit_KiB"):
+        validate_run(compose_run([*base, "library.hccl.expansion_mode=aiv"]))
