@@ -17,12 +17,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, TypedDict
 
 from stratacl.comm.buffers import MiB, buffer_sizes_MiB
 from stratacl.config import DataPath, LibraryConfig, RegistrationMechanism
 from stratacl.memory import JitRegistrationCache, RegistrationCost, RegistrationOnAllocation
 from stratacl.memory.communicators import Communicator
+
+
+class Listeners(TypedDict, total=False):
+    """A data path's registration mechanism (at most one), as `DieMemory` keyword arguments."""
+
+    jit: JitRegistrationCache
+    on_alloc: RegistrationOnAllocation
 
 DEFAULT_CCL_MiB = 200.0  # HCCL_BUFFSIZE default (REFERENCE §3; conf/library/hccl.yaml comm_buffer_MiB)
 
@@ -77,7 +84,7 @@ class DataPathModel:
         """Fraction of a send/recv's payload copied through a buffer on each end."""
         return self.cfg.stage_anyway.get("p2p", 0.0)
 
-    def allocator_listeners(self, cost: RegistrationCost, peers: int) -> dict[str, object]:
+    def allocator_listeners(self, cost: RegistrationCost, peers: int) -> Listeners:
         """The registration mechanism listening to the device allocator's map events
         (`DieMemory` keyword arguments)."""
         return {}
@@ -120,7 +127,7 @@ class JitRegister(DataPathModel):
     kind = DataPath.jit_register
     registration = RegistrationMechanism.jit
 
-    def allocator_listeners(self, cost: RegistrationCost, peers: int) -> dict[str, object]:
+    def allocator_listeners(self, cost: RegistrationCost, peers: int) -> Listeners:
         return {"jit": JitRegistrationCache(cost, peers, match=self.cfg.jit_cache_match)}
 
 
@@ -129,7 +136,7 @@ class OnAlloc(DataPathModel):
     registration = RegistrationMechanism.on_alloc
     cost_depends_on_mapping = True  # a remap just before use can leave registration exposed
 
-    def allocator_listeners(self, cost: RegistrationCost, peers: int) -> dict[str, object]:
+    def allocator_listeners(self, cost: RegistrationCost, peers: int) -> Listeners:
         return {"on_alloc": RegistrationOnAllocation(cost, peers)}
 
 

@@ -16,21 +16,19 @@ trace has buffers and the ops that allocate them, not addresses.
 
 from __future__ import annotations
 
-from stratacl.memory.on_alloc import RegistrationOnAllocation
-from stratacl.memory.registration_cache import JitRegistrationCache
+from stratacl.comm.datapath import Listeners
 from stratacl.trace import REGISTERED
 
 
 class RegistrationState:
     """One replay's registration state: the library's mechanism, keyed by buffer name."""
 
-    def __init__(self, listeners: dict[str, object], buffers: dict[str, tuple[int, ...]]) -> None:
+    def __init__(self, listeners: Listeners, buffers: dict[str, tuple[int, ...]]) -> None:
         """`listeners`: the data path's mechanism objects (`DataPathModel.allocator_listeners`,
         the same the allocator side attaches), here driven by buffer name."""
         self.buffers = buffers  # name -> allocating op ids (-1: before the trace)
-        jit, on_alloc = listeners.get("jit"), listeners.get("on_alloc")
-        self.jit = jit if isinstance(jit, JitRegistrationCache) else None
-        self.on_alloc = on_alloc if isinstance(on_alloc, RegistrationOnAllocation) else None
+        self.jit = listeners.get("jit")
+        self.on_alloc = listeners.get("on_alloc")
         self._alloc_time: dict[int, float] = {}
         self._alloc_ops = {op for ops in buffers.values() for op in ops if op >= 0}
 
