@@ -79,3 +79,15 @@ def test_p2p_and_compute_are_not_ordered_by_communicators() -> None:
     tr.add("p2p", [0, 1], src=[0], dst=[1], nbytes=1e6, stream="p")
     tr.compute(range(WORLD), flops=1e9, stream="c")
     assert [list(p) for p in communicator_predecessors(tr)] == [[], [], []]
+
+
+def test_overlapping_groups_of_one_family_are_separate_communicators() -> None:
+    """An imported trace names its process groups pg[k] (one family) and they share ranks: pg[1] and
+    pg[2] both hold rank 0, yet are two communicators, so only pg[1]'s second op waits (for its first)."""
+    tr = Trace(world_size=4)
+    tr.add_communicator("pg[1]", (0, 1))
+    tr.add_communicator("pg[2]", (0, 2))
+    for i, comm in enumerate(("pg[1]", "pg[2]", "pg[1]")):
+        tr.collective("allreduce", comm, SIZE, stream=f"s{i}")
+    tr.validate()
+    assert [list(p) for p in communicator_predecessors(tr)] == [[], [], [0]]

@@ -15,8 +15,11 @@
   "one NCCL communicator, which processes one collective at a time").
 
 A communicator is one group of a family (`tp[3]`): an op naming the family `tp` runs on every
-`tp[i]`, so on each rank the previous collective of the same family is its predecessor. Point-to-
-point ops are not ordered here (ProcessGroupNCCL keeps separate per-pair communicators for them).
+`tp[i]`. Where a family's groups are disjoint (the harness's own tp/fsdp/ep), a rank is in one group
+of it, so on each rank the previous collective of the same family is its predecessor. Where they
+overlap (an imported trace's process groups `pg[k]`, one family), the order is kept per group: two
+groups sharing a rank are two communicators and run concurrently. Point-to-point ops are not
+ordered here (ProcessGroupNCCL keeps separate per-pair communicators for them).
 """
 
 from __future__ import annotations
@@ -37,10 +40,13 @@ def communicator_predecessors(trace: Trace) -> list[Sequence[int]]:
     same: dict[str, tuple[tuple[int, ...], int]] = {}  # family -> (ranks, last op) while they do not
     arrays: dict[tuple[int, ...], np.ndarray] = {}
     out: list[Sequence[int]] = [()] * len(trace.ops)
+    overlapping = _overlapping_families(trace)
     for op in trace.ops:
         if op.kind != "collective":
             continue
         fam = family_of(op.comm)
+        if fam in overlapping:  # a rank is in several of its groups: order per group
+            fam = op.comm
         lst = last.get(fam)
         if lst is None:  # fast path: a family's ops usually all span the same ranks
             prior = same.get(fam)
@@ -60,6 +66,19 @@ def communicator_predecessors(trace: Trace) -> list[Sequence[int]]:
         else:
             out[op.id] = [int(x) for x in np.unique(prev) if x >= 0]
         lst[arr] = op.id
+    return out
+
+
+def _overlapping_families(trace: Trace) -> set[str]:
+    """Families with two groups that share a rank."""
+    seen: dict[str, set[int]] = {}
+    out: set[str] = set()
+    for name, ranks in trace.communicators.items():
+        fam = family_of(name)
+        members = seen.setdefault(fam, set())
+        if members.intersection(ranks):
+            out.add(fam)
+        members.update(ranks)
     return out
 
 
