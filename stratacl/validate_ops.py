@@ -149,7 +149,8 @@ def _eval_nccl(row: OpRow) -> OpRow:
 
 
 def nccl_relations(path: Path = NCCL_TABLE) -> list[tuple[str, bool, str]]:
-    """(id, holds, statement) per relation row: the default choice's busbw beats the forced ring."""
+    """(id, holds, statement) per relation row: the default choice is the row's `expect_algorithm`
+    (when given) and its busbw beats the forced ring."""
     out = []
     for r in _read(path):
         if r["documented_busbw_GBps"]:
@@ -157,7 +158,10 @@ def nccl_relations(path: Path = NCCL_TABLE) -> list[tuple[str, bool, str]]:
         args = (r["fabric"], r["collective"], int(r["ranks"]), float(r["size_bytes"]))
         _, bw, algo = nccl_op(*args, r["nccl_algos"])
         _, ring, _ = nccl_op(*args, "ring")
-        out.append((r["id"], bw > ring, f"default {bw:.0f} GB/s ({algo}) > ring {ring:.0f} GB/s"))
+        expect = r.get("expect_algorithm") or ""
+        chosen = not expect or algo.startswith(f"nccl:{expect}/")
+        what = f"default {bw:.0f} GB/s ({algo}{'' if chosen else f', not {expect}'}) > ring {ring:.0f} GB/s"
+        out.append((r["id"], bw > ring and chosen, what))
     return out
 
 

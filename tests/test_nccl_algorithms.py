@@ -145,3 +145,17 @@ def test_nvl72_rack_is_one_nccl_node() -> None:
     assert rack.send_bytes == pytest.approx(GiB * (1 + 1 / 72))
     two = _lib(fab).wire_plan("allreduce", 1.0 * GiB, tuple(range(144)))
     assert two.algorithm.startswith("nccl:nvls_tree") and two.port_bytes["rdma"] > 0
+
+
+@pytest.mark.parametrize("size", [2**16, 2**20, 2**33])
+def test_pipelined_staging_exposes_one_slot_per_channel(h100, size: int) -> None:  # noqa: ANN001
+    """NCCL copies through NCCL_STEPS slots of NCCL_BUFFSIZE / NCCL_STEPS per channel: only the first
+    slot's copy is exposed at each end, one chunk of a small payload, at most channels x slot of a
+    large one (an 8 GiB all-reduce exposes ~5 µs of copy, not 1/8 of the payload)."""
+    lib = make_library(h100, "nccl")
+    cfg = lib.cfg
+    cin = size  # all-reduce: the whole payload is staged in (datapath.staging_bytes)
+    copies = [p for p in lib.collective_phases("allreduce", size, tuple(range(8))) if p.category == "copy"]
+    slot_cap = cfg.comm_cores * cfg.comm_buffer_MiB * 2**20 / cfg.pipeline_chunks
+    assert len(copies) == 2
+    assert copies[0].copy_bytes / 8 == pytest.approx(min(cin / cfg.pipeline_chunks, slot_cap), rel=1e-9)

@@ -70,6 +70,16 @@ def test_nccl_relation_holds() -> None:
     assert [(i, ok) for i, ok, _ in rel] == [("h100_2node_nvls_tree_beats_ring", True)]
 
 
+def test_nccl_relation_fails_when_another_algorithm_is_chosen(tmp_path) -> None:  # noqa: ANN001
+    """The row states which algorithm NCCL picks: expecting plain tree (faster than ring or not)
+    must fail, so the relation checks the choice and not only the bandwidth."""
+    text = validate_ops.NCCL_TABLE.read_text().replace(",nvls_tree,,,,", ",tree,,,,")
+    assert text != validate_ops.NCCL_TABLE.read_text()
+    (tmp_path / "nccl.csv").write_text(text)
+    [(_, holds, what)] = validate_ops.nccl_relations(tmp_path / "nccl.csv")
+    assert not holds and "not tree" in what
+
+
 def test_deepep_ll_rows_within_tolerance(ll_results) -> None:  # noqa: ANN001
     for g, _, n, med, worst in validate.summary(ll_results):
         assert n == 4 and med <= TOL and worst <= WORST, (g, med, worst)

@@ -35,6 +35,7 @@ import numpy as np
 from stratacl.comm import algorithms as alg
 from stratacl.comm import ep, partition
 from stratacl.comm import hierarchical as hier
+from stratacl.comm.buffers import MiB
 from stratacl.comm.datapath import data_path_model, staging_bytes
 from stratacl.comm.families import FAMILIES
 from stratacl.comm.movers import MOVERS
@@ -301,25 +302,36 @@ class LibraryModel:
     def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan, cores: int | None = None) -> list[Phase]:
         cfg = self.cfg
         phases: list[Phase] = delay("launch", cfg.launch_us * 1e-6)
-        chunks = cfg.pipeline_chunks
         rounds, cin, cout = self.path.staging(coll, size, n)
-        if cin > 0:  # with pipelining only the first chunk's copy is exposed
-            phases.append(self._copy_phase(cin / chunks, n, cores))
+        fill_in, fill_out = self._pipeline_fill(cin, cores), self._pipeline_fill(cout, cores)
+        if fill_in > 0:  # with pipelining only the first slot's copy is exposed
+            phases.append(self._copy_phase(fill_in, n, cores))
         stages = plan.stages or (plan,)  # hierarchical plans: their stages in order
         staged: list[Phase] = []
         for i, st in enumerate(stages):
             sync_s = st.latency_s * rounds
             if st.wire_s > 0:
-                overlapped = (cin + cout) * (chunks - 1) / chunks / len(stages)
+                overlapped = (cin + cout - fill_in - fill_out) / len(stages)
                 # one operator, one submitting agent: only the first stage pays the agent's launch
                 staged += self._transfer_phases(st, n, overlapped_copy=overlapped, cores=cores, sync_s=sync_s,
                                                 agent_running=i > 0)
             else:
                 staged += delay("sync", sync_s)
         phases += _fold_stages(staged) if len(stages) > 1 else staged
-        if cout > 0:
-            phases.append(self._copy_phase(cout / chunks, n, cores))
+        if fill_out > 0:
+            phases.append(self._copy_phase(fill_out, n, cores))
         return merge_delays(phases)
+
+    def _pipeline_fill(self, nbytes: float, cores: int | None) -> float:
+        """The copy exposed before (or after) a staged transfer of `nbytes` per rank. Unpipelined: all
+        of it. Pipelined in `pipeline_chunks` slots per channel buffer (NCCL_STEPS slots of
+        NCCL_BUFFSIZE / NCCL_STEPS each, every channel on its own SM): the first slot of each channel,
+        i.e. one chunk of a small payload, never more than `channels x buffer / chunks`."""
+        chunks = self.cfg.pipeline_chunks
+        if nbytes <= 0 or chunks == 1:
+            return max(nbytes, 0.0)
+        slots = self.kernel_cores(cores) * self.cfg.comm_buffer_MiB * MiB / chunks
+        return min(nbytes / chunks, slots)
 
     def _copy_phase(self, nbytes: float, n: int, cores: int | None = None) -> Phase:
         """Device-to-device copy between a user buffer and a comm buffer (read + write HBM) on the
@@ -432,16 +444,16 @@ class LibraryModel:
         plan = alg.WirePlan(algorithm="p2p", steps=1, latency_s=tier.alpha_s + tier.sync_s, tx_s=wire_s,
                             rx_s=dict(wire_s), send_bytes=nbytes, recv_bytes=nbytes, group_wire_bytes=total_bytes,
                             peers=1, peer_work=((nbytes, tier.index),))
-        chunks = self.cfg.pipeline_chunks
         copy = self.path.p2p_copy_fraction() * nbytes
+        fill = self._pipeline_fill(copy, cores)
         phases = delay("launch", self.cfg.launch_us * 1e-6)
-        if copy > 0:
-            phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "src"))
-        overlapped = 2 * copy * (chunks - 1) / chunks
+        if fill > 0:
+            phases.append(_p2p_roles(self._copy_phase(fill, 1, cores), 0.0, "src"))
+        overlapped = 2 * (copy - fill)
         phases += [p if p.is_delay else _p2p_roles(p, total_bytes, copy_bytes=p.copy_bytes / per_node)
                    for p in self._transfer_phases(plan, per_node, overlapped, cores, plan.latency_s)]
-        if copy > 0:
-            phases.append(_p2p_roles(self._copy_phase(copy / chunks, 1, cores), 0.0, "dst"))
+        if fill > 0:
+            phases.append(_p2p_roles(self._copy_phase(fill, 1, cores), 0.0, "dst"))
         return merge_delays(phases)
 
     def runtime(self, trace: Trace) -> LibraryRuntime:
