@@ -64,7 +64,7 @@ def _speedup(j: dict) -> float | None:
     return r if j["better"] == "higher" else 1 / r
 
 
-MATERIAL = 0.01  # a mechanism's time change under 1 % of its whole (step, iteration) is not listed
+MATERIAL = 0.01  # ASSUMPTION (display): a mechanism's time change under 1 % of its whole (step, iteration) is not listed
 
 
 def _mechanisms(metrics: Metrics, lib: str, baseline: str) -> list[dict]:
