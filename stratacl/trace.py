@@ -132,6 +132,8 @@ class Trace:
     # use at most, e.g. a decode micro-batch split of 16 AIC + 32 AIV vs 8 AIC + 16 AIV
     stream_cores: dict[str, tuple[int, int]] = field(default_factory=dict)
     _preds: tuple[int, list[list[int]]] | None = field(default=None, repr=False, compare=False)
+    # long vectors (routing tables, n x n peer bytes) shared by every op that carries the same one
+    _shared: dict[Vec, Vec] = field(default_factory=dict, repr=False, compare=False)
 
     # ------------------------------------------------------------------ building
     def add_communicator(self, name: str, ranks: Iterable[int]) -> str:
@@ -147,7 +149,7 @@ class Trace:
         op_id = len(self.ops)
         for key in _VEC_FIELDS:
             if key in payload:
-                payload[key] = _as_vec(payload[key])
+                payload[key] = self.share(_as_vec(payload[key]))
         for key in ("deps", "src", "dst"):
             if key in payload:
                 payload[key] = tuple(int(x) for x in payload[key])  # type: ignore[union-attr]
@@ -155,6 +157,15 @@ class Trace:
             payload["gemms"] = _as_gemms(payload["gemms"])
         self.ops.append(Op(id=op_id, kind=kind, ranks=tuple(int(r) for r in ranks), **payload))
         return op_id
+
+    def share(self, vec: Vec) -> Vec:
+        """A long vector as the one copy this trace keeps of it (SharedVec); short ones as they are."""
+        if len(vec) <= _SHARE_LEN:
+            return vec
+        shared = self._shared.get(vec)
+        if shared is None:
+            shared = self._shared[vec] = SharedVec(vec)
+        return shared
 
     def add_buffer(self, name: str, alloc_op: int = -1) -> str:
         """Declare that op `alloc_op` (re)allocates user buffer `name` (BEFORE_TRACE = -1: before
@@ -379,7 +390,7 @@ class Trace:
                 for key in _INT_TUPLE_FIELDS:
                     row[key] = tuple(int(x) for x in row[key])
                 for key in _VEC_FIELDS:
-                    row[key] = tuple(float(x) for x in row[key])
+                    row[key] = trace.share(tuple(float(x) for x in row[key]))
                 row["gemms"] = _as_gemms(row["gemms"] or ())
                 op = Op(**{k: row[k] for k in expected})
                 bad = [k for k in text if not isinstance(getattr(op, k), str)]
@@ -390,6 +401,21 @@ class Trace:
             raise TraceError(f"trace file {path} has a malformed op row: {exc}") from None
         trace.validate()
         return trace
+
+
+_SHARE_LEN = 64  # vectors longer than this are shared between ops (a dispatch's routing tables)
+
+
+class SharedVec(tuple):
+    """A long op vector many ops carry (an EP-64 dispatch's routing tables hold 8,128 numbers, the
+    same for every micro-batch of a layer): stored once per trace, and hashing once, since the
+    library's per-op lowering cache keys on it."""
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = tuple.__hash__(self)
+        return h
 
 
 def _as_vec(value: object) -> Vec:

@@ -116,3 +116,22 @@ def test_invalid_trace_file_is_rejected_on_load(tmp_path) -> None:  # noqa: ANN0
     path = tr.save(tmp_path / "bad.parquet")
     with pytest.raises(TraceError, match="op 1"):
         Trace.load(path)
+
+
+def test_long_vectors_are_stored_once_per_trace(tmp_path) -> None:  # noqa: ANN001
+    """A layer's routing tables ride on every micro-batch's dispatch: the trace keeps one copy (built
+    or loaded), equal in value to what was passed, while short vectors stay per op."""
+    import numpy as np
+
+    n = 16
+    tr = Trace(world_size=n)
+    tr.add_family("ep", [range(n)])
+    table = np.arange(n * n, dtype=float)
+    ids = [tr.collective("alltoallv", "ep", 1e6, stream="s", peer_bytes=table) for _ in range(3)]
+    ids.append(tr.collective("alltoallv", "ep", 1e6, stream="s", peer_bytes=table + 1))
+    vecs = [tr.ops[i].peer_bytes for i in ids]
+    assert vecs[0] is vecs[1] is vecs[2] and vecs[3] is not vecs[0]
+    assert vecs[0] == tuple(table.tolist()) and hash(vecs[0]) == hash(tuple(table.tolist()))
+    tr.save(tmp_path / "t.parquet")
+    back = Trace.load(tmp_path / "t.parquet")
+    assert back.ops[0].peer_bytes is back.ops[2].peer_bytes and back.ops == tr.ops
