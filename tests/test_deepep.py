@@ -67,7 +67,7 @@ def _flows(lib, coll: str, dest: np.ndarray, per_token: float) -> np.ndarray:  #
     copies = copies_matrix(dest * (EXPERTS // EP), EP, EXPERTS, per_expert=False)
     mat = copies if coll == "dispatch" else copies.T
     moe = ("ht", per_token, EXPERTS // EP, TOP_K, tuple(group_tokens(dest, EP)))
-    g, flows = lib._node_flows(coll, tuple(range(EP)), tuple((mat * per_token).ravel()), moe)
+    g, flows = lib.ht_path.node_flows(lib, coll, tuple(range(EP)), tuple((mat * per_token).ravel()), moe)
     assert g == G
     return np.asarray(flows).reshape(EP, EP)
 
@@ -132,16 +132,17 @@ def test_flat_inside_a_node_and_for_other_paths(h800: Fabric) -> None:
     b = lib.wire_plan("dispatch", 1e6, tuple(range(G)), peer, moe=moe[:3])
     assert a.algorithm == b.algorithm == "fullmesh" and a.tx_s == b.tx_s
     # an LL op or a flat library never forwards
-    assert lib._node_flows("dispatch", tuple(range(EP)), (1.0,) * EP * EP, ("ll", FP8, 2, 6, (1.0,)))[1] == ()
-    assert make_library(h800, "cann_ep")._node_flows("dispatch", tuple(range(EP)), (1.0,) * EP * EP,
-                                                     ("ht", FP8, 2, 6, (1.0,)))[1] == ()
+    assert lib.ht_path.node_flows(lib, "dispatch", tuple(range(EP)), (1.0,) * EP * EP, ("ll", FP8, 2, 6, (1.0,)))[1] == ()
+    cann = make_library(h800, "cann_ep")
+    assert cann.ht_path.node_flows(cann, "dispatch", tuple(range(EP)), (1.0,) * EP * EP,
+                                   ("ht", FP8, 2, 6, (1.0,)))[1] == ()
 
 
 def test_notify_is_two_hops_after_the_layout_kernel(h800: Fabric, routed: np.ndarray) -> None:
     lib = make_library(h800, "deepep")
     copies = copies_matrix(routed * (EXPERTS // EP), EP, EXPERTS, per_expert=False)
     moe = ("ht", FP8, EXPERTS // EP, TOP_K, tuple(group_tokens(routed, EP)))
-    notify = lib._notify(tuple(range(EP)), tuple((copies * FP8).ravel()), moe, None)
+    notify = lib.ht_path.notify(lib, tuple(range(EP)), tuple((copies * FP8).ravel()), moe, None)
     kinds = [p.category for p in notify]
     assert kinds[0] == "launch" and kinds.count("launch") == 2  # layout kernel, notify kernel
     wires = [p for p in notify if p.category == "wire"]

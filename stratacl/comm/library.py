@@ -44,7 +44,6 @@ from stratacl.config import (
     Algorithm,
     ExpansionMode,
     LibraryConfig,
-    MoeHtPath,
     Partitioning,
     RegistrationMechanism,
     resolved_mover,
@@ -58,7 +57,7 @@ from stratacl.trace import Op, Trace
 
 __all__ = ["LibraryModel", "LibraryRuntime", "staging_bytes"]
 
-COUNT_BYTES = 4  # one int32 token count per peer in the MoE layout exchange
+
 # Balanced partitioning cuts each peer's payload into units of a tier-specific size
 # (`unit_KiB`). A tier a library leaves unsized gets its finest configured unit; a library with
 # no units at all (validation allows it with the SDMA mover, where units only shape the reported
@@ -77,6 +76,7 @@ class LibraryModel:
         self.path = data_path_model(cfg)  # what the data path decides (comm/datapath.py)
         self.mover_model = MOVERS[self.mover](self, self.trigger)  # comm/movers.py
         self.family = FAMILIES[cfg.algorithm](cfg)  # comm/families.py
+        self.ht_path = ep.HT_PATHS[cfg.moe_ht_path]  # HT dispatch/combine across nodes (comm/ep.py)
 
     def core_limits(self, trace: Trace) -> dict[str, tuple[int, int]]:
         """Per-stream core limits the deployment runs with under this library (the trace's, or none
@@ -145,7 +145,7 @@ class LibraryModel:
         concurrent exchange of its two-hop flows instead of the rank-level matrix."""
         tidx = self.fabric.group_tiers(group)
         algo = algorithm or self.candidates(coll)[0]
-        flows = self._node_flows(coll, group, peer_bytes, moe)[1]
+        flows = self.ht_path.node_flows(self, coll, group, peer_bytes, moe)[1]
         if flows:
             plan = self._plan(coll, size, len(group), tidx.tobytes(), flows, Algorithm.fullmesh.value)
             return replace(plan, algorithm=ep.ALGORITHM)
@@ -153,24 +153,6 @@ class LibraryModel:
         if moe and plan.peer_work:
             plan = replace(plan, peer_copies=moe_windows(plan, *moe[:3]))
         return plan
-
-    def _node_flows(self, coll: str, group: tuple[int, ...], peer_bytes: tuple[float, ...],
-                    moe: tuple) -> tuple[int, tuple[float, ...]]:
-        """(ranks per node, n×n wire bytes) of an HT dispatch/combine on the node-forwarding path;
-        (g, ()) where the flat path runs: another path or mode, a group inside one node (DeepEP's
-        intranode kernels send straight over NVLink), one that does not fill its nodes in equal
-        contiguous blocks, or an op without (token, node) counts."""
-        if not moe or moe[0] != "ht" or self.cfg.moe_ht_path != MoeHtPath.node_forward:
-            return 0, ()
-        n = len(group)
-        g = ep.node_size(self.fabric, group)
-        gtok = moe[4] if len(moe) > 4 else ()
-        if g < 2 or g == n or not gtok or not peer_bytes:
-            return g, ()
-        copies = ep.block_tokens(gtok, n, 1)
-        # the op's own bytes per token (its format): peer_bytes counts one copy per destination rank
-        per_token = float(np.sum(peer_bytes)) / max(float(copies.sum()), 1e-300)
-        return g, tuple(ep.flow_bytes(coll, copies, ep.block_tokens(gtok, n, g), g, per_token).ravel())
 
     @lru_cache(maxsize=65536)  # noqa: B019 - one model per run
     def _plan(self, coll: str, size: float, n: int, tkey: bytes, peer_bytes: tuple[float, ...],
@@ -210,13 +192,13 @@ class LibraryModel:
         `moe_shape` = (bytes per token copy, experts per rank, top_k, group tokens): an LL kernel
         writes each peer's copies into one window per expert hit, each its own start-up
         (`moe_windows`); a node-forwarding HT kernel sends once per (token, node) and forwards inside
-        the node, after its layout kernel and a two-hop count exchange (`_notify`). A library
+        the node, after its layout kernel and a two-hop count exchange (`ep.HT_PATHS`). A library
         that signals completion with remote atomics pays `moe_signal_rtts` round trips; one whose
         operator needs the host first (`host_sync`) pays a device→host copy and host round trip."""
         moe = (moe_mode, *moe_shape) if moe_mode and moe_shape else ()
         phases = self._best(coll, size, group, peer_bytes, cores, moe)[1]
         if coll == "dispatch" and moe_mode == "ht" and self.cfg.moe_layout_exchange and len(group) > 1:
-            phases = merge_delays([*self._notify(group, peer_bytes, moe, cores), *phases])
+            phases = merge_delays([*self.ht_path.notify(self, group, peer_bytes, moe, cores), *phases])
         if coll in ("dispatch", "combine") and self.cfg.moe_signal_rtts > 0 and len(group) > 1:
             far = self.fabric.tier(int(self.fabric.group_tiers(group).max()), self.cfg.plane)
             phases = merge_delays([*phases, *delay("sync", self.cfg.moe_signal_rtts * 2 * far.alpha_s)])
@@ -224,23 +206,10 @@ class LibraryModel:
             phases = merge_delays([*delay("host", self.cfg.host_roundtrip_us * 1e-6), *phases])
         return phases
 
-    def _notify(self, group: tuple[int, ...], peer_bytes: tuple[float, ...], moe: tuple,
-                cores: int | None) -> list[Phase]:
-        """The count exchange before an HT dispatch: a rank-level all-to-all of per-peer counts, or
-        on the node-forwarding path DeepEP's layout kernel and `notify_dispatch` (counts to the
-        same-index GPU of every node over RDMA, then inside the node over NVLink; comm/ep.py)."""
-        n = len(group)
-        g = self._node_flows("dispatch", group, peer_bytes, moe)[0] if moe else 0
-        if not (2 <= g < n and len(moe) > 4 and moe[4]):
-            return self._best("alltoall", COUNT_BYTES * n, group, (), cores)[1]
-        tokens = float(ep.block_tokens(moe[4], n, n).max())  # routed tokens of the busiest rank
-        layout = delay("launch", self.cfg.launch_us * 1e-6
-                       + ep.layout_bytes(tokens, int(moe[3]), n) / self.fabric.hbm_Bps)
-        rdma_g, node_g = ep.notify_groups(group, g)
-        rdma_b, nvl_b = ep.notify_bytes(n, g, int(moe[2]))
-        rdma = self._best("alltoall", rdma_b, rdma_g, (), cores)[1] if len(rdma_g) > 1 else []
-        nvl = [p for p in self._best("alltoall", nvl_b, node_g, (), cores)[1] if p.category != "launch"]
-        return [*layout, *rdma, *nvl]
+    def op_phases(self, coll: str, size: float, group: tuple[int, ...], cores: int | None = None) -> list[Phase]:
+        """The phases of a plain collective (no peer matrix) as this library runs it: for the HT
+        paths' count exchanges (comm/ep.py)."""
+        return self._best(coll, size, group, (), cores)[1]
 
     # ------------------------------------------------------------------ the host in the loop
     def needs_host(self, coll: str, moe_mode: str = "") -> bool:
