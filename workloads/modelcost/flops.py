@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch.utils import flop_counter as fc
 
+from workloads.common.cost import Gemm  # (m, n, k, count[, 1])
+
 aten = torch.ops.aten
 
 FlopFn = Callable[..., int]
@@ -111,9 +113,6 @@ ATTENTION_PACKETS = {
 
 # ---- matmul shapes ---------------------------------------------------------------------------
 # A matmul D[m×n] = A[m×k]·B[k×n] run `count` times is (m, n, k, count); 2·m·n·k·count FLOPs.
-Gemm = tuple  # (m, n, k, count), or (m, n, k, count, 1): rows along k (workloads.common.cost.Gemm)
-
-
 def ragged(total: int, groups: int) -> list[tuple[int, int]]:
     """`total` rows split as evenly as integers allow over `groups`: [(rows, groups with that many)],
     exact (Σ rows·groups = total), empty groups left out."""
@@ -171,8 +170,3 @@ def gemm_shapes(packet: Any, args: tuple, out: Any) -> list[Gemm] | None:
         q, k, v = (args[1], args[2], args[3]) if bwd else (args[0], args[1], args[2])
         return _attention_shapes(_shape(q), _shape(k), _shape(v), bwd)
     return None
-
-
-def gemm_flops(gemms: Any) -> int:
-    """Σ 2·m·n·k·count."""
-    return sum(2 * g[0] * g[1] * g[2] * g[3] for g in gemms)
