@@ -45,6 +45,11 @@ NEUTRAL = ("seed", "resume", "output.", "limits.", "reference.", "workload.cache
 
 class MixedRunsError(ValueError):
     """Runs selected together differ in config keys no sweep varied."""
+# What a metric name means changes now and then (moe `*_busbw_GBps`: DeepEP's logical GB/s until
+# version 2, nccl-tests busbw since): runs of different versions differ in `harness.metrics_version`
+# and are refused together like any other config difference. Bump it with a note here when a
+# metric keeps its name but changes meaning. Runs from before the field read as version 1.
+METRICS_VERSION = 2
 RATIO_SUFFIX = "_ratio"  # summary column `<metric>_ratio` = metric / baseline's metric
 
 
@@ -175,7 +180,8 @@ def load_run(run_dir: Path, run_id: str) -> tuple[list[dict], pd.DataFrame]:
     flat = flatten(cfg)
     run_cols = {"run": run_id, "run_dir": str(run_dir), "overrides": _overrides(run_dir),
                 "experiment": experiment_of(run_dir), "sweep": sweep_of(run_dir), "workload": summary.get("workload"), "fabric": summary.get("fabric"),
-                "baseline": summary.get("baseline"), "seed": summary.get("seed", flat.get("seed"))}
+                "baseline": summary.get("baseline"), "seed": summary.get("seed", flat.get("seed")),
+                "harness.metrics_version": summary.get("metrics_version", 1)}
     rows = []
     for lib, metrics in summary.get("libraries", {}).items():
         row: dict[str, object] = {**run_cols, "library": lib, **metrics}

@@ -39,6 +39,7 @@ from stratacl.precheck import CONF, precheck
 from stratacl.precheck import one_line as precheck_one_line
 from stratacl.progress import Progress
 from stratacl.report import report_lines
+from stratacl.results import METRICS_VERSION
 from stratacl.run_dir import register as register_run_dir
 from stratacl.run_traces import TRACES_DIR, TraceRecorder
 from stratacl.sweep_resume import RememberSweepDir, resume_command, skip_finished
@@ -107,6 +108,7 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
         "fabric": fabric.name,
         "baseline": cfg.baseline,
         "seed": cfg.seed,
+        "metrics_version": METRICS_VERSION,  # stratacl/results.py: a metric name's meaning
         "libraries": _strict(result.metrics),
         "ratios": ratios(result.metrics, cfg.baseline),
     }

@@ -88,3 +88,17 @@ def test_library_knobs_that_differ_across_runs_are_mixed(root: Path, tmp_path: P
     _run(tmp_path / "pool", cfg, ["library.hccl.data_path=pool"], False, 50.0)
     with pytest.raises(MixedRunsError, match=r"library.hccl.data_path \('pool', 'staged'\)"):
         load_runs([root / "exp", tmp_path / "pool"])
+
+
+def test_runs_whose_metric_names_meant_other_things_are_refused_together(tmp_path: Path) -> None:
+    """A run from before a metric changed meaning (no `metrics_version`: version 1) and one from
+    today differ in `harness.metrics_version`, as in a config key."""
+    from stratacl.results import METRICS_VERSION
+
+    _run(tmp_path / "old", _cfg(32), [], False, 10.0)
+    _run(tmp_path / "new", _cfg(32), [], False, 10.0)
+    new = json.loads((tmp_path / "new" / "summary.json").read_text())
+    (tmp_path / "new" / "summary.json").write_text(json.dumps({**new, "metrics_version": METRICS_VERSION}))
+    with pytest.raises(MixedRunsError, match=rf"harness.metrics_version \(1, {METRICS_VERSION}\)"):
+        load_runs(tmp_path)
+    assert set(load_runs(tmp_path / "new").summary["harness.metrics_version"]) == {METRICS_VERSION}
