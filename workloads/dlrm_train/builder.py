@@ -10,7 +10,8 @@ its backward; both on the one process group, so in issue order with batch i's al
 
 The embedding tables live in host DRAM (their die's CPU, `fabric.host`) behind an HBM cache (UVM
 caching; TorchRec "embedding offloading" = UVM caching + prefetching, torchrec v0.6.0 release
-notes). A batch's missed rows come from DRAM as one host->device transfer per iteration
+notes). A batch's distinct missed rows (TorchRec deduplicates its ids; cache.CacheModel) come from
+DRAM as one host->device transfer per iteration
 (`Trace.memcpy(peer="host")`: the die's UB port and its CPU's link, shared with everything else);
 each inserted row evicts one, and every cached row is dirty (a row enters the cache for a lookup,
 and each looked-up row is updated by the fused optimizer in that iteration's backward), so as
