@@ -61,6 +61,7 @@ def _check(cfg: DlrmTrainConfig, fabric: Fabric) -> None:
     if cfg.ranks < 2 or cfg.ranks % (2 * fabric.dies_per_npu):
         raise ConfigError("workload.ranks", f"{cfg.ranks} is not a multiple of two NPUs "
                           f"({2 * fabric.dies_per_npu} dies)", "use e.g. 16, 32, 64 or 128")
+    zipf_exponent(cfg)  # a skew figure out of reach fails here, before any replay
 
 
 def _work_bytes(dense: DenseCosts, tf: IterationTraffic, world: int) -> np.ndarray:
