@@ -189,4 +189,5 @@ class CacheModel:
         if self.a is not None:
             a = self.a
             return _sum_rows(self.n, lambda i, k: np.exp(-a[i][:, None] * k ** -s) * requested(i, k))
-        return np.maximum(_sum_rows(self.n, requested) - _sum_rows(self.m, requested), 0.0)
+        m = self.m  # LFU: the rows after the m_j cached ones, summed from there (no cancellation)
+        return _sum_rows(self.n - m, lambda i, j: requested(i, m[i][:, None] + j))
