@@ -48,7 +48,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
                    ("library.hccl.pipeline_chunks", "0"), ("library.hccl.stage_anyway.allreduce", "2"),
                    ("fabric.topology.nodes", "7"), ("output.timeline_max_ranks", "0"), ("seed", "-1")):
         c.append(("out of range (core)", [f"{key}={v}", *COLL]))
-    for key, v in (("workload.ranks", "1"), ("workload.batch_per_worker", "0"), ("workload.zipf_exponent", "0"),
+    for key, v in (("workload.ranks", "1"), ("workload.batch_per_worker", "0"), ("workload.zipf_exponent", "-1"),
                    ("workload.embedding_dim", "-8"), ("workload.total_table_TiB", "0")):
         c.append(("out of range (dlrm)", [*DLRM, f"{key}={v}"]))
     for key, v in (("workload.fsdp", "3"), ("workload.tp", "0"), ("workload.seq_len", "0"),

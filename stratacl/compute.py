@@ -38,7 +38,9 @@ and host DRAM: after the small-op latency (`fabric.host`), one fluid phase loads
 on the host plane (rx for h2d, tx for d2h: the same port its collectives use), its HBM once, its
 SDMA engines, and the CPU's link (role "cpu": one pseudo-die per CPU, the engine's
 `Replay._roles`) with the bytes of all the op's ranks on that CPU — so two dies on one CPU share
-its link, and a fetch shares the die's port with the MoE or collective traffic beside it.
+its link, and a fetch shares the die's port with the MoE or collective traffic beside it. The same
+bytes load the CPU's DRAM (`fabric.host.dram_Bps`, the pseudo-die's "hbm" resource): one capacity
+for both directions, so a fetch and a write-back on one CPU share it while each has a link way.
 """
 
 from __future__ import annotations
@@ -148,6 +150,8 @@ def lower_host(op: Op, fabric: Fabric) -> list[Phase]:
     loads = [("all", R[f"{plane}_{way_die}"], nbytes / fabric.port_Bps[plane]),
              ("cpu", R[f"{plane}_{way_cpu}"], cpu_bytes / host.link_Bps),
              ("all", R["hbm"], nbytes / fabric.hbm_Bps)]
+    if host.dram_Bps > 0:  # the CPU's DRAM: reads and writes share it
+        loads.append(("cpu", R["hbm"], cpu_bytes / host.dram_Bps))
     if fabric.sdma_Bps > 0:
         loads.append(("all", R["sdma"], nbytes / fabric.sdma_Bps))
     total = float(per_rank.sum())

@@ -171,6 +171,10 @@ class HostConfig:
     link_GBps: float = knob(0.0, ge=0)  # one CPU's fabric attachment, per direction
     plane: Plane = Plane.ub  # the die port host bytes cross
     dram_GB: float = knob(0.0, ge=0)  # DRAM per CPU
+    # DRAM bandwidth per CPU socket = channels × peak per channel (DDR: MT/s × 8 B), shared by reads
+    # and writes and by the dies on that CPU; 0 channels = not modelled (the link alone bounds)
+    dram_channels: int = knob(0, ge=0)
+    dram_channel_GBps: float = knob(0.0, ge=0)
     # one small (512 B) device op on host memory incl. software: the CPU of the die's own node
     # (local) and a CPU of another node (remote: the DRAM pool)
     read_us: float = knob(0.0, ge=0)
@@ -448,6 +452,9 @@ def _validate_host(fab: FabricConfig) -> None:
     if not host.link_GBps > 0:
         raise ConfigError("fabric.host.link_GBps", "must be positive when the node has CPUs",
                           "set the CPU's fabric bandwidth per direction (GB/s)")
+    if host.dram_channels and not host.dram_channel_GBps > 0:
+        raise ConfigError("fabric.host.dram_channel_GBps", "must be positive when dram_channels > 0",
+                          "set the peak per memory channel (GB/s; DDR: MT/s x 8 B), or dram_channels: 0")
     if host.plane not in fab.port_GBps:
         raise ConfigError("fabric.host.plane", f"plane '{host.plane}' has no port rate",
                           f"add fabric.port_GBps.{host.plane} or use one of {_names(fab.port_GBps)}")

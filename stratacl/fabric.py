@@ -36,7 +36,8 @@ FORMAT_FALLBACK = {k.value: v.value for k, v in {_F.fp4: _F.fp8, _F.fp8: _F.bf16
 class HostFacts:
     """A node's host CPUs on the fabric (fabric.host, conf `fabric.host`): die d sits on CPU
     `cpu_of(d)` of its node (ASSUMPTION: consecutive dies share a CPU, as processes bind to the
-    nearest socket); host bytes cross the die's `plane` port and the CPU's link."""
+    nearest socket); host bytes cross the die's `plane` port, the CPU's link (per direction) and
+    its DRAM (`dram_Bps`: reads and writes share it)."""
 
     cpus_per_node: int
     link_Bps: float  # one CPU's fabric attachment, per direction
@@ -47,6 +48,7 @@ class HostFacts:
     remote_read_s: float  # another node's CPU (the DRAM pool)
     remote_write_s: float
     dies_per_node: int
+    dram_Bps: float = 0.0  # one CPU's DRAM bandwidth, reads + writes together (0: not modelled)
 
     @property
     def dies_per_cpu(self) -> int:
@@ -133,7 +135,8 @@ class Fabric:
         h = cfg.host
         self.host = HostFacts(h.cpus_per_node, h.link_GBps * 1e9, h.plane, h.dram_GB * 1e9,
                               h.read_us * 1e-6, h.write_us * 1e-6, h.remote_read_us * 1e-6,
-                              h.remote_write_us * 1e-6, self.dies_per_node)
+                              h.remote_write_us * 1e-6, self.dies_per_node,
+                              h.dram_channels * h.dram_channel_GBps * 1e9)
         # the host tier as flat attributes (issue 26 contract: Fabric.host_*); DRAM per CPU / per die
         self.host_cpus_per_node, self.host_link_Bps = self.host.cpus_per_node, self.host.link_Bps
         self.host_dram_bytes = self.host.dram_bytes

@@ -17,6 +17,7 @@ B = 64 * 2**20
 # conf/fabric/cloudmatrix384.yaml host: 160 GB/s per CPU, 4 dies per CPU, 1.0 / 1.1 us local
 # read / write, 1.7 us remote read; the die's UB port 196 GB/s
 CPU, PORT, READ, WRITE, REMOTE_READ = 160e9, 196e9, 1.0e-6, 1.1e-6, 1.7e-6
+DRAM = 8 * 23.464e9  # Kunpeng 920: 8 DDR4-2933 channels per socket, reads and writes together
 
 
 def run(fabric: Fabric, build) -> list[float]:  # noqa: ANN001
@@ -50,10 +51,31 @@ def test_two_dies_on_one_cpu_share_its_link(cm384) -> None:  # noqa: ANN001
     assert t == pytest.approx([READ + 2 * B / CPU] * 2, rel=1e-9)
 
 
-def test_fetch_and_writeback_use_opposite_directions(cm384) -> None:  # noqa: ANN001
+def test_fetch_and_writeback_use_opposite_directions_but_share_dram(cm384) -> None:  # noqa: ANN001
+    """Fetch (link tx) and write-back (link rx) of one die each have a link way, but both load the
+    CPU's 187.7 GB/s DRAM. The fetch starts 0.1 us earlier (1.0 vs 1.1 us latency) and runs alone
+    at the link's 160 GB/s; then the two share DRAM at D/2 each (< 160), the fetch ends first and the
+    write-back's last (WRITE - READ)·160 GB/s of bytes run alone again at the link rate."""
+    assert cm384.host.dram_Bps == pytest.approx(DRAM)
     t = run(cm384, lambda tr: (tr.memcpy([0], B, peer="host"),
                                tr.memcpy([0], B, peer="host", direction="d2h", stream="wb")))
-    assert t == pytest.approx([READ + B / CPU, WRITE + B / CPU], rel=1e-9)
+    alone = (WRITE - READ) * CPU
+    fetch = WRITE + (B - alone) / (DRAM / 2)
+    assert t == pytest.approx([fetch, fetch + alone / CPU], rel=1e-9)
+
+
+def test_fetch_is_bounded_by_the_slower_of_link_and_dram(cm384) -> None:  # noqa: ANN001
+    """min(link, DRAM): with 1 channel of 100 GB/s the DRAM binds; dies on one CPU share it."""
+    cfg = copy.deepcopy(compose_run().fabric)
+    cfg.host.dram_channels, cfg.host.dram_channel_GBps = 1, 100.0
+    slow = Fabric(cfg)
+    assert run(slow, lambda tr: tr.memcpy([0], B, peer="host"))[0] == pytest.approx(READ + B / 100e9, rel=1e-9)
+    assert run(slow, lambda tr: tr.memcpy([0, 1], B, peer="host"))[0] == pytest.approx(READ + 2 * B / 100e9,
+                                                                                       rel=1e-9)
+    assert run(slow, lambda tr: tr.memcpy([0, 4], B, peer="host"))[0] == pytest.approx(READ + B / 100e9, rel=1e-9)
+    # four dies of one Kunpeng fetching: 4B through its link (160) and its DRAM (187.7): the link binds
+    assert run(cm384, lambda tr: tr.memcpy(range(4), B, peer="host"))[0] == pytest.approx(READ + 4 * B / CPU,
+                                                                                          rel=1e-9)
 
 
 def test_fetch_shares_the_die_port_with_collective_traffic(cm384) -> None:  # noqa: ANN001
@@ -90,6 +112,10 @@ def test_bad_host_input_is_one_error(cm384) -> None:  # noqa: ANN001
     cfg = copy.deepcopy(compose_run().fabric)
     cfg.host.cpus_per_node = 3
     with pytest.raises(ConfigError, match="cpus_per_node"):
+        Fabric(cfg)
+    cfg.host.cpus_per_node = 4
+    cfg.host.dram_channel_GBps = 0.0
+    with pytest.raises(ConfigError, match="dram_channel_GBps"):
         Fabric(cfg)
     cfg.host.cpus_per_node = 0
     with pytest.raises(TraceError, match="no host CPUs"):

@@ -14,6 +14,11 @@ CRITEO_TB_ROWS = [
     227605432, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 130229467, 3067956, 405282, 10,
     2209, 11938, 155, 4, 976, 14, 292775614, 40790948, 187188510, 590152, 12973, 108, 36,
 ]
+# Criteo Kaggle cardinalities, 26 features: the data set of the skew figure (workloads/dlrm_train/access.py).
+CRITEO_KAGGLE_ROWS = [
+    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992,
+    5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+]
 
 
 class Sharding(StrEnum):
@@ -61,7 +66,10 @@ class DlrmTrainConfig(WorkloadConfig):
     sharding: Sharding = Sharding.auto
     column_shards: int = knob(4, ge=1)  # column_wise: shards per table
     # memory and cache
-    zipf_exponent: float = knob(1.05, gt=0)
+    zipf_exponent: float = knob(0.0, ge=0)  # 0 = derived from the skew figure below (access.py)
+    skew_top_fraction: float = knob(0.01, gt=0, lt=1)  # the hottest fraction of all rows ...
+    skew_top_share: float = knob(0.92, gt=0, lt=1)  # ... gets this share of the lookups ...
+    skew_rows: list[int] = knob(factory=lambda: list(CRITEO_KAGGLE_ROWS), ge=1)  # ... over these tables
     cache_policy: CachePolicy = CachePolicy.lru
     cache_GB_per_die: float = knob(0.0, ge=0)  # 0 = all HBM left after reserves; > 0 caps the cache
     runtime_reserve_GB: float = knob(2.0, ge=0)

@@ -2,7 +2,8 @@
 data-parallel dense part, one trace per library because library memory shrinks the cache.
 
 Modules: `model` (torch DLRM + measured dense costs), `tables` (Criteo-like tables), `planner`
-(sharding), `cache` (Zipf hit rate), `memory` (per-die HBM budget), `traffic` (all-to-all
+(sharding), `access` (the Zipf exponent from a cited skew figure), `cache` (hit rate and distinct
+misses per batch), `memory` (per-die HBM budget), `traffic` (all-to-all
 volumes), `builder` (the trace), `analysis` (iteration split), `workload` (run).
 """
 

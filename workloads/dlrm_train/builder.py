@@ -10,7 +10,8 @@ its backward; both on the one process group, so in issue order with batch i's al
 
 The embedding tables live in host DRAM (their die's CPU, `fabric.host`) behind an HBM cache (UVM
 caching; TorchRec "embedding offloading" = UVM caching + prefetching, torchrec v0.6.0 release
-notes). A batch's missed rows come from DRAM as one host->device transfer per iteration
+notes). A batch's distinct missed rows (TorchRec deduplicates its ids; cache.CacheModel) come from
+DRAM as one host->device transfer per iteration
 (`Trace.memcpy(peer="host")`: the die's UB port and its CPU's link, shared with everything else);
 each inserted row evicts one, and every cached row is dirty (a row enters the cache for a lookup,
 and each looked-up row is updated by the fused optimizer in that iteration's backward), so as
@@ -50,7 +51,7 @@ class BuiltTrace:
     iteration_of: list[int] = field(default_factory=list)  # op -> iteration
     role_of: list[str] = field(default_factory=list)  # op -> compute | comm | cache
     miss_bytes: list[np.ndarray] = field(default_factory=list)  # per iteration, per die
-    miss_rows: list[list[np.ndarray]] = field(default_factory=list)  # per iteration, per die: per segment
+    miss_rows: list[list[np.ndarray]] = field(default_factory=list)  # per iteration, per die: distinct rows per segment
     ddp_bucket_bytes: list[float] = field(default_factory=list)
 
 
@@ -148,9 +149,10 @@ def _prefetch(b: _Builder, misses: np.ndarray, indices: int, it: int) -> list[in
 
 
 def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: list[IterationTraffic],
-                hits: list[np.ndarray], row_bytes: list[np.ndarray], rng: np.random.Generator) -> BuiltTrace:
-    """`hits[d]` / `row_bytes[d]`: per-segment hit rate and row bytes of die d for this library;
-    `rng` draws the per-iteration miss counts (Binomial(lookups, 1 − hit))."""
+                miss_rows: list[list[np.ndarray]], row_bytes: list[np.ndarray]) -> BuiltTrace:
+    """`miss_rows[i][d]`: distinct rows die d misses per segment in iteration i (the prefetch
+    fetches each once, cache.CacheModel); `row_bytes[d]`: its segments' row bytes (weights +
+    optimizer state, what UVM caching moves)."""
     w = plan.world
     b = _Builder(w)
     b.tr.add_family(FAMILY, [range(w)])
@@ -161,8 +163,7 @@ def build_trace(cfg: DlrmTrainConfig, plan: Plan, dense: DenseCosts, traffic: li
     for k in range(len(buckets)):
         b.tr.add_buffer(f"ddp_bucket{k}", alloc_op=-1)
     prefetch = cfg.prefetch_pipeline
-    for tf in traffic:  # every iteration's misses first (the same draws, in iteration order)
-        rows = [rng.binomial(tf.lookups[d].astype(np.int64), 1.0 - hits[d]) for d in range(w)]
+    for rows in miss_rows:
         b.bt.miss_rows.append(rows)
         b.bt.miss_bytes.append(np.array([float((rows[d] * row_bytes[d]).sum()) for d in range(w)]))
     n = len(traffic)

@@ -1,4 +1,4 @@
-"""HBM embedding cache hit rate from a Zipf access distribution, analytically.
+"""HBM embedding cache hit rate and deduplicated misses from a Zipf access distribution, analytically.
 
 Rows of a table (or of one die's shard of it) are ranked by popularity; the k-th is looked up
 with probability ∝ k^-s. A cache of C bytes in front of a die's shards (TorchRec UVM caching: one
@@ -19,6 +19,7 @@ iteration miss counts are drawn by the caller from a seeded generator.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,36 +78,41 @@ def cached_rows(segments: list[Segment], cache_bytes: float, s: float) -> np.nda
     return rows_at(hi)
 
 
-def _row_sums(n: np.ndarray, s: float, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per segment (n_j rows, a_j = λ_j·T / H(n_j, s)): Σ_{k≤n_j} q_k and Σ_{k≤n_j} k^-s·q_k with
-    q_k = 1 − exp(−a_j·k^-s), the probability that row k is in an LRU cache (Che)."""
-    k = np.arange(1, _EXACT + 1, dtype=float)
-    w = k ** -s
-    inside = k[None, :] <= n[:, None]
-    q = -np.expm1(-a[:, None] * w[None, :]) * inside
-    occ, hit = q.sum(axis=1), (q * w[None, :]).sum(axis=1)
-    tail = n > _EXACT  # Σ_{k=K+1}^{n} f(k) ≈ ∫_{K+½}^{n+½} f(x) dx, on a log grid (dx = x du)
-    if tail.any():
+def _sum_rows(n: np.ndarray, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    """Per segment j, Σ_{k=1}^{n_j} fn(j, k): `fn(idx, k)` takes segment indices (m,) and row ranks
+    (m, K) and returns (m, K). Exact up to 1024 rows; beyond, Σ_{k=K+1}^{n} f(k) ≈ ∫_{K+½}^{n+½}
+    f(x) dx, the midpoint rule, on a log grid (dx = x du)."""
+    k = np.arange(1, _EXACT + 1, dtype=float)[None, :]
+    idx = np.arange(len(n))
+    out = (fn(idx, np.repeat(k, len(n), axis=0)) * (k <= n[:, None])).sum(axis=1)
+    tail = np.flatnonzero(n > _EXACT)
+    if tail.size:
         u = np.linspace(0.0, 1.0, _GRID)[None, :]
         lo, hi = np.log(_EXACT + 0.5), np.log(n[tail] + 0.5)[:, None]
         x = np.exp(lo + (hi - lo) * u)
-        wx = x ** -s
-        qx = -np.expm1(-a[tail][:, None] * wx) * x
-        occ[tail] += np.trapezoid(qx, u, axis=1) * (hi - lo)[:, 0]
-        hit[tail] += np.trapezoid(qx * wx, u, axis=1) * (hi - lo)[:, 0]
-    return occ, hit
+        out[tail] += np.trapezoid(fn(tail, x) * x, u, axis=1) * (hi - lo)[:, 0]
+    return out
 
 
-def lru_hit_rates(segments: list[Segment], cache_bytes: float, s: float) -> np.ndarray:
-    """Per-segment LRU hit rate (Che's approximation, module doc): bisection on log T for the
-    largest characteristic time whose cached bytes stay within `cache_bytes`."""
+def _row_sums(n: np.ndarray, s: float, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment (n_j rows, a_j = λ_j·T / H(n_j, s)): Σ_{k≤n_j} q_k and Σ_{k≤n_j} k^-s·q_k with
+    q_k = 1 − exp(−a_j·k^-s), the probability that row k is in an LRU cache (Che)."""
+    def q(i: np.ndarray, k: np.ndarray) -> np.ndarray:
+        return -np.expm1(-a[i][:, None] * k ** -s)
+
+    return _sum_rows(n, q), _sum_rows(n, lambda i, k: q(i, k) * k ** -s)
+
+
+def lru_presence(segments: list[Segment], cache_bytes: float, s: float) -> np.ndarray | None:
+    """Che's a_j = λ_j·T / H(n_j, s) per segment (row k of segment j is cached with probability
+    1 − exp(−a_j·k^-s)), T the largest characteristic time whose cached bytes stay within
+    `cache_bytes` (bisection on log T; monotone in C); None when every looked-up row fits."""
     n = np.array([g.rows for g in segments], dtype=float)
     rb = np.array([g.row_bytes for g in segments], dtype=float)
     lam = np.array([g.lookups for g in segments], dtype=float)
     if cache_bytes >= float((n * rb)[lam > 0].sum()):
-        return np.ones(len(segments))
-    h = harmonic(n, s)
-    rate = lam / h  # λ_jk = rate_j · k^-s
+        return None
+    rate = lam / harmonic(n, s)  # λ_jk = rate_j · k^-s
     lo, hi = -80.0, 80.0  # log T, T in iterations
     for _ in range(60):  # bytes(T) rises with T; keep the largest T that fits (monotone in C)
         mid = (lo + hi) / 2
@@ -115,8 +121,17 @@ def lru_hit_rates(segments: list[Segment], cache_bytes: float, s: float) -> np.n
             hi = mid
         else:
             lo = mid
-    _, hit = _row_sums(n, s, rate * np.exp(lo))
-    return np.clip(hit / h, 0.0, 1.0)
+    return rate * np.exp(lo)
+
+
+def lru_hit_rates(segments: list[Segment], cache_bytes: float, s: float) -> np.ndarray:
+    """Per-segment LRU hit rate (Che's approximation, module doc)."""
+    a = lru_presence(segments, cache_bytes, s)
+    if a is None:
+        return np.ones(len(segments))
+    n = np.array([g.rows for g in segments], dtype=float)
+    _, hit = _row_sums(n, s, a)
+    return np.clip(hit / harmonic(n, s), 0.0, 1.0)
 
 
 def hit_rates(segments: list[Segment], cache_bytes: float, s: float, policy: str = "lru") -> np.ndarray:
@@ -135,3 +150,44 @@ def die_hit_rate(segments: list[Segment], cache_bytes: float, s: float, policy: 
     if not lam.sum():
         return 1.0
     return float((hit_rates(segments, cache_bytes, s, policy) * lam).sum() / lam.sum())
+
+
+class CacheModel:
+    """One die's cache in steady state: its per-segment hit rate (per lookup) and the expected
+    number of *distinct* rows a batch misses. TorchRec's prefetch (FBGEMM's lxu_cache
+    prefetch) deduplicates a batch's indices before looking them up, so a row looked up c times
+    in the batch and not cached is fetched once: with L_j lookups of segment j in the batch,
+
+        U_j = Σ_k (1 − q_jk) · (1 − (1 − p_jk)^L_j),   p_jk = k^-s / H(n_j, s),
+
+    q_jk the probability that row k is cached when the batch arrives (LRU: Che's
+    1 − exp(−a_j·k^-s); LFU: 1 for the m_j hottest rows), independent of this batch's draws (Che's
+    independence assumption). The sum runs exactly to 1024 rows and as an integral beyond."""
+
+    def __init__(self, segments: list[Segment], cache_bytes: float, s: float, policy: str = "lru") -> None:
+        self.n = np.array([g.rows for g in segments], dtype=float)
+        self.s = s
+        self.a = self.m = None
+        if policy == "lru":
+            self.a = lru_presence(segments, cache_bytes, s)
+            self.resident = self.a is None
+        else:
+            self.m = cached_rows(segments, cache_bytes, s)
+            self.resident = bool((self.m >= self.n).all())
+        self.hit = np.ones(len(segments)) if self.resident else hit_rates(segments, cache_bytes, s, policy)
+
+    def unique_misses(self, lookups: np.ndarray) -> np.ndarray:
+        """Expected distinct missed rows per segment for a batch with `lookups[j]` lookups of j."""
+        L = np.asarray(lookups, dtype=float)
+        if self.resident:
+            return np.zeros_like(L)
+        h, s = harmonic(self.n, self.s), self.s
+
+        def requested(i: np.ndarray, k: np.ndarray) -> np.ndarray:  # 1 − (1 − p)^L
+            return -np.expm1(L[i][:, None] * np.log1p(-(k ** -s) / h[i][:, None]))
+
+        if self.a is not None:
+            a = self.a
+            return _sum_rows(self.n, lambda i, k: np.exp(-a[i][:, None] * k ** -s) * requested(i, k))
+        m = self.m  # LFU: the rows after the m_j cached ones, summed from there (no cancellation)
+        return _sum_rows(self.n - m, lambda i, j: requested(i, m[i][:, None] + j))

@@ -14,10 +14,11 @@ from stratacl.memory import MemoryPeak
 from stratacl.schemas.dlrm_train import DlrmTrainConfig
 from stratacl.workload_api import Library, RunContext, WorkloadResult
 
+from .access import zipf_exponent
 from .allocation import die_ops
 from .analysis import iteration_split
 from .builder import BuiltTrace, build_trace
-from .cache import Segment, hit_rates
+from .cache import CacheModel, Segment
 from .memory import DieBudget, die_budget
 from .model import DenseCosts, dense_costs
 from .planner import Plan, plan
@@ -60,6 +61,7 @@ def _check(cfg: DlrmTrainConfig, fabric: Fabric) -> None:
     if cfg.ranks < 2 or cfg.ranks % (2 * fabric.dies_per_npu):
         raise ConfigError("workload.ranks", f"{cfg.ranks} is not a multiple of two NPUs "
                           f"({2 * fabric.dies_per_npu} dies)", "use e.g. 16, 32, 64 or 128")
+    zipf_exponent(cfg)  # a skew figure out of reach fails here, before any replay
 
 
 def _work_bytes(dense: DenseCosts, tf: IterationTraffic, world: int) -> np.ndarray:
@@ -115,20 +117,24 @@ def library_run(setup: Setup, library: Library, seed: int) -> LibraryRun:
     reserved, frag = allocator_peaks(setup, library, capacity)
     mem = die_budget(cfg, library.fabric.hbm_bytes, setup.dense, setup.work_bytes,
                      setup.plan.bytes_per_die(), held, library.name, reserved, frag)
-    hits, rows, rate = [], [], np.ones(cfg.ranks)
-    memo: dict[tuple, np.ndarray] = {}
+    s = zipf_exponent(cfg)
+    rows, rate, models = [], np.ones(cfg.ranks), []
+    memo: dict[tuple, CacheModel] = {}
     for d, segs in enumerate(setup.segments):
-        key = (tuple(segs), float(mem.cache_bytes[d]))
+        cache = np.inf if mem.resident[d] else float(mem.cache_bytes[d])
+        key = (tuple(segs), cache)
         if key not in memo:  # many dies serve identical shard sets
-            memo[key] = (np.ones(len(segs)) if mem.resident[d]
-                         else hit_rates(segs, float(mem.cache_bytes[d]), cfg.zipf_exponent, str(cfg.cache_policy)))
-        h = memo[key]
+            memo[key] = CacheModel(segs, cache, s, str(cfg.cache_policy))
+        models.append(memo[key])
         lam = np.array([g.lookups for g in segs])
-        rate[d] = float((h * lam).sum() / lam.sum()) if lam.sum() else 1.0
-        hits.append(h)
+        rate[d] = float((memo[key].hit * lam).sum() / lam.sum()) if lam.sum() else 1.0
         rows.append(np.array([g.row_bytes for g in segs], dtype=float))
-    built = build_trace(cfg, setup.plan, setup.dense, setup.traffic, hits, rows,
-                        np.random.default_rng([seed, 1]))
+    # each iteration's distinct missed rows per die and segment: Poisson around their expectation
+    # (a sum of many independent rare row events), in iteration order from one seeded stream
+    rng = np.random.default_rng([seed, 1])
+    misses = [[rng.poisson(models[d].unique_misses(tf.lookups[d])).astype(float) for d in range(cfg.ranks)]
+              for tf in setup.traffic]
+    built = build_trace(cfg, setup.plan, setup.dense, setup.traffic, misses, rows)
     return LibraryRun(mem, rate, built)
 
 
