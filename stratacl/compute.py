@@ -152,11 +152,29 @@ def lower_host(op: Op, fabric: Fabric) -> list[Phase]:
              ("all", R["hbm"], nbytes / fabric.hbm_Bps)]
     if host.dram_Bps > 0:  # the CPU's DRAM: reads and writes share it
         loads.append(("cpu", R["hbm"], cpu_bytes / host.dram_Bps))
+    if pool:
+        loads += _remote_pool_loads(fabric, op.ranks, nbytes, plane, way_die)
     if fabric.sdma_Bps > 0:
         loads.append(("all", R["sdma"], nbytes / fabric.sdma_Bps))
     total = float(per_rank.sum())
     phase = Phase("wire", loads=tuple(loads), wire_bytes=total, hbm_bytes=total)
     return [Phase("wire", delay_s=lat), phase] if lat > 0 else [phase]
+
+
+def _remote_pool_loads(fabric: Fabric, ranks: tuple[int, ...], nbytes: float, plane: str,
+                       way: str) -> list[tuple[str, int, float]]:
+    """The part of a die's pool bytes striped onto other nodes' CPUs, on the die's port of the
+    plane between nodes when the host link does not reach them (a GPU host's PCIe: another node's
+    DRAM comes through the NIC, GPUDirect RDMA); none where the host plane spans the nodes
+    (CloudMatrix384's EMS pool over UB)."""
+    host = fabric.host
+    remote = 1.0 - host.cpus_per_node / len(host.cpus(ranks, pool=True))
+    if remote <= 0:
+        return []
+    far = str(fabric.tier(2).plane)  # the tier between nodes (no supernode tier: scale-out)
+    if far == plane:
+        return []
+    return [("all", R[f"{far}_{way}"], remote * nbytes / fabric.port_Bps[far])]
 
 
 class ComputeLowering:

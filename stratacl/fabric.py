@@ -61,7 +61,7 @@ class HostFacts:
 
     def cpus(self, ranks: tuple[int, ...], pool: bool) -> tuple[int, ...]:
         """The CPUs an op's host bytes pass: each rank's own CPU, or (pool) every CPU of the nodes
-        of the op's supernode span (the DRAM pool stripes over them)."""
+        from the op's first rank's to its last rank's (the DRAM pool stripes over them)."""
         if not pool:
             return tuple(sorted({self.cpu_of(r) for r in ranks}))
         nodes = range(min(ranks) // self.dies_per_node, max(ranks) // self.dies_per_node + 1)

@@ -138,3 +138,25 @@ def test_checked_and_recorded_replay_with_host_ops(cm384) -> None:  # noqa: ANN0
     res = simulate(tr, make_library(cm384, "hccl"), check=True, utilisation=True)
     assert res.max_violation < 1e-9 and res.work_error < 1e-9
     assert res.wire_bytes[0] == pytest.approx(32 * B) and res.wire_bytes[1] == pytest.approx(16 * B)
+
+
+def test_gpu_pool_bytes_from_other_nodes_come_through_the_nic() -> None:
+    """HGX H100 at 8 nodes: 64 GPUs fetch B each from the pool striped over their 16 CPUs; 7/8 of a
+    GPU's bytes live on other nodes and arrive through its 50 GB/s NIC (GPUDirect RDMA), which binds
+    before its 64 GB/s PCIe link: 5 us remote latency + 7/8 B / 50 GB/s. On one node PCIe binds."""
+    fab = Fabric(compose_run(["fabric=hgx_h100", "fabric.topology.nodes=8", "fabric.topology.supernodes=8"]).fabric)
+    t = run(fab, lambda tr: tr.memcpy(range(64), B, peer="pool"))
+    assert t[0] == pytest.approx(5e-6 + 7 / 8 * B / 50e9, rel=1e-9)
+    one_node = run(fab, lambda tr: tr.memcpy(range(8), B, peer="pool"))
+    assert one_node[0] == pytest.approx(5e-6 + B / 64e9, rel=1e-9)
+
+
+def test_ub_pool_bytes_from_other_nodes_stay_on_ub(cm384) -> None:  # noqa: ANN001
+    """CloudMatrix384's EMS pool spans the nodes over UB itself: no RDMA-plane load."""
+    from stratacl.compute import lower_host
+    from stratacl.fabric import R
+
+    tr = Trace(world_size=32)
+    tr.memcpy(range(32), B, peer="pool")
+    used = {r for ph in lower_host(tr.ops[0], cm384) for _, r, _ in ph.loads}
+    assert R["ub_rx"] in used and not used & {R["rdma_rx"], R["rdma_tx"]}
