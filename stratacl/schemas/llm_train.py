@@ -48,6 +48,7 @@ class PpScheduleName(StrEnum):
     one_f_one_b = "one_f_one_b"  # Schedule1F1B (an identifier: Hydra takes enum names)
     interleaved_1f1b = "interleaved_1f1b"  # ScheduleInterleaved1F1B
     interleaved_zb = "interleaved_zb"  # ScheduleInterleavedZeroBubble (ZB1P)
+    zbv = "zbv"  # ScheduleZBVZeroBubble (ZB-V, arXiv 2401.10241 §6)
     dualpipev = "dualpipev"  # ScheduleDualPipeV
 
 

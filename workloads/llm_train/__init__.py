@@ -98,7 +98,7 @@ def estimate(cfg: LlmTrainConfig) -> RunSize:
     """One trace per sampled iteration, each ≈ OPS_PER_LAYER ops per transformer layer."""
     layers = cfg.num_layers or int(cfg.model.overrides.get("num_hidden_layers", MAX_MODEL_LAYERS))
     # a pipeline runs every layer once per micro-batch (the zero-bubble schedules add weight passes)
-    split = 1.5 if cfg.pp_schedule in ("interleaved_zb", "dualpipev") else 1.0
+    split = 1.5 if cfg.pp_schedule in ("interleaved_zb", "zbv", "dualpipev") else 1.0
     per_trace = int(OPS_PER_LAYER * layers * cfg.microbatches * split) + 64 * cfg.pp
     return RunSize(trace_ops=per_trace, replayed_ops=per_trace * len(cfg.iterations))
 
