@@ -87,6 +87,10 @@ class LlmTrainConfig(TrainStepConfig):
     # 2 = parameters replicated, gradients reduce-scattered per micro-batch, 1 = gradients
     # reduce-scattered once per step; 1 and 2 all-gather the updated parameters after the step
     zero: int = knob(3, ge=1, le=3)
+    # ZeRO-3 under pipelining: free a unit's gathered parameters after each forward (true) or keep
+    # them until the step's last backward (false: TorchTitan's default policy with PP,
+    # `reshard_after_forward = not pp_enabled`; without PP the FSDP iteration reshards as before)
+    zero3_reshard_after_forward: bool = False
     iterations: list[int] = knob(factory=lambda: [0, 100, 500, 1000, 2000], ge=0)
     skew: SkewScheduleConfig = field(default_factory=SkewScheduleConfig)
     alloc_overhead_GB: float = knob(2.0, ge=0)  # runtime context / workspaces outside the allocator, per die

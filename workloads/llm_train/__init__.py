@@ -87,7 +87,7 @@ def _pipe(cfg: LlmTrainConfig) -> Pipe | None:
                           f"stages ({n_stages}), got {cfg.microbatches}", f"use microbatches ≥ {n_stages}")
     check(sched, cfg.pp, cfg.microbatches, cfg.pp_virtual_stages)
     return Pipe(sched, cfg.microbatches, cfg.pp_virtual_stages, cfg.pp_weight_grad_fraction, cfg.zero,
-                cfg.pp_layer_split, cfg.pp_overlap)
+                cfg.pp_layer_split, cfg.pp_overlap, cfg.zero3_reshard_after_forward)
 
 
 MAX_MODEL_LAYERS = 128  # depth assumed when the config does not say (deeper than every shipped model)
