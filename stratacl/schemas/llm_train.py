@@ -20,6 +20,13 @@ class SkewScheduleConfig:
     decay_iters: float = knob(500.0, gt=0)
 
 
+class SavedActivations(StrEnum):
+    """What a forward keeps for backward."""
+
+    autograd = "autograd"  # what autograd saves in the model's own modules, measured (fused kernels)
+    deepseek_v3 = "deepseek_v3"  # DeepSeek-V3 report §3.2.3 / §3.3.3 (workloads/llm_train/saved_deepseek.py)
+
+
 @dataclass
 class TrainStepConfig(WorkloadConfig):
     """The model, mesh and batch of one training step (what workloads/llm_train/model.py plans
@@ -38,7 +45,8 @@ class TrainStepConfig(WorkloadConfig):
     seq_len: int = knob(4096, ge=1)
     grad_dtype_bytes: int = knob(4, ge=1)  # reduce-scatter / sharded gradient dtype
     sequence_parallel: bool = True
-    flash_attention: bool = True  # no S×S score matrices kept for backward
+    flash_attention: bool = True  # fused kernels: no S×S scores, no fp32 upcast copies kept for backward
+    saved_activations: SavedActivations = SavedActivations.autograd
 
 
 class PpScheduleName(StrEnum):
