@@ -21,8 +21,8 @@ from workloads.modelcost import ATTENTION_CORE_FORMAT, CostInputError, ModelCost
 
 from .activations import saved_bytes_by_type
 from .blocks import ModelPlan, SubBlock, Unit
-from .saved_deepseek import per_routed_row_bytes, per_token_bytes
 from .layout import Layout
+from .saved_deepseek import per_routed_row_bytes, per_token_bytes
 
 _PROBE = RoutingModel("zipf", skew=1.0, seed=0)  # any skew works: it only has to change row counts
 
