@@ -154,7 +154,7 @@ def fit_memory(prep: Prepared, library: Library, hbm_bytes: float) -> tuple[Knob
         if prep.pipe is None else \
         pipeline_breakdown(prep.plan, prep.layout, knobs, prep.pipe, outside, cfg.alloc_overhead_GB * 1e9)
     if peak is None:
-        check_fits({**mem, "overflow": hbm_bytes + 1.0}, hbm_bytes, library.name, knobs.recompute)
+        check_fits(mem, hbm_bytes, library.name, knobs.recompute, allocator_failed=True)
     mem["reserved"] = peak.reserved
     mem["fragmentation"] = peak.fragmentation
     return knobs, mem, change
