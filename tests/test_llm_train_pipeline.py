@@ -13,6 +13,7 @@ from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from workloads.llm_train import prepare
+from workloads.llm_train.allocation import ITERATIONS
 from workloads.llm_train.crosscheck import mlp_stack_plan
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.pipeline import Pipe, build_pipeline, stage_figures
@@ -127,6 +128,7 @@ def test_zero1_keeps_full_parameters_and_zero3_does_not() -> None:
     assert lo1 >= full  # every die holds its stage's parameters at every moment
     # ZeRO-3 (TorchTitan's PP policy): gathered through the step, sharded between steps
     assert lo3 == 0 and hi3 == full
+    assert sum(o[0] == "alloc" and o[1].startswith("unsharded") for o in z3) == 2 * ITERATIONS  # once per unit, step
     # reshard after forward: gathered again for backwards and for forwards after a forward
     assert sum(o[0] == "alloc" and o[1].startswith("unsharded") for o in z3r) > \
         sum(o[0] == "alloc" and o[1].startswith("unsharded") for o in z3)
