@@ -6,8 +6,10 @@
 
 Prints model-preparation time (cost measurement, cached per process), trace build time, op count
 and simulation wall time per library. Budgets: < 30 s wall per library per iteration for the
-512-die layout; < 30 s for the 2,048-die DeepSeek-V3 layout (PP16 DualPipeV, 32 micro-batches,
-≈ 69k ops: one op spans a stage's 128 dies, so events follow ops, not ops × dies).
+512-die layout and for the 2,048-die DeepSeek-V3 layout (PP16 DualPipeV, the published batch: 120
+micro-batches per data-parallel rank, ≈ 164k ops: one op spans a stage's 128 dies, so events follow
+ops, not ops × dies or data-parallel replicas). `--overrides` adds Hydra overrides (e.g.
+`workload.microbatches=32 workload.global_batch=4096`).
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ CONF = str(Path(__file__).resolve().parents[1] / "conf")
 BUDGET_S = 30.0
 
 
-def main(iterations: list[int], experiment: str, libraries: str) -> None:
+def main(iterations: list[int], experiment: str, libraries: str, extra: list[str]) -> None:
     overrides = [f"+experiment={experiment}"] if experiment else ["workload=llm_train"]
     if libraries:
         overrides.append(f"library=[{libraries}]")
+    overrides += extra
     with initialize_config_dir(config_dir=CONF, version_base=None):
         cfg = to_object(compose("config", overrides=overrides))
     fabric = Fabric(cfg.fabric)
@@ -59,5 +62,6 @@ if __name__ == "__main__":
     ap.add_argument("iterations", nargs="*", type=int)
     ap.add_argument("--experiment", default="", help="e.g. llm_train_deepseek_v3")
     ap.add_argument("--libraries", default="", help="comma-separated subset of the libraries")
+    ap.add_argument("--overrides", nargs="*", default=[], help="further Hydra overrides")
     a = ap.parse_args()
-    main(a.iterations or ([2000] if a.experiment else [0, 2000]), a.experiment, a.libraries)
+    main(a.iterations or ([2000] if a.experiment else [0, 2000]), a.experiment, a.libraries, a.overrides)

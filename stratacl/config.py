@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 from stratacl.errors import ConfigError
 from stratacl.schemas.base import check_ranges, knob  # (the package registers the workload schemas)
@@ -575,8 +575,24 @@ def validate_run(cfg: RunConfig) -> None:
         check_run(cfg)
 
 
+def selected_libraries(cfg: DictConfig) -> list[str]:
+    """The libraries a composed config selects. An experiment may set knobs of the libraries it
+    selects (`library: {hccl: {plane: nvlink}}`); when the user picks a subset (`library=[...]`),
+    those lines alone would create the others from schema defaults. Every preset in conf/library
+    has a description (tests/test_config_validation.py), so an entry without one was composed from
+    no preset: it is not selected."""
+    return [name for name, lib in cfg.library.items() if lib.get("description")]
+
+
 def to_object(cfg: DictConfig) -> RunConfig:
-    """Resolve a composed DictConfig into typed dataclasses (enums included)."""
+    """Resolve a composed DictConfig into typed dataclasses (enums included); libraries that are
+    not selected (`selected_libraries`) are dropped."""
+    stray = set(cfg.library) - set(selected_libraries(cfg))
+    if stray:
+        cfg = cfg.copy()
+        with open_dict(cfg):
+            for name in stray:
+                del cfg.library[name]
     obj = OmegaConf.to_object(cfg)
     assert isinstance(obj, RunConfig)
     return obj

@@ -19,7 +19,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from stratacl.config import RENAMED_KNOBS, to_object, validate_run
+from stratacl.config import RENAMED_KNOBS, selected_libraries, to_object, validate_run
 from stratacl.errors import ConfigError
 from stratacl.paths import CONF
 
@@ -96,7 +96,7 @@ def _selected_libraries(overrides: list[str]) -> list[str] | None:
     keep = [o for o in overrides if not o.lstrip("+~").startswith("library.") and o.partition("=")[0] != "model"]
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base=None):
-            return list(compose("config", overrides=keep).library)
+            return selected_libraries(compose("config", overrides=keep))
     except (HydraException, OmegaConfBaseException, ValueError):
         return None
 

@@ -33,3 +33,18 @@ def test_cli_layout_that_does_not_fit(tmp_path) -> None:  # noqa: ANN001
     assert proc.returncode == 2
     assert "GB per die" in proc.stderr and "Traceback" not in proc.stderr
     assert not (out / "summary.json").exists()
+
+
+def test_cli_bad_pipeline_layouts_name_the_field(tmp_path) -> None:  # noqa: ANN001
+    pipe = ["workload.dies=16", "workload.fsdp=2", "workload.tp=4", "workload.ep=8", "workload.global_batch=8",
+            "workload.pp=2", "workload.microbatches=4"]
+    for n, (extra, field) in enumerate([
+            (["workload.pp_virtual_stages=4", "workload.pp_schedule=interleaved_1f1b"], "workload.pp"),  # 8 stages, 4 layers
+            (["workload.pp_schedule=dualpipev", "workload.microbatches=2", "workload.global_batch=4"],
+             "workload.microbatches"),  # DualPipeV: 4 stages need ≥ 4 micro-batches
+            (["workload.saved_activations=deepseek_v3"], "workload.saved_activations")]):  # tp 4
+        out = tmp_path / f"run{n}"
+        proc = run_cli([*SMALL, *pipe, *extra, f"hydra.run.dir={out}"], tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert f"'{field}'" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert not (out / "summary.json").exists()

@@ -13,6 +13,7 @@ from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from workloads.llm_train import prepare
+from workloads.llm_train.allocation import ITERATIONS
 from workloads.llm_train.crosscheck import mlp_stack_plan
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.pipeline import Pipe, build_pipeline, stage_figures
@@ -120,21 +121,36 @@ def test_zero1_keeps_full_parameters_and_zero3_does_not() -> None:
     full = sum(u.params for u in plan.units[:2]) * k.act_bytes  # rank 0's two blocks, bf16
     z1 = pipeline_ops(plan, lay, k, Pipe(microbatches=4, zero=1), 0)
     z3 = pipeline_ops(plan, lay, k, Pipe(microbatches=4, zero=3), 0)
+    z3r = pipeline_ops(plan, lay, k, Pipe(microbatches=4, zero=3, reshard_after_forward=True), 0)
     lo1, _ = _live_param_bytes(z1, ("replica", "unsharded"))
-    _, hi3 = _live_param_bytes(z3, ("replica", "unsharded"))
+    lo3, hi3 = _live_param_bytes(z3, ("replica", "unsharded"))
+
     assert lo1 >= full  # every die holds its stage's parameters at every moment
-    assert hi3 <= full / 2 + 1  # at most one of the two units gathered at a time
-    # ZeRO-1 accumulates full gradients; ZeRO-3 keeps only the shard
-    assert sum(o[2] for o in z1 if o[0] == "alloc" and o[1].startswith("fgrad")) == \
-        sum(u.params for u in plan.units[:2]) * k.grad_bytes
-    assert not any(o[1].startswith("fgrad") for o in z3)
-    # the traces: ZeRO-3 gathers before every forward and input-gradient action, ZeRO-1 once after the step
-    g3 = [op for op in _replay(p, 4, PpSchedule.one_f_one_b, layers=4, fsdp=fsdp, zero=3, knobs=k)[2].ops
-          if op.coll == "allgather"]
-    g1 = [op for op in _replay(p, 4, PpSchedule.one_f_one_b, layers=4, fsdp=fsdp, zero=1, knobs=k)[2].ops
-          if op.coll == "allgather"]
-    assert len(g3) == p * 2 * 4 * 2  # stages × units × micro-batches × (F, B)
-    assert len(g1) == 4  # one per unit
+    # ZeRO-3 (TorchTitan's PP policy): gathered through the step, sharded between steps
+    assert lo3 == 0 and hi3 == full
+    assert sum(o[0] == "alloc" and o[1].startswith("unsharded") for o in z3) == 2 * ITERATIONS  # once per unit, step
+    # reshard after forward: gathered again for backwards and for forwards after a forward
+    assert sum(o[0] == "alloc" and o[1].startswith("unsharded") for o in z3r) > \
+        sum(o[0] == "alloc" and o[1].startswith("unsharded") for o in z3)
+    # gradients accumulate unsharded over micro-batches (pipelining turns FSDP's sync off until the
+    # last one) at ZeRO-1 and 3; ZeRO-2 reduce-scatters each micro-batch and keeps the shard
+    z2 = pipeline_ops(plan, lay, k, Pipe(microbatches=4, zero=2), 0)
+    for ops, n in ((z1, 1), (z3, 1), (z2, 0)):
+        assert sum(o[2] for o in ops if o[0] == "alloc" and o[1].startswith("fgrad")) == \
+            n * sum(u.params for u in plan.units[:2]) * k.grad_bytes
+
+    def gathers(zero: int, **kw: bool) -> list:
+        plan_ = mlp_stack_plan(4, HIDDEN, TOKENS, 1)
+        trace = build_pipeline(plan_, lay, k, Pipe(microbatches=4, zero=zero, **kw))
+        return [op for op in trace.ops if op.coll == "allgather"]
+
+    # the traces: ZeRO-3 gathers each unit once per step (TorchTitan's PP policy), or before every
+    # action that finds the unit freed (reshard_after_forward; a backward other than the last keeps
+    # it: 1F1B on 4 micro-batches, rank 0 runs F F B F B F B B and gathers before F0 F1 B0 B1 B2,
+    # rank 1 runs F B F B F B F B and gathers before F0 B0 B1 B2 B3); ZeRO-1 once after the step
+    assert len(gathers(3)) == p * 2  # stages × units
+    assert len(gathers(3, reshard_after_forward=True)) == 2 * 5 + 2 * 5
+    assert len(gathers(1)) == p * 2  # one per unit, after the optimizer
 
 
 BASE = ["workload=llm_train", "workload.num_layers=4", "workload.dies=16", "workload.fsdp=2",

@@ -20,6 +20,13 @@ class SkewScheduleConfig:
     decay_iters: float = knob(500.0, gt=0)
 
 
+class SavedActivations(StrEnum):
+    """What a forward keeps for backward."""
+
+    autograd = "autograd"  # what autograd saves in the model's own modules, measured (fused kernels)
+    deepseek_v3 = "deepseek_v3"  # DeepSeek-V3 report §3.2.3 / §3.3.3 (workloads/llm_train/saved_deepseek.py)
+
+
 @dataclass
 class TrainStepConfig(WorkloadConfig):
     """The model, mesh and batch of one training step (what workloads/llm_train/model.py plans
@@ -38,7 +45,8 @@ class TrainStepConfig(WorkloadConfig):
     seq_len: int = knob(4096, ge=1)
     grad_dtype_bytes: int = knob(4, ge=1)  # reduce-scatter / sharded gradient dtype
     sequence_parallel: bool = True
-    flash_attention: bool = True  # no S×S score matrices kept for backward
+    flash_attention: bool = True  # fused kernels: no S×S scores, no fp32 upcast copies kept for backward
+    saved_activations: SavedActivations = SavedActivations.autograd
 
 
 class PpScheduleName(StrEnum):
@@ -48,6 +56,7 @@ class PpScheduleName(StrEnum):
     one_f_one_b = "one_f_one_b"  # Schedule1F1B (an identifier: Hydra takes enum names)
     interleaved_1f1b = "interleaved_1f1b"  # ScheduleInterleaved1F1B
     interleaved_zb = "interleaved_zb"  # ScheduleInterleavedZeroBubble (ZB1P)
+    zbv = "zbv"  # ScheduleZBVZeroBubble (ZB-V, arXiv 2401.10241 §6)
     dualpipev = "dualpipev"  # ScheduleDualPipeV
 
 
@@ -86,6 +95,10 @@ class LlmTrainConfig(TrainStepConfig):
     # 2 = parameters replicated, gradients reduce-scattered per micro-batch, 1 = gradients
     # reduce-scattered once per step; 1 and 2 all-gather the updated parameters after the step
     zero: int = knob(3, ge=1, le=3)
+    # ZeRO-3 under pipelining: free a unit's gathered parameters after each forward (true) or keep
+    # them until the step's last backward (false: TorchTitan's default policy with PP,
+    # `reshard_after_forward = not pp_enabled`; without PP the FSDP iteration reshards as before)
+    zero3_reshard_after_forward: bool = False
     iterations: list[int] = knob(factory=lambda: [0, 100, 500, 1000, 2000], ge=0)
     skew: SkewScheduleConfig = field(default_factory=SkewScheduleConfig)
     alloc_overhead_GB: float = knob(2.0, ge=0)  # runtime context / workspaces outside the allocator, per die

@@ -87,7 +87,7 @@ def _pipe(cfg: LlmTrainConfig) -> Pipe | None:
                           f"stages ({n_stages}), got {cfg.microbatches}", f"use microbatches ≥ {n_stages}")
     check(sched, cfg.pp, cfg.microbatches, cfg.pp_virtual_stages)
     return Pipe(sched, cfg.microbatches, cfg.pp_virtual_stages, cfg.pp_weight_grad_fraction, cfg.zero,
-                cfg.pp_layer_split, cfg.pp_overlap)
+                cfg.pp_layer_split, cfg.pp_overlap, cfg.zero3_reshard_after_forward)
 
 
 MAX_MODEL_LAYERS = 128  # depth assumed when the config does not say (deeper than every shipped model)
@@ -98,7 +98,7 @@ def estimate(cfg: LlmTrainConfig) -> RunSize:
     """One trace per sampled iteration, each ≈ OPS_PER_LAYER ops per transformer layer."""
     layers = cfg.num_layers or int(cfg.model.overrides.get("num_hidden_layers", MAX_MODEL_LAYERS))
     # a pipeline runs every layer once per micro-batch (the zero-bubble schedules add weight passes)
-    split = 1.5 if cfg.pp_schedule in ("interleaved_zb", "dualpipev") else 1.0
+    split = 1.5 if cfg.pp_schedule in ("interleaved_zb", "zbv", "dualpipev") else 1.0
     per_trace = int(OPS_PER_LAYER * layers * cfg.microbatches * split) + 64 * cfg.pp
     return RunSize(trace_ops=per_trace, replayed_ops=per_trace * len(cfg.iterations))
 
@@ -154,7 +154,7 @@ def fit_memory(prep: Prepared, library: Library, hbm_bytes: float) -> tuple[Knob
         if prep.pipe is None else \
         pipeline_breakdown(prep.plan, prep.layout, knobs, prep.pipe, outside, cfg.alloc_overhead_GB * 1e9)
     if peak is None:
-        check_fits({**mem, "overflow": hbm_bytes + 1.0}, hbm_bytes, library.name, knobs.recompute)
+        check_fits(mem, hbm_bytes, library.name, knobs.recompute, allocator_failed=True)
     mem["reserved"] = peak.reserved
     mem["fragmentation"] = peak.fragmentation
     return knobs, mem, change

@@ -3,8 +3,12 @@
 Runs the model-cost piece's own forward (its routed-expert stand-in included) under
 `saved_tensors_hooks` and attributes each saved tensor to the module running when it was saved.
 Parameters are not activations and are skipped; a storage saved twice counts once. With
-`flash_attention`, S×S attention scores (which eager attention saves) are skipped: a fused
-attention kernel keeps only its output and the log-sum-exp.
+`flash_attention` (fused kernels, as training runs them), S×S attention scores (which eager
+attention saves) are skipped: a fused attention kernel keeps only its inputs, output and the
+log-sum-exp; and the fp32 copies eager code makes for numerics in a bf16 model (RMSNorm's
+`hidden_states.to(torch.float32)`, upcast q / k / v) count at the compute dtype: a fused RMSNorm
+or attention kernel upcasts in registers and keeps its bf16 input (e.g. FlashAttention's backward
+takes q, k, v, out and the log-sum-exp).
 """
 
 from __future__ import annotations
@@ -54,7 +58,10 @@ def saved_bytes_by_type(mc: ModelCosts, tokens: int, seq_len: int, tp: int, ep: 
         if flash_attention and x.dim() >= 2 and x.shape[-1] == x.shape[-2] == seq_len and seq_len > 1:
             return x
         seen.add(key)
-        saved[name] = saved.get(name, 0.0) + float(storage.nbytes())
+        nbytes = float(storage.nbytes())
+        if flash_attention and x.dtype == torch.float32 and mc.dtype_bytes < 4:
+            nbytes *= mc.dtype_bytes / 4
+        saved[name] = saved.get(name, 0.0) + nbytes
         return x
 
     try:

@@ -36,11 +36,16 @@ def memory_breakdown(plan: ModelPlan, layout: Layout, knobs: Knobs, library_byte
     }
 
 
-def check_fits(breakdown: dict[str, float], hbm_bytes: float, library: str, recompute: bool) -> None:
+def check_fits(breakdown: dict[str, float], hbm_bytes: float, library: str, recompute: bool,
+               allocator_failed: bool = False) -> None:
+    """A ConfigError when the tensors do not fit, or (`allocator_failed`) when the allocator's
+    replay ran out although their sums fit (its rounding and fragmentation on top)."""
     total = sum(breakdown.values())
-    if total <= hbm_bytes:
+    if total <= hbm_bytes and not allocator_failed:
         return
     parts = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in breakdown.items())
+    if total <= hbm_bytes:
+        parts += "; the allocator's rounding and fragmentation on top run out"
     fix = "raise workload.fsdp/ep (more shards), lower workload.global_batch or seq_len"
     if not recompute:
         fix = "set workload.recompute=true, or " + fix

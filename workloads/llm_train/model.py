@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_train import TrainStepConfig
+from stratacl.schemas.llm_train import SavedActivations, TrainStepConfig
 from stratacl.schemas.model import ModelRef
 from workloads.common.model import model_costs as load_model_costs
 from workloads.common.routing import RoutingModel
@@ -22,6 +22,7 @@ from workloads.modelcost import ATTENTION_CORE_FORMAT, CostInputError, ModelCost
 from .activations import saved_bytes_by_type
 from .blocks import ModelPlan, SubBlock, Unit
 from .layout import Layout
+from .saved_deepseek import per_routed_row_bytes, per_token_bytes
 
 _PROBE = RoutingModel("zipf", skew=1.0, seed=0)  # any skew works: it only has to change row counts
 
@@ -73,6 +74,8 @@ def _build(cfg: TrainStepConfig, layout: Layout, mc: ModelCosts, probe: ModelCos
     if routed:
         moe_sub, moe_saved = _moe_block(mc, probe, tokens // tp, ep, n_exp, top_k, cfg.flash_attention)
         saved["moe"] = moe_saved
+    if cfg.saved_activations == SavedActivations.deepseek_v3:
+        saved.update(_deepseek_saved(mc, tokens, tp, top_k if routed else 0))
 
     # the format each layer type's matmuls run in (workload.model.quant): forward, recompute and
     # backward alike (DeepSeek-V3 report §3.3.1: Fprop, Dgrad and Wgrad GEMMs all in FP8; torchao
@@ -108,6 +111,18 @@ def _build(cfg: TrainStepConfig, layout: Layout, mc: ModelCosts, probe: ModelCos
     sp_tokens = tokens // tp if cfg.sequence_parallel else tokens
     return ModelPlan(tuple(units), int(mc.cfg.hidden_size), tokens, top_k if routed else 0,
                      n_exp if routed else 0, float(mc.activation_bytes_per_token() * sp_tokens))
+
+
+def _deepseek_saved(mc: ModelCosts, tokens: int, tp: int, top_k: int) -> dict[str, float]:
+    """Saved bytes per decoder layer type as DeepSeek-V3 keeps them (saved_deepseek.py)."""
+    if tp != 1:
+        raise ConfigError("workload.saved_activations", f"deepseek_v3 is DeepSeek-V3's training without TP, "
+                          f"got tp={tp}", "use tp=1 or saved_activations=autograd")
+    per_tok = per_token_bytes(mc.cfg, mc.dtype_bytes)
+    out = {t: tokens * per_tok["attention"] for t in set(mc.layout.attention)}
+    out["dense_mlp"] = tokens * per_tok["dense_mlp"]
+    out["moe"] = tokens * (per_tok["moe"] + top_k * per_routed_row_bytes(mc.cfg))
+    return out
 
 
 def _moe_block(mc: ModelCosts, probe: ModelCosts, rank_tokens: int, ep: int, n_exp: int, top_k: int,

@@ -13,11 +13,19 @@ DualPipeV's overlapped pair (forward of one micro-batch, backward of another) ru
 on two streams, so one's MoE dispatch/combine overlaps the other's compute (DeepSeek-V3 report
 §3.2.1); the engine shares the die's cores between them.
 
-ZeRO (the data-parallel `fsdp` group of a stage): 3 gathers a unit's parameters before each
-forward and backward (input-gradient) action, 2 and 1 keep them replicated; gradients are reduce-
-scattered after the weight-gradient action of every micro-batch (2) or only of the last one (1, 3:
-accumulated unsynchronised, as pipelining's `backward_maybe_with_nosync` does for FSDP); the
-optimizer steps on the shard, and 1 / 2 all-gather the updated parameters afterwards.
+ZeRO (the data-parallel `fsdp` group of a stage): 2 and 1 keep the parameters replicated; 3
+(FSDP2) gathers a unit before its first use and then follows torch.distributed.pipelining and
+TorchTitan: every backward but the last micro-batch's runs with `set_reshard_after_backward(False)`
+and `set_requires_gradient_sync(False)` (torch 2.13 pipelining/stage.py
+`backward_maybe_with_nosync`; `perform_reduce_grad` reshards and reduce-scatters once per step),
+and TorchTitan's default `reshard_after_forward_policy` is `not pp_enabled` (torchtitan
+models/llama3/infra/parallelize.py `apply_fsdp`): with `reshard_after_forward` false a unit is
+gathered once per step and stays gathered, with it true it is freed after each forward and
+gathered again by the next action that finds it freed. Gradients are reduce-scattered after the
+backward of every micro-batch (2) or only of the last one (1, 3: accumulated unsynchronised); the
+optimizer steps on the shard, and 1 / 2 all-gather the updated parameters afterwards. (DeepSpeed's
+pipeline engine refuses ZeRO-2/3 with pipelining: deepspeed/runtime/pipe/engine.py asserts
+`zero_optimization_stage() < 2`.)
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ class Pipe:
     zero: int = 3
     split: LayerSplit = LayerSplit.even
     overlap: bool = True  # DualPipeV's pairs on two streams (False: one after the other on one)
+    reshard_after_forward: bool = False  # ZeRO-3: free a unit after each forward (TorchTitan: not under PP)
 
     def n_stages(self, pp: int) -> int:
         return pp * stages_per_rank(self.schedule, self.virtual)
@@ -115,6 +124,7 @@ class PipelineBuilder(IterationBuilder):
                                    "microbatches": pipe.microbatches, "zero": pipe.zero,
                                    "stage_dies": layout.stage_dies, "boundary_bytes": self.act}
         self.rs_ops: list[list[int]] = [[] for _ in range(self.p)]
+        self.gathered: set[int] = set()  # ZeRO-3: units whose parameters are unsharded now
         # (kind, stage, micro-batch, first op, last op) of every action, in issue order
         self.actions: list[tuple[str, int, int, int, int]] = []
         self.t.meta["pipeline"]["actions"] = self.actions
@@ -124,8 +134,14 @@ class PipelineBuilder(IterationBuilder):
         self.last_main = self.t.compute(self.ranks, fixed_time_s=0.0, deps=deps, name=name, stream=self.stream)
 
     def _zero3_gathers(self, units: list[int]) -> dict[int, list[int]]:
-        out = {}
+        """ZeRO-3: all-gathers of the action's units that are sharded now (none at ZeRO-1/2)."""
+        out: dict[int, list[int]] = {}
+        if self.pipe.zero != 3:
+            return out
         for n, i in enumerate(units):
+            if i in self.gathered:
+                continue
+            self.gathered.add(i)
             u = self.plan.units[i]
             out[i] = [self.t.collective("allgather", fam, float(params * self.k.act_bytes), ranks=self.ranks,
                                         stream="fsdp_ag", buffer=f"{fam}.unsharded.{n % 2}",
@@ -147,18 +163,20 @@ class PipelineBuilder(IterationBuilder):
     # all-to-alls behind it
     def _forward(self, a: Action) -> Iterator[None]:
         units = self.chunks[a.stage]
-        gathers = self._zero3_gathers(units) if self.pipe.zero == 3 else {}
+        gathers = self._zero3_gathers(units)
         for i in units:
             if gathers.get(i):
                 self._marker([self.last_main, *gathers[i]], "wait_gather")
             for sub in self.plan.units[i].subs:
                 self._sub(i, sub, "fwd", True)
                 yield
+            if self.pipe.reshard_after_forward:
+                self.gathered.discard(i)
 
     def _backward(self, a: Action) -> Iterator[None]:
         """B (full) or I (input gradient; the weight part waits for W)."""
         units = list(reversed(self.chunks[a.stage]))
-        gathers = self._zero3_gathers(units) if self.pipe.zero == 3 else {}
+        gathers = self._zero3_gathers(units)
         for i in units:
             unit = self.plan.units[i]
             if gathers.get(i):
@@ -171,6 +189,8 @@ class PipelineBuilder(IterationBuilder):
                 first = i == self.first_decoder and j == 0 and not self.plan.first_input_needs_grad
                 self._sub(i, sub, "bwd", not first)
                 yield
+            if a.mb == self.pipe.microbatches - 1:  # perform_reduce_grad reshards
+                self.gathered.discard(i)
             if a.kind == "B":
                 self._grad_sync(i, a)
 

@@ -1,9 +1,12 @@
 """A pipeline rank's tensors under ZeRO 1/2/3, in its schedule's order, through the allocator.
 
 Per die of pipeline rank r (only its stages' units):
-- ZeRO-3: fp32 parameter shard; a unit's bf16 parameters gathered around each forward and input-
-  gradient action; the unsharded gradient transient, the sharded gradient kept.
-- ZeRO-2: fp32 shard plus the full bf16 parameters, replicated (kept); gradients as ZeRO-3.
+- ZeRO-3: fp32 parameter shard; a unit's bf16 parameters gathered at its first use and kept until
+  its last micro-batch's backward (freed after each forward too with `reshard_after_forward`),
+  as the trace gathers them (pipeline.py); the full gradient accumulated over micro-batches
+  (pipelining disables FSDP's gradient sync until the last one).
+- ZeRO-2: fp32 shard plus the full bf16 parameters, replicated (kept); the unsharded gradient
+  transient, the sharded gradient kept (reduce-scattered every micro-batch).
 - ZeRO-1: as ZeRO-2, and the full gradient kept (accumulated over micro-batches, reduce-scattered
   once per step).
 Optimizer moments on the shard at every stage. Activations: a forward keeps the unit's saved
@@ -45,9 +48,13 @@ def pipeline_ops(plan: ModelPlan, layout: Layout, k: Knobs, pipe: Pipe, r: int) 
         ops += [("alloc", f"replica{i}", full[i] * k.act_bytes) for i in mine]
     steps = rank_steps(pipe.schedule, layout.pp, pipe.microbatches, pipe.virtual)[r]
 
+    held: set[int] = set()
+
     def gather(i: int, on: bool) -> None:
-        if pipe.zero == 3:
-            ops.append(("alloc", f"unsharded{i}", full[i] * k.act_bytes) if on else ("free", f"unsharded{i}"))
+        if pipe.zero != 3 or on == (i in held):
+            return
+        ops.append(("alloc", f"unsharded{i}", full[i] * k.act_bytes) if on else ("free", f"unsharded{i}"))
+        (held.add if on else held.discard)(i)
 
     def keep(i: int, mb: int) -> None:  # the saved activations, as the input and the weight part
         ops.append(("alloc", f"act{i}.{mb}.in", units[i].saved_bytes * (1 - wf)))
@@ -65,7 +72,8 @@ def pipeline_ops(plan: ModelPlan, layout: Layout, k: Knobs, pipe: Pipe, r: int) 
                             ops += [("alloc", f"tmp{i}", units[i].saved_bytes), ("free", f"tmp{i}")]
                         else:
                             keep(i, a.mb)
-                        gather(i, False)
+                        if pipe.reshard_after_forward:
+                            gather(i, False)
                     continue
                 for i, c in zip(reversed(chunks[a.stage]), reversed(ckpt), strict=True):
                     if a.kind == "W":
@@ -76,7 +84,7 @@ def pipeline_ops(plan: ModelPlan, layout: Layout, k: Knobs, pipe: Pipe, r: int) 
                     gather(i, True)
                     if c:
                         keep(i, a.mb)  # recomputed
-                    if pipe.zero == 1:
+                    if pipe.zero != 2:
                         if it == 0 and a.mb == 0:
                             ops.append(("alloc", f"fgrad{i}", full[i] * k.grad_bytes))  # kept, accumulated
                     else:
@@ -86,8 +94,9 @@ def pipeline_ops(plan: ModelPlan, layout: Layout, k: Knobs, pipe: Pipe, r: int) 
                         ops.append(("free", f"act{i}.{a.mb}.w"))
                         if c:
                             ops.append(("free", f"boundary{i}.{a.mb}"))
-                    gather(i, False)
-                    if pipe.zero > 1:
+                    if a.mb == pipe.microbatches - 1:
+                        gather(i, False)
+                    if pipe.zero == 2:
                         if it == 0 and a.mb == 0:
                             ops.append(("alloc", f"grad{i}", local[i] * k.grad_bytes))  # kept
                         ops.append(("free", f"ugrad{i}"))
@@ -136,9 +145,12 @@ def pipeline_breakdown(plan: ModelPlan, layout: Layout, k: Knobs, pipe: Pipe, li
         full = [plan.units[i].params + plan.units[i].expert_params for i in mine]
         rep = sum(full) * k.act_bytes if pipe.zero < 3 else 0.0
         out = {"params": local * k.master_bytes + rep,
-               "grads": sum(full) * k.grad_bytes if pipe.zero == 1 else local * k.grad_bytes,
+               "grads": sum(full) * k.grad_bytes if pipe.zero != 2 else local * k.grad_bytes,
                "optimizer": local * k.state_bytes,
-               "fsdp_buffers": max(full) * ((k.act_bytes if pipe.zero == 3 else 0) + (k.grad_bytes if pipe.zero > 1 else 0)),
+               # ZeRO-3: the stage's units gathered (one at a time with reshard_after_forward);
+               # ZeRO-2: one unit's unsharded gradient
+               "fsdp_buffers": (max(full) if pipe.reshard_after_forward else sum(full)) * k.act_bytes
+               if pipe.zero == 3 else max(full) * k.grad_bytes if pipe.zero == 2 else 0.0,
                **peak, "library": library_bytes, "overhead": overhead_bytes}
         if not best or sum(out.values()) > sum(best.values()):
             best = out

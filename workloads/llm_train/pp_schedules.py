@@ -12,6 +12,11 @@ Definitions followed (read, not copied):
   warm-up (v − 1)·m_round + 2·(p − 1 − rank) forwards (factor 1 for zero bubble), depth-first
   stage choice per round, and ZB1P's input/weight split with the weight backward deferred by
   `rank` micro-batches).
+- ZBV (`ScheduleZBVZeroBubble._calculate_single_rank_operations`, same file; ZB paper arXiv
+  2401.10241 §6 "ZB-V"): V-shaped placement, 2(p − r) − 1 forwards of the first chunk, r pairs
+  (F1, F0), p − r triples (F1, I1, W1), then F0 I0 W0 F1 I1 W1 until every forward is done, r
+  (I0, I1) pairs, p − r (I0, W0) pairs and the remaining W1 then W0; built for max(2p − 1, m)
+  micro-batches and the actions of micro-batches ≥ m dropped, as torch does.
 - DualPipeV: `ScheduleDualPipeV._calculate_single_rank_operations` (torch main, which follows
   deepseek-ai/DualPipe; the eight steps F0, F0F1, I1W1F1, F0B1-F1B0 overlapped, B1-F1B0, B1B0,
   W0B0, W0), V-shaped stage placement (rank r holds stages r and 2p − 1 − r); DeepSeek-V3
@@ -37,8 +42,11 @@ class Action:
 Step = tuple[Action, ...]  # one action, or DualPipeV's overlapped (forward, backward) pair
 
 
+V_SHAPED = (PpSchedule.zbv, PpSchedule.dualpipev)  # two stages per rank: r and 2p − 1 − r
+
+
 def stages_per_rank(schedule: PpSchedule, virtual: int) -> int:
-    if schedule == PpSchedule.dualpipev:
+    if schedule in V_SHAPED:
         return 2
     if schedule in (PpSchedule.gpipe, PpSchedule.one_f_one_b):
         return 1
@@ -46,8 +54,8 @@ def stages_per_rank(schedule: PpSchedule, virtual: int) -> int:
 
 
 def stage_rank(stage: int, p: int, schedule: PpSchedule) -> int:
-    """Pipeline rank holding a stage: looped (s mod p) or V-shaped for DualPipeV."""
-    if schedule == PpSchedule.dualpipev:
+    """Pipeline rank holding a stage: looped (s mod p) or V-shaped for ZBV and DualPipeV."""
+    if schedule in V_SHAPED:
         return stage if stage < p else 2 * p - 1 - stage
     return stage % p
 
@@ -75,6 +83,8 @@ def rank_steps(schedule: PpSchedule, p: int, m: int, v: int = 1) -> list[list[St
         return [_one_f_one_b(r, p, m) for r in range(p)]
     if schedule == PpSchedule.dualpipev:
         return [_dualpipev(r, p, m) for r in range(p)]
+    if schedule == PpSchedule.zbv:
+        return [_zbv(r, p, m) for r in range(p)]
     return [_interleaved(r, p, m, v, schedule == PpSchedule.interleaved_zb) for r in range(p)]
 
 
@@ -130,6 +140,38 @@ def _interleaved(r: int, p: int, m: int, v: int, zero_bubble: bool) -> list[Step
     while zero_bubble and weights_done < len(bwd_steps):
         weight()
     return out
+
+
+def _zbv(r: int, p: int, m: int) -> list[Step]:
+    s0, s1 = r, 2 * p - 1 - r
+    n = max(2 * p - 1, m)
+    cnt = {(k, s): 0 for k in "FIW" for s in (s0, s1)}
+    out: list[Action] = []
+
+    def act(*seq: tuple[str, int]) -> None:
+        for kind, stage in seq:
+            out.append(Action(kind, stage, cnt[(kind, stage)]))
+            cnt[(kind, stage)] += 1
+
+    for _ in range(2 * (p - r) - 1):
+        act(("F", s0))
+    for _ in range(r):
+        act(("F", s1), ("F", s0))
+    for _ in range(p - r):
+        act(("F", s1), ("I", s1), ("W", s1))
+    while cnt[("F", s1)] < cnt[("F", s0)] or cnt[("F", s0)] < n:
+        if cnt[("F", s0)] < n:
+            act(("F", s0))
+        act(("I", s0), ("W", s0), ("F", s1), ("I", s1), ("W", s1))
+    for _ in range(r):
+        act(("I", s0), ("I", s1))
+    for _ in range(p - r):
+        act(("I", s0), ("W", s0))
+    while cnt[("W", s1)] < cnt[("I", s1)]:
+        act(("W", s1))
+    while cnt[("W", s0)] < cnt[("I", s0)]:
+        act(("W", s0))
+    return [(a,) for a in out if a.mb < m]
 
 
 def _dualpipev(r: int, p: int, m: int) -> list[Step]:
