@@ -30,7 +30,7 @@ def iteration_ops(plan: ModelPlan, layout: Layout, k: Knobs) -> list[tuple]:
     """Start-up and ITERATIONS training iterations as ("alloc", name, bytes) / ("free", name)."""
     ops: list[tuple] = []
     units = plan.units
-    local = [-(-u.params // layout.fsdp) + -(-u.expert_params // layout.efsdp) for u in units]
+    local = [layout.shard_params(u) for u in units]
     full = [u.params + u.expert_params for u in units]
     decoders = sum(1 for u in units if u.decoder) or 1
     boundary = plan.boundary_bytes / decoders

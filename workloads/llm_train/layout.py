@@ -18,9 +18,13 @@ block). Every family below is formed inside each stage (indices are stage-local,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from stratacl.errors import ConfigError
 from stratacl.trace import Trace
+
+if TYPE_CHECKING:
+    from .blocks import Unit
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,10 @@ class Layout:
     @property
     def efsdp(self) -> int:
         return self.stage_dies // self.ep
+
+    def shard_params(self, unit: Unit) -> int:
+        """Parameters of `unit` one die holds: its dense part over fsdp, its experts over efsdp."""
+        return -(-unit.params // self.fsdp) + -(-unit.expert_params // self.efsdp)
 
     def stage_ranks(self, rank: int) -> tuple[int, ...]:
         """The dies of pipeline rank `rank` (a contiguous block)."""

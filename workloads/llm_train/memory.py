@@ -10,7 +10,7 @@ from .schedule import Knobs
 
 
 def local_params(plan: ModelPlan, layout: Layout) -> int:
-    return sum(-(-u.params // layout.fsdp) + -(-u.expert_params // layout.efsdp) for u in plan.units)
+    return sum(layout.shard_params(u) for u in plan.units)
 
 
 def memory_breakdown(plan: ModelPlan, layout: Layout, knobs: Knobs, library_bytes: float,

@@ -39,8 +39,6 @@ from stratacl.errors import ConfigError
 from stratacl.metrics import union_length
 from stratacl.schemas.llm_train import LayerSplit
 from stratacl.trace import Trace
-from workloads.common.cost import Cost
-from workloads.common.kernels import TRAINING_FUSED, add_cost
 from workloads.common.routing import EpRouting
 
 from .blocks import ModelPlan, SubBlock
@@ -299,11 +297,8 @@ class PipelineBuilder(IterationBuilder):
         self.ranks = lay.stage_ranks(r)
         units = [i for c in range(self.n_stages) if stage_rank(c, self.p, self.pipe.schedule) == r
                  for i in self.chunks[c]]
-        local = sum(-(-self.plan.units[i].params // lay.fsdp) + -(-self.plan.units[i].expert_params // lay.efsdp)
-                    for i in units)
-        hbm = local * (2 * k.master_bytes + k.grad_bytes + 2 * k.state_bytes)
-        opt = add_cost(self.t, self.ranks, "optimizer", Cost(0.0, local * k.optimizer_flops_per_param, hbm),
-                       fused=TRAINING_FUSED, name=f"optimizer.step.pp{r}", deps=[*tail, *self.rs_ops[r][-1:]])[-1]
+        local = sum(lay.shard_params(self.plan.units[i]) for i in units)
+        opt = self._adam(local, f"optimizer.step.pp{r}", [*tail, *self.rs_ops[r][-1:]])
         if self.pipe.zero < 3:
             for i in units:
                 u = self.plan.units[i]

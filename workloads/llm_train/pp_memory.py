@@ -39,7 +39,7 @@ def pipeline_ops(plan: ModelPlan, layout: Layout, k: Knobs, pipe: Pipe, r: int) 
     units = plan.units
     chunks = chunk_units(plan, pipe.n_stages(layout.pp), pipe.split)
     mine = rank_units(plan, layout, pipe, r)
-    local = {i: -(-units[i].params // layout.fsdp) + -(-units[i].expert_params // layout.efsdp) for i in mine}
+    local = {i: layout.shard_params(units[i]) for i in mine}
     full = {i: units[i].params + units[i].expert_params for i in mine}
     boundary = plan.boundary_bytes / (sum(1 for u in units if u.decoder) or 1)
     wf = pipe.weight_fraction
@@ -140,8 +140,7 @@ def pipeline_breakdown(plan: ModelPlan, layout: Layout, k: Knobs, pipe: Pipe, li
                 acts -= live.pop(op[1], 0.0)
         peak = {"activations": top}
         mine = rank_units(plan, layout, pipe, r)
-        local = sum(-(-plan.units[i].params // layout.fsdp) + -(-plan.units[i].expert_params // layout.efsdp)
-                    for i in mine)
+        local = sum(layout.shard_params(plan.units[i]) for i in mine)
         full = [plan.units[i].params + plan.units[i].expert_params for i in mine]
         rep = sum(full) * k.act_bytes if pipe.zero < 3 else 0.0
         out = {"params": local * k.master_bytes + rep,

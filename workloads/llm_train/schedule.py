@@ -232,11 +232,15 @@ class IterationBuilder:
 
     def _optimizer(self, rs_ops: list[int]) -> None:
         """Adam on this rank's fp32 shard: read/write master weights and both moments, read grads."""
-        k, lay = self.k, self.layout
-        local = sum(-(-u.params // lay.fsdp) + -(-u.expert_params // lay.efsdp) for u in self.plan.units)
+        local = sum(self.layout.shard_params(u) for u in self.plan.units)
+        self.last_main = self._adam(local, "optimizer.step", rs_ops[-1:])
+
+    def _adam(self, local: int, name: str, deps: list[int]) -> int:
+        """Adam over `local` parameters: read/write fp32 master weights and both moments, read grads."""
+        k = self.k
         hbm = local * (2 * k.master_bytes + k.grad_bytes + 2 * k.state_bytes)
-        self.last_main = add_cost(self.t, self.ranks, "optimizer", Cost(0.0, local * k.optimizer_flops_per_param, hbm),
-                                  fused=TRAINING_FUSED, name="optimizer.step", deps=rs_ops[-1:])[-1]
+        return add_cost(self.t, self.ranks, "optimizer", Cost(0.0, local * k.optimizer_flops_per_param, hbm),
+                        fused=TRAINING_FUSED, name=name, deps=deps)[-1]
 
 
 # FP8 / INT8 tokens carry one fp32 scale per 128 channels (DeepEP's per-token FP8 cast:
