@@ -186,9 +186,9 @@ class IterationModel:
                 send_tokens: list[int] | None = None) -> IterStats:
         """A prefill iteration of `tokens` per die (whole tokens), priced exactly by its own trace.
         `context`: the earlier prompt tokens its sequences attend over (a cached prefix, earlier
-        chunks), interpolated between the PREFILL_CONTEXT_GRID points around it. `fetch_tokens`: per die, cached
-        tokens whose KV the iteration first fetches from the DRAM pool (prefix hits there): the
-        iteration takes what that fetch adds to a full-budget iteration (`fetch_delay`).
+        chunks), interpolated between the PREFILL_CONTEXT_GRID points around it. `fetch_tokens`:
+        per die, cached tokens whose KV the iteration first fetches from the DRAM pool (prefix hits
+        there): the iteration takes what that fetch adds to a full-budget iteration (`fetch_delay`).
         `send_tokens`: per die, the reused prefix tokens of the prompts it starts, whose KV (in its
         HBM, the pool's part once fetched) it also sends to their decode die (`prefix_send`)."""
         lo, hi, w = bracket(PREFILL_CONTEXT_GRID, context) if context > 0 else (0, 0, 0.0)
@@ -230,6 +230,7 @@ class IterationModel:
         key = ("prefill", self.sched.prefill_token_budget, 0, False)
         with_send = self._get(library, key, 0.0, (), shape)
         return max(0.0, with_send.time_s - self._get(library, key).time_s), with_send.prefix_ready_s
+
     def exact(self, library: str, phase: str, size: float, context: float = 0.0) -> IterStats:
         """An iteration priced at its own shape: its own trace built and simulated (no grid; the
         reference the grid's interpolation is tested against)."""
