@@ -166,12 +166,9 @@ TINY = ("{num_hidden_layers:3,first_k_dense_replace:1,hidden_size:256,intermedia
         "qk_nope_head_dim:32,v_head_dim:32,vocab_size:1024}")
 
 
-def test_a_pool_fetch_loads_the_host_port() -> None:
-    """Four dies of one node fetch B bytes per layer each from the DRAM pool, striped over the
-    node's 4 CPUs (cloudmatrix384): each layer's copy takes at least 4B / 4 over a CPU's 160 GB/s
-    link — longer than the dies' 196 GB/s ports alone would allow, so it is not a device-local
-    copy nor a port-only transfer — and the iteration's attention waits for it. Write-through
-    stores are device-to-host copies to the pool."""
+def tiny(**kw) -> tuple:  # noqa: ANN003
+    """(config, fabric, run context, costs, KV bytes per token, iteration model with `kw`) of the
+    tiny model's 4-die prefill instance, hccl only."""
     cfg = compose_run(["workload=llm_infer", "workload.model.preset=deepseek_v3", f"+workload.model.overrides={TINY}",
                        "workload.layout.prefill_dp=4", "workload.layout.prefill_ep=4", "workload.cache_dir=",
                        "library=[hccl]"])
@@ -181,7 +178,16 @@ def test_a_pool_fetch_loads_the_host_port() -> None:
     mc = model_costs(cfg.workload.model)
     costs = ServingCosts(mc, 4, 4, 1024)
     kv_tok = float(mc.kv_bytes_per_token())
-    it = IterationModel(ctx, costs, cfg.workload, kv_bytes_per_token=kv_tok, pool_writes=True)
+    return cfg, fab, ctx, costs, kv_tok, IterationModel(ctx, costs, cfg.workload, kv_bytes_per_token=kv_tok, **kw)
+
+
+def test_a_pool_fetch_loads_the_host_port() -> None:
+    """Four dies of one node fetch B bytes per layer each from the DRAM pool, striped over the
+    node's 4 CPUs (cloudmatrix384): each layer's copy takes at least 4B / 4 over a CPU's 160 GB/s
+    link — longer than the dies' 196 GB/s ports alone would allow, so it is not a device-local
+    copy nor a port-only transfer — and the iteration's attention waits for it. Write-through
+    stores are device-to-host copies to the pool."""
+    cfg, fab, ctx, costs, kv_tok, it = tiny(pool_writes=True)
     tokens = 64 * 2**20 // int(kv_tok) * len(costs.layers)  # 64 MiB per layer
     tr = it.trace("prefill", 1024, 0, fetch=(4, tokens))
     fetches = [op for op in tr.ops if op.stream == "kv_fetch"]
@@ -230,16 +236,7 @@ def test_the_prefix_send_loads_the_ports_from_prefill_to_decode_dies() -> None:
     decode dies: Σ bytes = dies × tokens × KV bytes per token, each transfer from a prefill die to its
     decode die (prefill die i → decode die i mod D) and at least its bytes over a die's port long;
     the iteration's own end does not wait for it, its requests' decode start does."""
-    cfg = compose_run(["workload=llm_infer", "workload.model.preset=deepseek_v3", f"+workload.model.overrides={TINY}",
-                       "workload.layout.prefill_dp=4", "workload.layout.prefill_ep=4", "workload.cache_dir=",
-                       "library=[hccl]"])
-    fab = Fabric(cfg.fabric)
-    ctx = RunContext(cfg=cfg, fabric=fab, libraries={"hccl": LibraryModel("hccl", cfg.library["hccl"], fab)},
-                     baseline="hccl", seed=0)
-    mc = model_costs(cfg.workload.model)
-    costs = ServingCosts(mc, 4, 4, 1024)
-    kv_tok = float(mc.kv_bytes_per_token())
-    it = IterationModel(ctx, costs, cfg.workload, kv_bytes_per_token=kv_tok, decode_dies=(4, 5))
+    cfg, fab, ctx, costs, kv_tok, it = tiny(decode_dies=(4, 5))
     dies, tokens = 3, 2**20
     tr = it.trace("prefill", 1024, 0, send=(dies, tokens))
     sends = [op for op in tr.ops if op.stream == "kv_prefix"]
