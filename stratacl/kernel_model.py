@@ -119,15 +119,16 @@ class KernelModel:
         for tm in kc.tile_m:
             for tn in kc.tile_n:
                 units, work = 0, 0.0
-                blocks: set[tuple[int, int]] = set()  # fused: (rows, count) groups already counted
+                blocks: dict[tuple[int, int], int] = {}  # fused: blocks per (rows, count) group
                 for m, n, k, c in op.gemms:
                     mb, nb = -(-m // tm), -(-n // tn)
                     work += 2.0 * mb * tm * nb * tn * (k + kc.k_fill) * c
                     if not fused:
                         units += c * mb * nb
-                    elif (m, c) not in blocks:  # the fused kernel's later matmuls of these rows
-                        blocks.add((m, c))      # (PV after QKᵀ, down after gate/up) add no block
-                        units += c * mb * (1 if whole_n else nb)
+                    else:  # a group's blocks are its QKᵀ's (split-KV: its key tiles); the PV of the same
+                        # rows (n = head dim, listed first when shapes sort) adds none
+                        blocks[(m, c)] = max(blocks.get((m, c), 0), c * mb * (1 if whole_n else nb))
+                units += sum(blocks.values())
                 waves = -(-units // cores)
                 eff = units / (waves * cores)
                 # DeepGEMM's choice: fewest waves, then the fullest last wave, then the least padded

@@ -19,6 +19,7 @@ from stratacl.comm.library import LibraryModel
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.workload_api import RunContext
+from workloads.common.kernels import emit_gemms
 from workloads.common.model import model_costs
 from workloads.llm_infer import workload as serving_workload
 from workloads.llm_infer.costs import ServingCosts
@@ -179,6 +180,41 @@ def test_interpolated_iterations_within_two_percent_of_their_exact_shapes(env: E
             assert env.iters.prefill(lib, p).time_s == env.iters.exact(lib, "prefill", p).time_s, (lib, p)
             exact.append(ref.time_s)
     assert max(exact) > 3 * min(exact)  # the shapes matter: the bound is not met by a flat cost
+
+
+def test_prefill_with_a_context_within_two_percent_of_its_own_trace(env: Env) -> None:
+    """A prefill iteration whose prompts attend over earlier tokens (a reused prefix, earlier
+    chunks) is priced between the context grid points around it at its own token count: within 2 %
+    of its own shape's trace on seeded random shapes (contexts past Mooncake's 126K prompts). Where
+    the cost anchors' attention shapes used to switch (+12 % between contexts 24,240 and 24,575) the
+    exact time grows no faster than the context."""
+    rng = np.random.default_rng(23)
+    for lib in ("hccl", "stratacl"):
+        for _ in range(4):
+            p, c = int(rng.integers(1, 32_768)), float(rng.uniform(64, 160_000))
+            got, ref = env.iters.prefill(lib, p, context=c), env.iters.exact(lib, "prefill", p, c)
+            assert got.time_s == pytest.approx(ref.time_s, rel=0.02), (lib, p, c)
+    a, b = (env.iters.exact("hccl", "prefill", 25_595, c).time_s for c in (24_240, 24_575))
+    assert a <= b <= a * 24_575 / 24_240
+
+
+def test_costs_between_anchors_are_the_costs_measured_at_the_shape(env: Env) -> None:
+    """Decode and prefill-with-context attention costs (what the context changes) interpolated
+    between (and extrapolated past) the measured anchors have the FLOPs, bytes and matmul shapes the
+    model has when measured at that very shape: an attention core's keys grow with the context (the
+    anchors' matmuls paired), not the nearer anchor's keys with its rows stretched."""
+    for phase, size, ctx in (("decode", 20, 20_000), ("decode", 300, 5_000), ("decode", 3, 150_000),
+                             ("prefill", 6144, 24_575), ("prefill", 2048, 77_777)):
+        got = env.costs.decode(size, ctx) if phase == "decode" else env.costs.prefill(size, ctx)
+        for t, ref in env.costs._measure(size, ctx, phase).items():
+            if not t.startswith("attention"):
+                continue
+            parts = {p.kernel: p for p in got[t].parts}
+            for p in ref.parts:
+                q = parts[p.kernel]
+                assert (q.cube_flops, q.vector_flops, q.hbm_bytes) == pytest.approx(
+                    (p.cube_flops, p.vector_flops, p.hbm_bytes), rel=1e-9), (phase, size, ctx, t, p.kernel)
+                assert emit_gemms(q.gemms) == emit_gemms(p.gemms), (phase, size, ctx, t, p.kernel)
 
 
 def test_moe_bytes_of_an_iteration_conserve_token_copies(env: Env) -> None:

@@ -106,25 +106,31 @@ class Priced:
     """Stands in for the iteration model: a prefill iteration costs its tokens (1 ms per 1000)
     and records what it was asked to price."""
 
-    def __init__(self) -> None:
+    def __init__(self, send_s: float = 0.0) -> None:
         self.prefills: list[tuple[int, list[int], float]] = []
+        self.sends: list[list[int]] = []
+        self.send_s = send_s  # when a reused prefix's KV lands on decode (0: with the iteration's own)
 
-    def prefill(self, library, tokens, remap=False, jit_miss=0.0, fetch_tokens=None, context=0.0):  # noqa: ANN001, ANN201
+    def prefill(self, library, tokens, remap=False, jit_miss=0.0, fetch_tokens=None, context=0.0,  # noqa: ANN001, ANN201
+                send_tokens=None):  # noqa: ANN001
         self.prefills.append((tokens, list(fetch_tokens or []), context))
-        return IterStats(1e-6 * tokens + 1e-3, 0, 0, 0, 0, 0, kv_ready_s=1e-6 * tokens + 1e-3)
+        self.sends.append(list(send_tokens or []))
+        t = 1e-6 * tokens + 1e-3
+        return IterStats(t, 0, 0, 0, 0, 0, kv_ready_s=t, prefix_ready_s=self.send_s if any(send_tokens or []) else 0)
 
     def decode(self, library, batch, context, remap=False, jit_miss=0.0):  # noqa: ANN001, ANN201
         return IterStats(0.02, 0, 0, 0, 0, 0)
 
 
-def serve(trace, n: int, hbm: int, pool: int, reuse: bool = True) -> tuple[ServingSim, Priced]:  # noqa: ANN001
+def serve(trace, n: int, hbm: int, pool: int, reuse: bool = True, send_s: float = 0.0,  # noqa: ANN001
+          kv_tok: float = 1.0) -> tuple[ServingSim, Priced]:
     ids, tokens = trace
     cfg = LlmInferConfig()
     lay = cfg.layout
     lay.prefill_instances, lay.prefill_dp, lay.decode_instances, lay.decode_dp = 2, 4, 1, 4
     reqs = Requests(np.arange(n) * 0.02, tokens[:n].astype(np.int64), np.full(n, 8), ids[:n])
-    it = Priced()
-    sim = ServingSim(reqs, it, "x", cfg, kv_per_die=1e15, kv_bytes_per_token=1.0,
+    it = Priced(send_s)
+    sim = ServingSim(reqs, it, "x", cfg, kv_per_die=1e15, kv_bytes_per_token=kv_tok,
                      prefix=PrefixCache(2, hbm, pool, BLOCK) if reuse else None)
     sim.run()
     return sim, it
@@ -160,12 +166,9 @@ TINY = ("{num_hidden_layers:3,first_k_dense_replace:1,hidden_size:256,intermedia
         "qk_nope_head_dim:32,v_head_dim:32,vocab_size:1024}")
 
 
-def test_a_pool_fetch_loads_the_host_port() -> None:
-    """Four dies of one node fetch B bytes per layer each from the DRAM pool, striped over the
-    node's 4 CPUs (cloudmatrix384): each layer's copy takes at least 4B / 4 over a CPU's 160 GB/s
-    link — longer than the dies' 196 GB/s ports alone would allow, so it is not a device-local
-    copy nor a port-only transfer — and the iteration's attention waits for it. Write-through
-    stores are device-to-host copies to the pool."""
+def tiny(**kw) -> tuple:  # noqa: ANN003
+    """(config, fabric, run context, costs, KV bytes per token, iteration model with `kw`) of the
+    tiny model's 4-die prefill instance, hccl only."""
     cfg = compose_run(["workload=llm_infer", "workload.model.preset=deepseek_v3", f"+workload.model.overrides={TINY}",
                        "workload.layout.prefill_dp=4", "workload.layout.prefill_ep=4", "workload.cache_dir=",
                        "library=[hccl]"])
@@ -175,7 +178,16 @@ def test_a_pool_fetch_loads_the_host_port() -> None:
     mc = model_costs(cfg.workload.model)
     costs = ServingCosts(mc, 4, 4, 1024)
     kv_tok = float(mc.kv_bytes_per_token())
-    it = IterationModel(ctx, costs, cfg.workload, kv_bytes_per_token=kv_tok, pool_writes=True)
+    return cfg, fab, ctx, costs, kv_tok, IterationModel(ctx, costs, cfg.workload, kv_bytes_per_token=kv_tok, **kw)
+
+
+def test_a_pool_fetch_loads_the_host_port() -> None:
+    """Four dies of one node fetch B bytes per layer each from the DRAM pool, striped over the
+    node's 4 CPUs (cloudmatrix384): each layer's copy takes at least 4B / 4 over a CPU's 160 GB/s
+    link — longer than the dies' 196 GB/s ports alone would allow, so it is not a device-local
+    copy nor a port-only transfer — and the iteration's attention waits for it. Write-through
+    stores are device-to-host copies to the pool."""
+    cfg, fab, ctx, costs, kv_tok, it = tiny(pool_writes=True)
     tokens = 64 * 2**20 // int(kv_tok) * len(costs.layers)  # 64 MiB per layer
     tr = it.trace("prefill", 1024, 0, fetch=(4, tokens))
     fetches = [op for op in tr.ops if op.stream == "kv_fetch"]
@@ -192,3 +204,52 @@ def test_a_pool_fetch_loads_the_host_port() -> None:
     first_attn = next(op for op in tr.ops if op.name.startswith("L0.attn"))
     assert fetches[0].id in first_attn.deps
     assert it.prefill("hccl", 1024, fetch_tokens=[tokens] * 4).time_s > it.prefill("hccl", 1024).time_s
+
+
+# ------------------------------------------------------------------ the reused prefix goes on to decode
+def test_decode_receives_the_whole_prompts_kv_reused_prefix_included(trace) -> None:  # noqa: ANN001
+    """PD-disaggregated: a request's decode die gets its whole prompt's KV, prompt tokens × KV bytes
+    per token, whatever part was reused: computed chunks leave with their iteration, the reused
+    prefix is sent by the die that starts the prompt (asked of the iteration as its `send_tokens`).
+    A request goes to decode only once its prefix's KV has landed there."""
+    kv_tok = 70_272.0  # bytes per token (any value: the bytes scale with it)
+    sim, it = serve(trace, 400, hbm=4000, pool=10**6, kv_tok=kv_tok)
+    req = sim.request_frame()
+    hit = req["hbm_hit_tokens"] + req["pool_hit_tokens"]
+    assert hit.sum() > 0.1 * req["input_tokens"].sum()
+    done = req[req["first_token_s"].notna()]
+    np.testing.assert_array_equal(done["kv_to_decode_bytes"], done["input_tokens"] * kv_tok)
+    assert sum(map(sum, it.sends)) == hit.sum()  # the prefix tokens the iterations were asked to send
+    for (_, fetch, _), send in zip(it.prefills, it.sends, strict=True):
+        assert all(s >= f for s, f in zip(send, fetch, strict=False))  # a die sends what it fetched
+    # a slow prefix send holds its requests back from decode, and only those
+    late, _ = serve(trace, 400, hbm=4000, pool=10**6, send_s=5.0, kv_tok=kv_tok)
+    r = late.request_frame()
+    r = r[r["output_tokens"] > 1]
+    since_start = r["decode_start_s"] - r["prefill_start_s"]  # the send leaves when the prompt starts
+    hits = r["hbm_hit_tokens"] + r["pool_hit_tokens"] > 0
+    assert (since_start[hits] >= 5.0).all() and (since_start[~hits] < 5.0).all() and hits.any() and (~hits).any()
+
+
+def test_the_prefix_send_loads_the_ports_from_prefill_to_decode_dies() -> None:
+    """A reused prefix's KV, `tokens` per die on `dies` prefill dies, leaves layer by layer for the
+    decode dies: Σ bytes = dies × tokens × KV bytes per token, each transfer from a prefill die to its
+    decode die (prefill die i → decode die i mod D) and at least its bytes over a die's port long;
+    the iteration's own end does not wait for it, its requests' decode start does."""
+    cfg, fab, ctx, costs, kv_tok, it = tiny(decode_dies=(4, 5))
+    dies, tokens = 3, 2**20
+    tr = it.trace("prefill", 1024, 0, send=(dies, tokens))
+    sends = [op for op in tr.ops if op.stream == "kv_prefix"]
+    sent = sum(float(np.broadcast_to(op.nbytes, len(op.src)).sum()) for op in sends)  # bytes per pair
+    assert sent == pytest.approx(dies * tokens * kv_tok)
+    pairs = {(s, d) for op in sends for s, d in zip(op.src, op.dst, strict=True)}
+    assert pairs == {(0, 4), (1, 5), (2, 4)}
+    res = ctx.simulate(tr, "hccl")
+    layer = tokens * kv_tok / len(costs.layers)
+    assert all(res.end[op.id] - res.start[op.id] >= layer / fab.port_Bps["ub"] for op in sends)
+    # priced: the iteration with it ends no earlier, its prefix lands when the send ends
+    plain, sent = it.prefill("hccl", 1024), it.prefill("hccl", 1024, send_tokens=[tokens] * dies + [0])
+    budget = it.trace("prefill", cfg.workload.scheduler.prefill_token_budget, 0, send=(4, tokens))
+    end = max(ctx.simulate(budget, "hccl").end[op.id] for op in budget.ops if op.stream == "kv_prefix")
+    assert sent.time_s >= plain.time_s and sent.prefix_ready_s == pytest.approx(end)
+    assert sent.prefix_ready_s >= len(costs.layers) * 2 * layer / fab.port_Bps["ub"]  # 2 senders into die 4

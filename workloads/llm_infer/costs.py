@@ -22,11 +22,15 @@ from workloads.modelcost import ATTENTION_CORE_FORMAT, ModelCosts
 CORE = ".core"  # suffix of an attention type's core part when it runs in another format
 
 DECODE_BATCH = (1, 8, 32, 128, 512)  # sequences per die
-DECODE_CONTEXT = (1024, 8192)  # cached tokens per sequence
 PREFILL_TOKENS = (256, 1024, 4096, 16384)  # tokens per die per iteration
-# cached tokens each prefill sequence attends over beyond its own (a reused prefix): attention's
-# work is piecewise linear in it (dense keys, compressed entries and indexer scores grow with it)
-PREFILL_CONTEXT = (0, 8192, 32768, 131072)
+# cached tokens per decode sequence, and those each prefill sequence attends over beyond its own (a
+# reused prefix): attention's work is piecewise linear in them (dense keys, compressed entries and
+# indexer scores grow with them; a sparse attention's selected keys stop growing at its top-k: at
+# 4 × 512 = 2048 tokens for DeepSeek-V4's compressed sparse attention). Interpolated linearly
+# between anchors, extrapolated past the last (an anchor per kink keeps that exact: with anchors
+# 1024 and 8192 alone, decode at 110K tokens was priced 6.7 % over its own measured shape).
+DECODE_CONTEXT = (1024, 2048, 8192, 32768, 131072)
+PREFILL_CONTEXT = (0, 2048, 8192, 32768, 131072)
 
 
 class ServingCosts:
@@ -132,21 +136,21 @@ class ServingCosts:
 
     def decode(self, batch: float, context: float) -> dict[str, Cost]:
         """Costs of a decode step of `batch` sequences per die with `context` cached tokens."""
-        lo_c, hi_c = DECODE_CONTEXT
-        w = (context - lo_c) / (hi_c - lo_c)
-        at = [_interp(DECODE_BATCH, [self._measure(b, c, "decode") for b in DECODE_BATCH], batch)
-              for c in DECODE_CONTEXT]
-        return {t: at[0][t].lerp(at[1][t], w) for t in at[0]}
+        return self._in_context(DECODE_CONTEXT, DECODE_BATCH, "decode", batch, context)
 
     def prefill(self, tokens: float, context: float = 0.0) -> dict[str, Cost]:
         """Costs of a prefill iteration of `tokens` per die whose sequences also attend over
         `context` cached tokens each (a reused prefix; 0: none)."""
         if context <= 0:
             return _interp(PREFILL_TOKENS, [self._measure(t, 0, "prefill") for t in PREFILL_TOKENS], tokens)
-        i = int(np.clip(np.searchsorted(PREFILL_CONTEXT, context) - 1, 0, len(PREFILL_CONTEXT) - 2))
-        lo, hi = PREFILL_CONTEXT[i], PREFILL_CONTEXT[i + 1]
-        at = [_interp(PREFILL_TOKENS, [self._measure(t, c, "prefill") for t in PREFILL_TOKENS], tokens)
-              for c in (lo, hi)]
+        return self._in_context(PREFILL_CONTEXT, PREFILL_TOKENS, "prefill", tokens, context)
+
+    def _in_context(self, contexts: tuple[int, ...], sizes: tuple[int, ...], phase: str, size: float,
+                    context: float) -> dict[str, Cost]:
+        """Piecewise linear in size at the two context anchors around `context`, then between them."""
+        i = int(np.clip(np.searchsorted(contexts, context) - 1, 0, len(contexts) - 2))
+        lo, hi = contexts[i], contexts[i + 1]
+        at = [_interp(sizes, [self._measure(x, c, phase) for x in sizes], size) for c in (lo, hi)]
         return {t: at[0][t].lerp(at[1][t], (context - lo) / (hi - lo)) for t in at[0]}
 
 

@@ -71,16 +71,16 @@ MISS_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # JIT misses per iter
 # the bytes; a finer grid multiplies the distinct prefill traces a run simulates: 47 fetch shapes
 # in the default run at two points per octave)
 FETCH_GRID = (512, 1)
-# a prefill's context (earlier tokens of its prompts: a reused prefix, earlier chunks), priced at
-# the nearest point of 0, 1024, 2048, 4096, ... (attention is ~1/3 of a prefill's FLOPs and grows
-# ~10 % of the total per 8K of context here: a point's error is ~2-3 % of the iteration). Not yet
-# within the 2 % the other shapes meet: on tests/test_llm_infer.py's model the exact time also steps
-# +12 % between contexts 24,240 and 24,575 (25,595 tokens), where the cost anchors' attention
-# shapes switch from the 8K anchor's to the 32K anchor's (`Cost.lerp` takes the nearer anchor's
-# shapes when their key counts differ); pairing the anchors' shapes removes the step (measured) but
-# moved decode shapes by 3 %, so it is not in.
+# a prefill's context (earlier tokens of its prompts: a reused prefix, earlier chunks) is priced by
+# linear interpolation between the points of 0, 1024, 2048, 4096, ... around it, each at the
+# iteration's own token count: attention's work is linear in the keys it spans, and with the cost
+# anchors' matmuls paired (`workloads.common.cost.lerp_gemms`) so is the exact iteration between
+# grid points: within 0.25 % on tests/test_llm_infer.py's model (the test bounds it at 2 %).
+# Pricing a context at its nearest point instead was off by 2-3 %; the anchors' shapes unpaired
+# (the nearer anchor's, rows fitted) put a +12 % tile-padding step into the exact time itself.
 PREFILL_CONTEXT_GRID = (1024, 1)
 POOL_FETCH, POOL_STORE = "kv_fetch", "kv_store"  # streams of the prefix cache's DRAM-pool copies
+PREFIX_SEND = "kv_prefix"  # stream of a reused prefix's KV on its way to decode
 
 
 def fetch_shape(per_die: list[int], dp: int) -> tuple[int, int] | tuple[()]:
@@ -137,6 +137,7 @@ class IterStats:
     vector_core_s: float  # vector-core-seconds held by communication
     kv_ready_s: float = 0.0  # prefill: when the last KV byte of this iteration lands on a decode die
     launch_s: float = 0.0  # graph launches on the step's path (in time_s): captured-graph decode
+    prefix_ready_s: float = 0.0  # prefill: when a reused prefix's KV sent on to decode has landed there
 
 
 class IterationModel:
@@ -181,22 +182,29 @@ class IterationModel:
         return _mix([(w, self._get(library, ("decode", b, c, remap), jit_miss)) for (b, c), w in corners if w > 0])
 
     def prefill(self, library: str, tokens: float, remap: bool = False, jit_miss: float = 0.0,
-                fetch_tokens: list[int] | None = None, context: float = 0.0) -> IterStats:
+                fetch_tokens: list[int] | None = None, context: float = 0.0,
+                send_tokens: list[int] | None = None) -> IterStats:
         """A prefill iteration of `tokens` per die (whole tokens), priced exactly by its own trace.
         `context`: the earlier prompt tokens its sequences attend over (a cached prefix, earlier
-        chunks), priced at the nearest PREFILL_CONTEXT_GRID point. `fetch_tokens`: per die, cached
-        tokens whose KV the iteration first fetches from the DRAM pool (prefix hits there): the
-        iteration takes what that fetch adds to a full-budget iteration (`fetch_delay`)."""
-        c = 0
-        if context > 0:
-            lo, hi, w = bracket(PREFILL_CONTEXT_GRID, context)
-            c = hi if w >= 0.5 else lo
-        st = self._get(library, ("prefill", math.ceil(tokens), c, remap), jit_miss)
+        chunks), interpolated between the PREFILL_CONTEXT_GRID points around it. `fetch_tokens`:
+        per die, cached tokens whose KV the iteration first fetches from the DRAM pool (prefix hits
+        there): the iteration takes what that fetch adds to a full-budget iteration (`fetch_delay`).
+        `send_tokens`: per die, the reused prefix tokens of the prompts it starts, whose KV (in its
+        HBM, the pool's part once fetched) it also sends to their decode die (`prefix_send`)."""
+        lo, hi, w = bracket(PREFILL_CONTEXT_GRID, context) if context > 0 else (0, 0, 0.0)
+        size = math.ceil(tokens)
+        st = _mix([(u, self._get(library, ("prefill", size, c, remap), jit_miss))
+                   for c, u in ((lo, 1 - w), (hi, w)) if u > 0])
         shape = fetch_shape(fetch_tokens or [], len(fetch_tokens or []))
-        if not shape:
+        d = self.fetch_delay(library, shape) if shape else 0.0
+        send = fetch_shape(send_tokens or [], len(send_tokens or []))
+        slow, ready = self.prefix_send(library, send) if send else (0.0, 0.0)
+        if not d and not send:
             return st
-        d = self.fetch_delay(library, shape)
-        return replace(st, time_s=st.time_s + d, exposed_comm_s=st.exposed_comm_s + d, kv_ready_s=st.kv_ready_s + d)
+        # the prefix's send ends when it does on the reference iteration (pool blocks once fetched:
+        # shifted by the fetch's delay); its requests go to decode when both it and their own KV landed
+        return replace(st, time_s=st.time_s + d + slow, exposed_comm_s=st.exposed_comm_s + d + slow,
+                       kv_ready_s=st.kv_ready_s + d + slow, prefix_ready_s=d + ready if send else 0.0)
 
     def fetch_delay(self, library: str, shape: tuple[int, int]) -> float:
         """What a DRAM-pool fetch of `shape` (dies, tokens per die) adds to a prefill iteration: the
@@ -209,17 +217,31 @@ class IterationModel:
         key = ("prefill", self.sched.prefill_token_budget, 0, False)
         with_fetch = self._get(library, key, 0.0, shape)
         return max(0.0, with_fetch.time_s - self._get(library, key).time_s)
+
+    def prefix_send(self, library: str, shape: tuple[int, int]) -> tuple[float, float]:
+        """(what sending a reused prefix's KV of `shape` (dies, tokens per die) to decode adds to a
+        prefill iteration, when its last byte lands on the decode dies), both measured on a
+        full-budget iteration with the send in its trace: it leaves at the iteration's start layer by
+        layer and shares the dies' ports with the all-to-alls and the computed tokens' KV. The
+        decode instance needs the whole prompt's KV: Mooncake (Qin et al., FAST 2025, §3: KVCache
+        reuse, incremental prefill, KVCache transfer, decoding) reuses the prefix on the prefill node
+        and transfers the request's KVCache to the decode node. Measured once per shape, like
+        `fetch_delay`."""
+        key = ("prefill", self.sched.prefill_token_budget, 0, False)
+        with_send = self._get(library, key, 0.0, (), shape)
+        return max(0.0, with_send.time_s - self._get(library, key).time_s), with_send.prefix_ready_s
+
     def exact(self, library: str, phase: str, size: float, context: float = 0.0) -> IterStats:
         """An iteration priced at its own shape: its own trace built and simulated (no grid; the
         reference the grid's interpolation is tested against)."""
-        return self._stats_of(library, (phase, size, context, False, 0, ()))
+        return self._stats_of(library, (phase, size, context, False, 0, (), ()))
 
-    def _get(self, library: str, key: tuple, jit_miss: float = 0.0, fetch: tuple = ()) -> IterStats:
+    def _get(self, library: str, key: tuple, jit_miss: float = 0.0, fetch: tuple = (), send: tuple = ()) -> IterStats:
         lib = self.ctx.libraries[library]
         if key[-1] and not lib.cost_depends_on_mapping:
             key = (*key[:-1], False)  # a remap costs nothing to a library that does not care
         if jit_miss <= 0 or not registers_just_in_time(lib):
-            return self._stats_of(library, (*key, 0, fetch))
+            return self._stats_of(library, (*key, 0, fetch, send))
         # the misses go into the trace as whole registrations; between two miss counts the
         # iteration is interpolated (each miss adds one registration on its collective's path)
         n = self.moe_buffer_uses(key[0], key[1])
@@ -228,9 +250,9 @@ class IterationModel:
         lo = points[bisect.bisect_right(points, k) - 1]
         hi = points[bisect.bisect_left(points, k)]
         if lo == hi:
-            return self._stats_of(library, (*key, hi, fetch))
+            return self._stats_of(library, (*key, hi, fetch, send))
         w = (k - lo) / (hi - lo)
-        a, b = self._stats_of(library, (*key, lo, fetch)), self._stats_of(library, (*key, hi, fetch))
+        a, b = self._stats_of(library, (*key, lo, fetch, send)), self._stats_of(library, (*key, hi, fetch, send))
         return _mix([(1 - w, a), (w, b)])
 
     def _stats_of(self, library: str, key: tuple) -> IterStats:
@@ -254,9 +276,9 @@ class IterationModel:
         return layers + layers[-1:] if rules.runs_mtp_layer(self.sched, phase) else layers
 
     def trace(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0,
-              fetch: tuple = ()) -> Trace:
+              fetch: tuple = (), send: tuple = ()) -> Trace:
         """The (memoised) trace of one iteration shape; the same for every library."""
-        key = (phase, size, context, remap, jit_misses, fetch)
+        key = (phase, size, context, remap, jit_misses, fetch, send)
         trace = self._traces.get(key)
         if trace is None:
             trace = self._traces[key] = self.build(*key)
@@ -264,7 +286,7 @@ class IterationModel:
 
     # ------------------------------------------------------------------ trace
     def build(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0,
-              fetch: tuple = ()) -> Trace:
+              fetch: tuple = (), send: tuple = ()) -> Trace:
         """One iteration's trace. The dispatch/combine buffers were mapped (and registered) before
         it; with `remap` the allocator maps new memory for them in this iteration (the routing
         outgrew the mapping) at each layer's attention, which is when the router's output sizes
@@ -272,14 +294,20 @@ class IterationModel:
         many of the dispatch/combine collectives (spread evenly) use a buffer a JIT registration
         cache does not hold: each registers it on its path. With `fetch` (dies, tokens): the first
         `dies` dies load `tokens` cached tokens' KV from the DRAM pool layer by layer, each layer's
-        attention waiting for its layer's KV (layer-wise loading, as Mooncake's prefill does)."""
+        attention waiting for its layer's KV (layer-wise loading, as Mooncake's prefill does). With
+        `send` (dies, tokens): the first `dies` dies also send `tokens` reused prefix tokens' KV to
+        their decode dies, layer by layer from the start (`prefix_send`)."""
         n = self.ranks[phase]
         c = self.costs
         kv_dst = self._kv_destinations(n) if phase == "prefill" else []
         world = max([n, *(d + 1 for d in kv_dst)])
         tr = Trace(world_size=world, meta={"phase": phase, "size": size, "context": context, "remap": remap,
-                                           "jit_misses": jit_misses, "fetch": list(fetch)})
+                                           "jit_misses": jit_misses, "fetch": list(fetch), "send": list(send)})
         fetched = self._pool_fetch(tr, fetch, len(c.layers))
+        if send and send[1] and kv_dst:  # the reused prefix's KV, already in HBM, leaves for decode
+            for li in range(len(c.layers)):
+                self._kv_send(tr, kv_dst[: send[0]], send[1] * self.kv_bytes_per_token / len(c.layers), [],
+                              f"L{li}.kv_prefix", PREFIX_SEND)
         tr.add_family("ep", [range(n)])
         if not remap:
             tr.add_buffer("dispatch", REGISTERED)
@@ -397,7 +425,7 @@ class IterationModel:
         return [self.decode_dies[i % len(self.decode_dies)] for i in range(n)]
 
     @staticmethod
-    def _kv_send(tr: Trace, dst: list[int], nbytes: float, deps: list[int], name: str) -> None:
+    def _kv_send(tr: Trace, dst: list[int], nbytes: float, deps: list[int], name: str, stream: str = "kv") -> None:
         """Layer-wise KV transfer on its own stream: it shares the prefill dies' ports with the
         MoE all-to-alls and the decode dies' receive ports among senders."""
         if nbytes <= 0:
@@ -412,7 +440,7 @@ class IterationModel:
         for k, group in sorted(rounds.items()):
             d = [dst[x] for x in group]
             # no user buffer: the KV cache is registered when the engine starts (Mooncake-style)
-            tr.add("p2p", sorted(group + d), src=group, dst=d, nbytes=nbytes, stream="kv", deps=deps,
+            tr.add("p2p", sorted(group + d), src=group, dst=d, nbytes=nbytes, stream=stream, deps=deps,
                    name=f"{name}.r{k}")
 
     def _compute(self, tr: Trace, ranks: range, cost: Cost, stream: str, deps: list[int], name: str,
@@ -447,14 +475,15 @@ class IterationModel:
     def _measure(self, trace: Trace, library: str) -> IterStats:
         res = self.ctx.simulate(trace, library)
         self.simulated += 1
-        kv = np.array([op.stream == "kv" for op in trace.ops])
-        store = np.array([op.stream == POOL_STORE for op in trace.ops])
-        t_iter = float(res.end[~(kv | store)].max(initial=0.0))  # the next iteration may start; KV still in flight
-        exp = res.exposure(window=(0.0, t_iter), ops=~(kv | store))
+        streams = np.array([op.stream for op in trace.ops])
+        kv, store, prefix = streams == "kv", streams == POOL_STORE, streams == PREFIX_SEND
+        t_iter = float(res.end[~(kv | store | prefix)].max(initial=0.0))  # the next iteration may start; KV still in flight
+        exp = res.exposure(window=(0.0, t_iter), ops=~(kv | store | prefix))
         launch = self.graph_launch_s(trace, library)
-        kv_ready = float(res.end[~store].max(initial=0.0))  # decode waits for its KV, not for the pool's copy
+        kv_ready = float(res.end[~(store | prefix)].max(initial=0.0))  # decode waits for its KV, not for the pool's copy
         return IterStats(exp.time_s + launch, exp.compute_s, exp.exposed_comm_s, exp.copy_s, exp.register_s,
-                         exp.vector_core_s, kv_ready_s=kv_ready + launch, launch_s=launch)
+                         exp.vector_core_s, kv_ready_s=kv_ready + launch, launch_s=launch,
+                         prefix_ready_s=float(res.end[prefix].max(initial=0.0)))
 
     def graph_launch_s(self, trace: Trace, library: str) -> float:
         """Host time before a step's work when the deployment captures decode as a graph

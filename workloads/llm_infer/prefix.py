@@ -139,8 +139,8 @@ def tier_blocks(kv_per_die: float, dies: int, kv_tok: float, longest_prompt: int
 
 
 def prefix_metrics(req, kv_tok: float) -> dict[str, float]:  # noqa: ANN001 - the request frame
-    """Hit rates (blocks, tokens; per tier) over `req`'s prefilled requests and the KV bytes the
-    pool served."""
+    """Hit rates (blocks, tokens; per tier) over `req`'s prefilled requests, the KV bytes the
+    pool served and the reused prefixes' KV bytes sent on to decode (the whole prompt's KV goes)."""
     done = req[req["prefill_start_s"].notna()]
     blocks = float(done["prefix_blocks"].sum())
     tokens = float(done["input_tokens"].sum())
@@ -150,4 +150,5 @@ def prefix_metrics(req, kv_tok: float) -> dict[str, float]:  # noqa: ANN001 - th
             "prefix_hit_rate_tokens": (ht + pt) / tokens if tokens else 0.0,
             "prefix_hbm_hit_rate_blocks": hb / blocks if blocks else 0.0,
             "prefix_pool_hit_rate_blocks": pb / blocks if blocks else 0.0,
-            "prefix_pool_fetch_GB": pt * kv_tok / 1e9}
+            "prefix_pool_fetch_GB": pt * kv_tok / 1e9,
+            "prefix_kv_to_decode_GB": (ht + pt) * kv_tok / 1e9}

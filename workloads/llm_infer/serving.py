@@ -110,6 +110,8 @@ class ServingSim:
         self.generated = np.zeros(n)
         self.hits: list[Hit] = [MISS] * n
         self.prefilled = np.zeros(n)  # prompt tokens whose KV exists (cached prefix + chunks done)
+        self.kv_sent = np.zeros(n)  # prompt tokens whose KV the prefill dies sent to decode
+        self.prefix_landed = np.zeros(n)  # when a reused prefix's KV has reached the decode die
         self.iter_rows: list[tuple] = []
         self.occupancy = Occupancy()
         self.max_batch_seen = 0
@@ -180,7 +182,7 @@ class ServingSim:
                 self.prefill_wake[i] = env.event()
                 yield self.prefill_wake[i]
                 continue
-            per_die, finished, fetch = [0] * dp, [], [0] * dp
+            per_die, finished, fetch, send, sent = [0] * dp, [], [0] * dp, [0] * dp, []
             cached = [0.0] * dp  # Σ tokens × the prompt's earlier tokens they attend over, per die
             for d, c in enumerate(chunked):  # a die first continues its own chunked prompt
                 if c is not None:
@@ -205,6 +207,9 @@ class ServingSim:
                     left -= hit.tokens
                     self.prefilled[rid] = hit.tokens
                     fetch[d] += hit.pool_tokens
+                    send[d] += hit.tokens  # decode needs the whole prompt's KV, the reused prefix too
+                    self.kv_sent[rid] += hit.tokens
+                    sent.append(rid)
                 take = min(left, budget - per_die[d])
                 per_die[d] += take
                 cached[d] += take * self._attend(rid, take)
@@ -216,7 +221,9 @@ class ServingSim:
             mem = self.mem_prefill[i].step(env.now, tokens, sum(per_die)) if i < len(self.mem_prefill) else QUIET
             # the context the iteration's attention spans: the largest token-weighted one of a die
             context = max((x / t for x, t in zip(cached, per_die, strict=True) if t), default=0.0)
-            st = self.iters.prefill(self.lib, tokens, mem.maps > 0, _miss(mem), fetch_tokens=fetch, context=context)
+            st = self.iters.prefill(self.lib, tokens, mem.maps > 0, _miss(mem), fetch_tokens=fetch, context=context,
+                                    send_tokens=send)
+            self.prefix_landed[sent] = env.now + st.prefix_ready_s
             yield env.timeout(st.time_s)
             self._record("prefill", i, tokens, sum(per_die), 0.0, st, mem, min(per_die), context)
             kv_left = max(0.0, st.kv_ready_s - st.time_s)  # layer-wise KV sends still in flight
@@ -231,10 +238,11 @@ class ServingSim:
         (its cached prefix and earlier chunks), then counted as done."""
         before = float(self.prefilled[rid])
         self.prefilled[rid] += take
+        self.kv_sent[rid] += take  # computed KV leaves for decode layer by layer (iteration.py)
         return before
 
     def _to_decode(self, rid: int, kv_left: float):  # noqa: ANN202
-        yield self.env.timeout(kv_left)
+        yield self.env.timeout(max(kv_left, self.prefix_landed[rid] - self.env.now))
         if self.reqs.output_tokens[rid] <= 1:
             self._complete(rid)
             return
@@ -324,6 +332,7 @@ class ServingSim:
             "prefix_blocks": [len(x) for x in r.block_ids] if r.block_ids is not None else 0,
             "hbm_hit_blocks": [h.hbm_blocks for h in self.hits], "pool_hit_blocks": [h.pool_blocks for h in self.hits],
             "hbm_hit_tokens": [h.hbm_tokens for h in self.hits], "pool_hit_tokens": [h.pool_tokens for h in self.hits],
+            "kv_to_decode_bytes": self.kv_sent * self.kv_tok,
         })
         if self.closed_loop:
             df = df[np.isfinite(df["arrival_s"])].reset_index(drop=True)
