@@ -16,12 +16,14 @@ from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.workload_api import RunContext
 from workloads.llm_infer.search import (
+    Bisection,
     DecodeRole,
     Lengths,
     PrefillRole,
     Slo,
     attainment,
     decode_capacity,
+    goodput_bisect,
     goodput_on_grid,
     search,
 )
@@ -165,7 +167,8 @@ def test_die_busy_fraction_counts_each_die_share_of_the_iteration() -> None:
 
 def test_load_fraction_grows_with_the_rate_and_busy_is_not_load() -> None:
     """On the tiny deployment: load as a fraction of the layout's capacity grows with the served
-    rate, and a die's busy share never exceeds its instance's."""
+    rate, as do the prefill dies' busy share and the decode batch as a share of its TPOT-feasible
+    batch; no instance-level "busy" (1.0 whenever one prompt is in flight) is reported."""
     from test_llm_infer import Env
 
     from workloads.llm_infer.deployment import load_metrics
@@ -173,16 +176,19 @@ def test_load_fraction_grows_with_the_rate_and_busy_is_not_load() -> None:
     from workloads.llm_infer.workload import summarise
     env = Env()
     sample = pool(env.w.requests, 0, 1000)
-    loads = []
+    loads, busy, batch = [], [], []
     for rate in (1.0, 4.0):
         sim, _ = env.serve("hccl", generate(env.w.requests, seed=3, rate=rate))
         m = summarise(sim, env.w.warmup_s, env.w.requests.duration_s)
         m.update(load_metrics(env.serving, "hccl", m, sample))
-        assert m["prefill_die_busy_fraction"] <= m["prefill_busy_fraction"] + 1e-12
+        assert "prefill_busy_fraction" not in m and 0 < m["prefill_die_busy_fraction"] <= 1
+        assert m["decode_batch_fraction"] == pytest.approx(m["mean_decode_batch_per_die"] / m["decode_slo_batch_per_die"])
+        busy.append(m["prefill_die_busy_fraction"])
+        batch.append(m["decode_batch_fraction"])
         assert m["load_fraction"] == pytest.approx(m["requests_per_s"] / min(m["prefill_capacity_req_per_s"],
                                                                           m["decode_capacity_req_per_s"]))
         loads.append(m["load_fraction"])
-    assert 0 < loads[0] < loads[1]
+    assert 0 < loads[0] < loads[1] and busy[0] < busy[1] and batch[0] < batch[1]
 
 
 def test_a_layout_carries_the_tpot_feasible_batch_as_its_cap() -> None:
@@ -192,3 +198,26 @@ def test_a_layout_carries_the_tpot_feasible_batch_as_its_cap() -> None:
                  Slo(10.0, 0.050), budget=24)
     caps = {x.decode.max_batch: x.decode_batch for x in res.layouts}
     assert caps == {0: 40, 16: 16}
+
+
+def test_bisection_finds_the_goodput_of_a_known_threshold() -> None:
+    """Attainment 1 below 37.3 req/s and 0 above: the bisection from a 50 req/s capacity brackets
+    it within the tolerance, serves a handful of rates, and every rate it served is reused by a
+    second search at a looser SLO (no rate served twice); a trace that runs out reports capped."""
+    served: list[float] = []
+
+    def serve(r: float) -> tuple[np.ndarray, np.ndarray] | None:
+        served.append(r)
+        late = 1.0 if r <= 37.3 else 9.0  # TTFT: meets a 2 s SLO below the threshold, misses above
+        return np.full(50, late), np.full(50, 0.01)
+
+    frames: dict = {}
+    g, capped = goodput_bisect(serve, 50.0, Slo(2.0, 0.05), Bisection(tolerance=0.02), frames)
+    above = min(r for r in frames if r > g)
+    assert g <= 37.3 < above and above / g - 1 <= 0.02 and not capped
+    assert len(served) <= 8 and len(set(served)) == len(served)
+    n = len(served)
+    g2, capped2 = goodput_bisect(serve, 50.0, Slo(10.0, 0.05), Bisection(tolerance=0.02, max_extend=2), frames)
+    assert capped2 and g2 == max(frames) and len(set(served)) == len(served) > n  # every rate meets: raised, capped
+    none, capped3 = goodput_bisect(lambda r: None, 50.0, Slo(2.0, 0.05), Bisection(), {})
+    assert (none, capped3) == (0.0, True)
