@@ -37,7 +37,7 @@ class SearchConfig:
     # the goodput of a checked layout: bisection on the served rate, as DistServe's simulator finds a
     # placement's goodput (LLMServe/DistServe simdistserve/benchmarks/search_binary.py): the first rate
     # is start_fraction × the layout's analytic capacity, raised × grid_extend while it meets the SLO
-    # (at most max_extend times: then capped), halved while it misses, then bisected until the bracket
+    # (at most max_extend times: then capped), ÷ grid_extend while it misses, then bisected until the bracket
     # [meets, misses] is within rate_tolerance (relative)
     start_fraction: float = knob(0.9, gt=0)
     rate_tolerance: float = knob(0.05, gt=0)

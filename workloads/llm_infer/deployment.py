@@ -109,6 +109,7 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
                         "analytic_capacity_req_per_s": lay.capacity, "rate_req_per_s": r,
                         "ttft_p99_s": f["ttft_p99_s"], "tpot_p99_s": f["tpot_p99_s"],
                         "served_fraction": f["served_fraction"], "stable": checks.stable(f),
+                        **{k: f[k] for k in ("prefill_fill", "prefill_slowdown", "prefix_hit_share")},
                         # attainment in the window (a slow overload's can read high: `stable` says so)
                         **{f"attainment_x{k:g}": _att(f, slo.scaled(k)) for k in scales}}
                        for name, lay in checks.layouts.items() for r, f in sorted(checks.stats[name].items())]

@@ -282,7 +282,7 @@ class Bisection:
     tolerance: float = 0.05  # stop when the bracket [meets, misses] is within this (relative)
     extend: float = 1.25
     max_extend: int = 4
-    max_halve: int = 8
+    max_lower: int = 10  # ÷ extend per step: light-load rates cost most to serve (a prefill trace per token count)
 
 
 def goodput_bisect(serve: Callable[[float], tuple[np.ndarray, np.ndarray] | None], capacity: float, slo: Slo,
@@ -321,8 +321,8 @@ def goodput_bisect(serve: Callable[[float], tuple[np.ndarray, np.ndarray] | None
         lo = nxt
     if hi is None:
         return goodput_on_grid(frames, slo)
-    for _ in range(b.max_halve if lo == 0 else 0):  # lower the floor while the bottom rate misses
-        nxt = round(hi / 2, 3)
+    for _ in range(b.max_lower if lo == 0 else 0):  # lower the floor while the bottom rate misses
+        nxt = round(hi / b.extend, 3)
         if ok(nxt):
             lo = nxt
             break

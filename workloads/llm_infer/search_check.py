@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pandas as pd
 
 from stratacl.errors import ConfigError
 from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
@@ -131,4 +132,20 @@ class IterationOracle:
         served = df.loc[(first >= t0) & (first < t1), "input_tokens"].sum()
         return {"ttft": ttft, "tpot": tpot, "ttft_p99_s": float(np.percentile(ttft, 99)) if len(ttft) else np.nan,
                 "tpot_p99_s": float(np.nanpercentile(tpot, 99)) if np.isfinite(tpot).any() else np.nan,
-                "served_fraction": float(served / arrived) if arrived else np.nan}
+                "served_fraction": float(served / arrived) if arrived else np.nan,
+                **self._prefill_gap(library, lay, sim.iteration_frame(), w, t0, t1)}
+
+    def _prefill_gap(self, library: str, lay: Layout, it: pd.DataFrame, req: pd.DataFrame, t0: float,
+                     t1: float) -> dict[str, float]:
+        """Where a served prefill instance departs from the decomposition's dp·B / t(B): the fill of
+        its iterations (tokens ÷ dp·B), their mean time ÷ t(B) at no context (chunks attending over
+        earlier tokens, pool fetches), and the prompt share the prefix cache saves. Saturated, the
+        served request rate ÷ the analytic one = fill ÷ slowdown ÷ (1 − hit share)."""
+        p = it[(it["phase"] == "prefill") & (it["start_s"] >= t0) & (it["start_s"] < t1)]
+        if not len(p):
+            return {"prefill_fill": np.nan, "prefill_slowdown": np.nan, "prefix_hit_share": np.nan}
+        b = lay.prefill.budget
+        hits = req[["hbm_hit_tokens", "pool_hit_tokens"]].to_numpy(float).sum()
+        return {"prefill_fill": float(p["tokens"].sum() / (len(p) * lay.prefill.dp * b)),
+                "prefill_slowdown": float(p["time_s"].mean() / self.prefill_s(library, lay.prefill, b)),
+                "prefix_hit_share": float(hits / max(req["input_tokens"].sum(), 1))}
