@@ -221,3 +221,34 @@ def test_bisection_finds_the_goodput_of_a_known_threshold() -> None:
     assert capped2 and g2 == max(frames) and len(set(served)) == len(served) > n  # every rate meets: raised, capped
     none, capped3 = goodput_bisect(lambda r: None, 50.0, Slo(2.0, 0.05), Bisection(), {})
     assert (none, capped3) == (0.0, True)
+    # the trace holds requests up to 20 req/s only: the search lowers its first rate into what it
+    # holds, and a goodput at the top of that is capped
+    short = goodput_bisect(lambda r: serve(r) if r <= 20.0 else None, 50.0, Slo(2.0, 0.05), Bisection(), {})
+    assert short[1] and 20.0 / 1.25 < short[0] <= 20.0
+
+
+def test_die_busy_is_clipped_to_the_window() -> None:
+    """A prefill die computing full iterations back to back from t = 0.1 s (one of 1.8 s, then two of
+    1.05 s) is busy the whole window [1, 4) s — exactly 1.0, not 1.3 (an iteration straddling the
+    window's start counts only its part inside it)."""
+    import pandas as pd
+
+    from stratacl.schemas.llm_infer import LayoutConfig, SchedulerConfig
+    from workloads.llm_infer.workload import summarise
+
+    class Sim:
+        layout = LayoutConfig(prefill_instances=1, prefill_dp=2, decode_instances=1, decode_dp=1)
+        sched = SchedulerConfig(mtp=False)
+        max_batch_seen = 1
+
+        def request_frame(self) -> pd.DataFrame:
+            return pd.DataFrame({"arrival_s": [1.0], "first_token_s": [2.0], "completion_s": [3.0], "ttft_s": [1.0],
+                                 "tpot_s": [0.1], "e2e_s": [2.0], "input_tokens": [100], "output_tokens": [10]})
+
+        def iteration_frame(self) -> pd.DataFrame:
+            return pd.DataFrame({"phase": "prefill", "instance": 0, "start_s": [0.1, 1.9, 2.95],
+                                 "time_s": [1.8, 1.05, 1.05],
+                                 "batch_per_die": 100.0, "tokens": 200.0, "kv_utilisation": 0.0,
+                                 "exposed_comm_s": 0.0})
+
+    assert summarise(Sim(), 1.0, 4.0)["prefill_die_busy_fraction"] == pytest.approx(1.0)

@@ -307,6 +307,11 @@ def goodput_bisect(serve: Callable[[float], tuple[np.ndarray, np.ndarray] | None
     if not frames:
         r0 = round(max(capacity, 1e-3) * b.start_fraction, 3)
         met = ok(r0)
+        for _ in range(b.max_lower if met is None else 0):  # above what the trace holds: lower it
+            r0 = round(r0 / b.extend, 3)
+            met = ok(r0)
+            if met is not None:
+                break
         if met is None:
             return 0.0, True
         lo, hi = (r0, None) if met else (0.0, r0)

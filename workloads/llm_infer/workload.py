@@ -209,6 +209,10 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
     if not len(dec):
         dec = it[it["phase"] == "decode"]
     w = dec["time_s"].to_numpy()
+    # iterations overlapping the window, their time clipped to it (a busy share never exceeds 1)
+    clipped = it[(it_end > t0) & (it["start_s"] < end_s)]
+    clipped = clipped.assign(time_s=np.minimum(clipped["start_s"] + clipped["time_s"], end_s)
+                             - np.maximum(clipped["start_s"], t0))
     first = req["first_token_s"]
     out_tokens = float(win.loc[win["phase"] == "decode", "tokens"].sum() + ((first > t0) & (first <= end_s)).sum())
     prompt_tokens = float(win.loc[win["phase"] == "prefill", "tokens"].sum())
@@ -226,11 +230,11 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
         # fullest die: the others idle for the rest, pro rata to their tokens). Not "an instance is in
         # an iteration": that reads 1.0 at any load keeping one long prompt in flight (a fifth of
         # capacity on the default run), so it is not reported
-        "prefill_die_busy_fraction": _die_busy(win[win["phase"] == "prefill"], span, sim.layout.prefill_instances,
+        "prefill_die_busy_fraction": _die_busy(clipped[clipped["phase"] == "prefill"], span, sim.layout.prefill_instances,
                                                sim.layout.prefill_dp, 1.0),
         # share of the window a decode die steps with sequences of its own: time, not load (a die
         # stepping one sequence is busy; decode_batch_fraction / decode_load_fraction are the load)
-        "decode_die_busy_fraction": _die_busy(win[win["phase"] == "decode"], span, sim.layout.decode_instances,
+        "decode_die_busy_fraction": _die_busy(clipped[clipped["phase"] == "decode"], span, sim.layout.decode_instances,
                                               sim.layout.decode_dp, emitted_tokens_per_step(sim.sched)),
     }
     for name, col in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s")):
