@@ -51,12 +51,12 @@ VARY = [f"{REQ}{k}" for k in ("trace", "arrival", "input_mean", "output_mean", "
 TINY_SEARCH = [a for a in TINY_INFER if "layout." not in a and "duration_s" not in a and "warmup_s" not in a] + [
     "workload.search.die_budget=12", "workload.search.prefill_dp=[4]", "workload.search.decode_dp=[4]",
     "workload.search.tbo=[true]", "workload.search.stream_layout=[none]", "workload.search.mtp=[true]",
-    "workload.search.decode_max_batch=[0]", "workload.search.prefill_token_budget=[2048]",
+    "workload.search.decode_max_batch=[1]", "workload.scheduler.decode_max_batch=1",  # a slow tiny deployment "workload.search.prefill_token_budget=[2048]",
     "workload.search.slo_scales=[0.5,1.0,2.0]", "workload.search.finalists=1",
     "workload.layout.prefill_instances=1", "workload.layout.prefill_dp=4", "workload.layout.prefill_ep=4",
     "workload.layout.decode_instances=1", "workload.layout.decode_dp=4", "workload.layout.decode_ep=4",
     # two synthetic "traces" (the tiny model outruns a bundled trace's requests): prompt-heavy, decode-heavy
-    f"{REQ}arrival=poisson", f"{REQ}input_mean=4096", f"{REQ}output_mean=32,256", f"{REQ}duration_s=3",
+    f"{REQ}arrival=poisson", f"{REQ}input_mean=4096", f"{REQ}output_mean=64,256", f"{REQ}duration_s=3",
     "workload.warmup_s=0.5",
 ]
 runs = runs_for("regimes", "llm_infer", ["+experiment=deployment_search", *(TINY_SEARCH if TINY else

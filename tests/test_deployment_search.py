@@ -252,3 +252,21 @@ def test_die_busy_is_clipped_to_the_window() -> None:
                                  "exposed_comm_s": 0.0})
 
     assert summarise(Sim(), 1.0, 4.0)["prefill_die_busy_fraction"] == pytest.approx(1.0)
+
+
+def test_a_rate_the_run_does_not_keep_up_with_fails_whatever_the_window_attainment() -> None:
+    """Every request of the window meets the SLO at every rate, but above 30 req/s the served
+    fraction (prompt tokens first-served in the window ÷ arriving in it) is 0.9, below 0.95: a
+    backlog grows, so the goodput is below 30 req/s, not at the search's ceiling."""
+    from stratacl.schemas.deployment_search import SearchConfig
+    from workloads.llm_infer.deployment import Checks
+    from workloads.llm_infer.search import Layout
+
+    class Oracle:
+        def check(self, library: str, lay: Layout, rate: float) -> dict:
+            return {"ttft": np.zeros(20), "tpot": np.zeros(20), "served_fraction": 1.0 if rate <= 30 else 0.9}
+
+    lay = Layout(P_ROLES[0], D_ROLES[0], 1, 1, 40.0, "prefill")
+    checks = Checks(Oracle(), "x", SearchConfig(rate_tolerance=0.02))
+    g = checks.run("a", lay, Slo(1.0, 0.05))
+    assert 30 / 1.02 <= g <= 30 and not goodput_on_grid(checks.frames("a"), Slo(1.0, 0.05))[1]
