@@ -56,7 +56,9 @@ TINY_SEARCH = [a for a in TINY_INFER if "layout." not in a and "duration_s" not 
     "workload.layout.prefill_instances=1", "workload.layout.prefill_dp=4", "workload.layout.prefill_ep=4",
     "workload.layout.decode_instances=1", "workload.layout.decode_dp=4", "workload.layout.decode_ep=4",
     # two synthetic "traces" (the tiny model outruns a bundled trace's requests): prompt-heavy, decode-heavy
-    f"{REQ}arrival=poisson", f"{REQ}input_mean=4096", f"{REQ}output_mean=64,256", f"{REQ}duration_s=3",
+    # with fixed lengths (a serving check prices a prefill trace per distinct token count)
+    f"{REQ}arrival=poisson", f"{REQ}input_dist=fixed", f"{REQ}output_dist=fixed", f"{REQ}input_mean=2048",
+    f"{REQ}output_mean=64,256", f"{REQ}duration_s=3",
     "workload.warmup_s=0.5",
 ]
 runs = runs_for("regimes", "llm_infer", ["+experiment=deployment_search", *(TINY_SEARCH if TINY else
@@ -81,11 +83,13 @@ print("runs:", sorted(set(label.values())))
 # %% goodput ratio over trace × SLO scale (each library at its own best layout)
 rows = []
 for run, sc in scale.groupby("run"):
-    if "goodput_req_per_s" not in sc:
-        continue
-    piv = sc.pivot_table(index="slo_scale", columns="library", values="goodput_req_per_s")
+    # a run without serving checks (search.serve_check=false) has the analytic capacities only: its
+    # row says so
+    served = "goodput_req_per_s" in sc and sc["goodput_req_per_s"].notna().any()
+    piv = sc.pivot_table(index="slo_scale", columns="library",
+                         values="goodput_req_per_s" if served else "analytic_capacity_req_per_s")
     b = base[run]
-    rows += [{"trace": label[run], "library": lib, "slo_scale": k,
+    rows += [{"trace": label[run] + ("" if served else " (analytic)"), "library": lib, "slo_scale": k,
               "ratio": v / piv.loc[k, b] if piv.loc[k, b] > 0 else np.nan}
              for lib in piv.columns if lib != b for k, v in piv[lib].items()]
 good = pd.DataFrame(rows, columns=["trace", "library", "slo_scale", "ratio"])
@@ -160,12 +164,13 @@ save(fig, "regime_map")
 groups = list(scale.groupby("run")) if len(scale) else []
 fig2, axs = plt.subplots(1, max(1, len(groups)), figsize=(4.5 * max(1, len(groups)), 3.6), squeeze=False)
 for ax, (run, sc) in zip(axs[0], groups, strict=False):
-    if "goodput_req_per_s_per_die" not in sc:
-        ax.set_axis_off()
-        continue
+    served = "goodput_req_per_s_per_die" in sc and sc["goodput_req_per_s_per_die"].notna().any()
     for name, g in sc.groupby("library"):
         g = g.sort_values("slo_scale")
-        ax.plot(g["slo_scale"], g["goodput_req_per_s_per_die"], marker="o", label=name)
+        y = g["goodput_req_per_s_per_die"] if served else g["analytic_capacity_req_per_s"] / g["die_budget"]
+        ax.plot(g["slo_scale"], y, marker="o", label=name if served else f"{name} (analytic)")
+        if not served:
+            continue
         capped = g[g["capped"].astype(bool)]
         ax.scatter(capped["slo_scale"], capped["goodput_req_per_s_per_die"], marker="^", s=80, facecolors="none",
                    edgecolors="k", label="capped" if name == base[run] else None)

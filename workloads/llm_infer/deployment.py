@@ -84,7 +84,7 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
                 finalists.setdefault(by_scale[k].best.label(), by_scale[k].best)
         if not sc.serve_check:
             metrics[library] = _analytic_only(by_scale, scales, budget, t_search, oracle_sims(oracle) - sims0)
-            scale_rows += [{"library": library, "slo_scale": k, "analytic_best": by_scale[k].best.label() if by_scale[k].best
+            scale_rows += [{"library": library, "slo_scale": k, "die_budget": budget, "analytic_best": by_scale[k].best.label() if by_scale[k].best
                             else "", "analytic_capacity_req_per_s": by_scale[k].best.capacity if by_scale[k].best else 0.0}
                            for k in scales]
             notes.append(f"{library}: {int(metrics[library]['candidates'])} candidate layouts priced in {t_search:.1f} s; "
@@ -121,7 +121,7 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
              "search_s": t_search, "check_s": t_check, "iteration_traces_simulated": float(oracle_sims(oracle) - sims0)}
         for k in scales:
             g = _goodput(checks, finalists, slo.scaled(k))
-            scale_rows.append({"library": library, "slo_scale": k, "goodput_req_per_s": g[0],
+            scale_rows.append({"library": library, "slo_scale": k, "die_budget": budget, "goodput_req_per_s": g[0],
                                "goodput_req_per_s_per_die": g[0] / budget, "layout": g[1], "capped": g[2],
                                "analytic_best": by_scale[k].best.label() if by_scale[k].best else "",
                                "analytic_capacity_req_per_s": by_scale[k].best.capacity if by_scale[k].best else 0.0})
