@@ -52,14 +52,14 @@ TINY_SEARCH = [a for a in TINY_INFER if "layout." not in a and "duration_s" not 
     "workload.search.die_budget=12", "workload.search.prefill_dp=[4]", "workload.search.decode_dp=[4]",
     "workload.search.tbo=[true]", "workload.search.stream_layout=[none]", "workload.search.mtp=[true]",
     "workload.search.decode_max_batch=[1]", "workload.scheduler.decode_max_batch=1",  # a slow tiny deployment "workload.search.prefill_token_budget=[2048]",
-    "workload.search.slo_scales=[0.5,1.0,2.0]", "workload.search.finalists=1",
+    "workload.search.slo_scales=[1.0,2.0]", "workload.search.finalists=1", "workload.search.rate_tolerance=0.25",
+    "workload.search.max_extend=2",
     "workload.layout.prefill_instances=1", "workload.layout.prefill_dp=4", "workload.layout.prefill_ep=4",
     "workload.layout.decode_instances=1", "workload.layout.decode_dp=4", "workload.layout.decode_ep=4",
     # two synthetic "traces" (the tiny model outruns a bundled trace's requests): prompt-heavy, decode-heavy
     # with fixed lengths (a serving check prices a prefill trace per distinct token count)
     f"{REQ}arrival=poisson", f"{REQ}input_dist=fixed", f"{REQ}output_dist=fixed", f"{REQ}input_mean=2048",
-    f"{REQ}output_mean=64,256", f"{REQ}duration_s=3",
-    "workload.warmup_s=0.5",
+    f"{REQ}output_mean=64,256", f"{REQ}duration_s=2", "workload.warmup_s=0.4",
 ]
 runs = runs_for("regimes", "llm_infer", ["+experiment=deployment_search", *(TINY_SEARCH if TINY else
                 [f"{REQ}trace=mooncake_conv,azure_conv,azure_code"])],
