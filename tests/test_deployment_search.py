@@ -188,7 +188,7 @@ def test_load_fraction_grows_with_the_rate_and_busy_is_not_load() -> None:
         assert m["load_fraction"] == pytest.approx(m["requests_per_s"] / min(m["prefill_capacity_req_per_s"],
                                                                           m["decode_capacity_req_per_s"]))
         loads.append(m["load_fraction"])
-    assert 0 < loads[0] < loads[1] and busy[0] < busy[1] and batch[0] < batch[1]
+    assert 0 < loads[0] < loads[1] and busy[0] < busy[1] and batch[0] <= batch[1]
 
 
 def test_a_layout_carries_the_tpot_feasible_batch_as_its_cap() -> None:
@@ -270,3 +270,17 @@ def test_a_rate_the_run_does_not_keep_up_with_fails_whatever_the_window_attainme
     checks = Checks(Oracle(), "x", SearchConfig(rate_tolerance=0.02))
     g = checks.run("a", lay, Slo(1.0, 0.05))
     assert 30 / 1.02 <= g <= 30 and not goodput_on_grid(checks.frames("a"), Slo(1.0, 0.05))[1]
+
+
+def test_check_window_warms_up_over_a_decode_residence() -> None:
+    """1025-token outputs at a 50 ms TPOT stay 51.2 s in decode: the checks' warm-up covers that
+    (the configured 10 s would measure decode before its slots fill) and keeps the measured span."""
+    from stratacl.schemas.llm_infer import LlmInferConfig
+    from workloads.llm_infer.deployment import check_window
+
+    cfg = LlmInferConfig()
+    out = check_window(cfg, Lengths(np.full(10, 100), np.full(10, 1025), 1.0), Slo(2.5, 0.05))
+    assert out.warmup_s == pytest.approx(51.2) and out.requests.duration_s == pytest.approx(51.2 + 50.0)
+    assert cfg.warmup_s == 10.0  # the run's own config untouched
+    short = check_window(cfg, LENGTHS, Slo(2.5, 0.05))  # 100 decode tokens: 5 s, the configured 10 s stays
+    assert (short.warmup_s, short.requests.duration_s) == (10.0, 60.0)

@@ -9,6 +9,7 @@ grow as the SLO loosens."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
 
@@ -63,7 +64,7 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
     slo = Slo(ttft, tpot, sc.attainment)
     sample = pool(cfg.requests, ctx.seed, 10_000)
     lengths = Lengths(sample.input_tokens, sample.output_tokens, float(mc.kv_bytes_per_token()))
-    oracle = IterationOracle(ctx, cfg, mc)
+    oracle = IterationOracle(ctx, check_window(cfg, lengths, slo), mc)
     budget = min(sc.die_budget, ctx.fabric.world)
     pre, dec = roles(cfg)
     scales = sorted(set(sc.slo_scales) | {1.0})
@@ -109,6 +110,7 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
                         "analytic_capacity_req_per_s": lay.capacity, "rate_req_per_s": r,
                         "ttft_p99_s": f["ttft_p99_s"], "tpot_p99_s": f["tpot_p99_s"],
                         "served_fraction": f["served_fraction"], "stable": checks.stable(f),
+                        **{k: f.get(k, np.nan) for k in ("prefill_served_fraction", "decode_served_fraction")},
                         **{k: f[k] for k in ("prefill_fill", "prefill_slowdown", "prefix_hit_share")},
                         # attainment in the window (a slow overload's can read high: `stable` says so)
                         **{f"attainment_x{k:g}": _att(f, slo.scaled(k)) for k in scales}}
@@ -153,6 +155,17 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
              "rejected": pd.DataFrame(rejected, columns=["library", "role", "field", "reason"])}
     return WorkloadResult(rows=pd.DataFrame(layout_rows), metrics=metrics, table=metric_table(metrics, ctx.baseline, keys),
                           notes=notes, extra_rows=extra)
+
+
+def check_window(cfg: LlmInferConfig, lengths: Lengths, slo: Slo) -> LlmInferConfig:
+    """The serving checks' window: the warm-up covers a request's mean decode residence at the TPOT
+    SLO (decode tokens × TPOT), so decode slots have filled before the window measures (a 1024-token
+    output stays ~50 s), then the configured measured span (duration_s − warmup_s)."""
+    out = copy.deepcopy(cfg)
+    span = cfg.requests.duration_s - cfg.warmup_s
+    out.warmup_s = max(cfg.warmup_s, lengths.decode_tokens * slo.tpot_s)
+    out.requests.duration_s = out.warmup_s + span
+    return out
 
 
 def _analytic_only(by_scale: dict, scales: list[float], budget: int, t: float, sims: int) -> dict[str, float]:
