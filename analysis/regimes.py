@@ -22,8 +22,8 @@
 # - trace × SLO scale: goodput at each library's best layout (`slo_scale.parquet`);
 # - trace × offered rate: P99 TTFT and P99 TPOT of the configured (fixed) layout at the same rate
 #   (`checks.parquet`, rows `role == fixed`; each library's served rates interpolated in log-rate,
-#   columns the rate as a fraction of the baseline's analytic capacity of that layout, blank where
-#   a library was not served on both sides of it).
+#   columns the rate as a fraction of the baseline's goodput on that layout, blank where a library
+#   was not served on both sides of it).
 # A ratio above 1 on goodput, below 1 on latency, favours the library. Then the SLO-scale curves:
 # goodput per die at each library's best layout as both SLOs are scaled. The runs:
 #
@@ -97,7 +97,10 @@ print("goodput at best layout, library ÷ baseline:")
 print(good.pivot_table(index="trace", columns="slo_scale", values="ratio").round(3) if len(good) else "none")
 
 # %% P99 TTFT / TPOT ratio of the configured layout over trace × offered rate
-LOADS = (0.5, 0.7, 0.9, 1.1, 1.3)  # offered rate ÷ the baseline's analytic capacity of the layout
+# offered rate ÷ the baseline's goodput on the layout (its measured capacity under the SLO): the
+# bisection serves rates around each library's goodput, so these are inside what both were served at
+LOADS = (0.8, 0.9, 1.0, 1.1)
+fixed_goodput = runs.summary.set_index(["run", "library"]).get("fixed_layout_goodput_req_per_s")
 
 
 def at_rate(g: pd.DataFrame, col: str, r: float) -> float:
@@ -113,12 +116,12 @@ lat = []
 fixed = checks[checks["role"] == "fixed"] if len(checks) else checks
 for run, fx in fixed.groupby("run"):
     b = base[run]
-    cap = fx.loc[fx["library"] == b, "analytic_capacity_req_per_s"]
-    if cap.empty or not cap.iloc[0] > 0:
+    cap = fixed_goodput.get((run, b), np.nan) if fixed_goodput is not None else np.nan
+    if not cap > 0:
         continue
     for metric in ("ttft_p99_s", "tpot_p99_s"):
         for load in LOADS:
-            r = load * cap.iloc[0]
+            r = load * cap
             at = {lib: at_rate(g, metric, r) for lib, g in fx.groupby("library")}
             lat += [{"trace": label[run], "library": lib, "metric": metric, "load": load, "ratio": v / at[b]}
                     for lib, v in at.items() if lib != b and at[b] > 0]
@@ -150,9 +153,9 @@ lib = good["library"].iloc[0] if len(good) else (lat["library"].iloc[0] if len(l
 heat(axes[0], good, "slo_scale", f"goodput at each one's best layout\n{lib} ÷ baseline (>1: {lib} better)",
      "SLO ×{:g}", False)
 heat(axes[1], lat[lat["metric"] == "ttft_p99_s"], "load", "P99 TTFT, configured layout\n(<1: better)",
-     "{:.1f}× cap", True)
+     "{:.1f}× goodput", True)
 heat(axes[2], lat[lat["metric"] == "tpot_p99_s"], "load", "P99 TPOT, configured layout\n(<1: better)",
-     "{:.1f}× cap", True)
+     "{:.1f}× goodput", True)
 fig.suptitle("Regime map: the library ratio over trace, SLO scale and offered rate")
 fig.tight_layout()
 save(fig, "regime_map")
