@@ -43,6 +43,9 @@ class SearchConfig:
     rate_tolerance: float = knob(0.05, gt=0)
     grid_extend: float = knob(1.25, gt=1)
     max_extend: int = knob(4, ge=0)  # beyond this the goodput is reported as capped
+    # bisect each SLO scale's analytic best at that scale too (false: other scales are judged on the
+    # rates served for scale 1 only — a lower bound on their goodput, `capped` where the top rate met)
+    scale_checks: bool = True
     # a served rate counts only if the run keeps up with it: prompt tokens first-served inside the
     # measured window ≥ this share of those arriving in it. A finite window hides a slow overload (a
     # backlog growing at ε of the rate adds ε·t of TTFT: a 15 s TTFT SLO misses only from t ≈ 15/ε s),

@@ -103,7 +103,7 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
             checks.run("fixed", fixed, slo)
         checks.finalists(res.layouts[:sc.finalists], slo)
         for k in scales:  # each scale's analytic best, bisected at that scale (every served rate reused)
-            if by_scale[k].best is not None:
+            if by_scale[k].best is not None and (sc.scale_checks or k == 1.0):
                 checks.run(by_scale[k].best.label(), by_scale[k].best, slo.scaled(k))
         finalists = {n: x for n, x in checks.layouts.items() if n != "fixed"}
         check_rows += [{"library": library, "layout": lay.label(), "role": "fixed" if name == "fixed" else "search",
