@@ -19,7 +19,8 @@
 # Reads deployment-search runs (`+experiment=deployment_search`, one per trace) under `runs/` (or
 # `$STRATACL_RUNS`; `--runs DIR` reads others, `--run` runs the sweep below first) and draws, in one
 # figure, the library ratio (each library ÷ the baseline) over
-# - trace × SLO scale: goodput at each library's best layout (`slo_scale.parquet`);
+# - trace × SLO scale: goodput at each library's best layout (`slo_scale.parquet`), and beside it
+#   the goodput at the configured layout (today's fixed-layout comparison);
 # - trace × offered rate: P99 TTFT and P99 TPOT of the configured (fixed) layout at the same rate
 #   (`checks.parquet`, rows `role == fixed`; each library's served rates interpolated in log-rate,
 #   columns the rate as a fraction of the baseline's goodput on that layout, blank where a library
@@ -129,8 +130,17 @@ lat = pd.DataFrame(lat, columns=["trace", "library", "metric", "load", "ratio"])
 print("P99 ratios of the configured layout, library ÷ baseline, by offered load:")
 print(lat.pivot_table(index=["metric", "trace"], columns="load", values="ratio").round(3) if len(lat) else "none")
 
+# %% goodput at the configured layout (today's fixed-layout comparison), beside the best-to-best
+fixed_rows = [{"trace": label[run], "library": lib, "layout": "configured", "ratio": v / fixed_goodput[(run, base[run])]}
+              for (run, lib), v in (fixed_goodput.dropna().items() if fixed_goodput is not None else [])
+              if lib != base[run] and fixed_goodput.get((run, base[run]), 0) > 0]
+fixed_ratio = pd.DataFrame(fixed_rows, columns=["trace", "library", "layout", "ratio"])
+print("goodput at the configured layout, library ÷ baseline:")
+print(fixed_ratio.set_index("trace")["ratio"].round(3).to_string() if len(fixed_ratio) else "none")
+
 # %% the regime map: one figure
-fig, axes = plt.subplots(1, 3, figsize=(17, 0.8 * max(3, len(set(label.values()))) + 2))
+fig, axes = plt.subplots(1, 4, figsize=(20, 0.8 * max(3, len(set(label.values()))) + 2),
+                         gridspec_kw={"width_ratios": [4, 1.2, 3, 3]})
 
 
 def heat(ax, df: pd.DataFrame, col: str, title: str, fmt: str, lower_better: bool) -> None:  # noqa: ANN001
@@ -145,17 +155,18 @@ def heat(ax, df: pd.DataFrame, col: str, title: str, fmt: str, lower_better: boo
     for (i, j), v in np.ndenumerate(p.to_numpy(dtype=float)):
         ax.text(j, i, "–" if np.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=9)
     ax.set_title(title)
-    ax.set_xlabel(col.replace("_", " "))
+    ax.set_xlabel("offered rate ÷ baseline's goodput" if col == "load" else col.replace("_", " "))
     fig.colorbar(im, ax=ax, shrink=0.8)
 
 
 lib = good["library"].iloc[0] if len(good) else (lat["library"].iloc[0] if len(lat) else "library")
 heat(axes[0], good, "slo_scale", f"goodput at each one's best layout\n{lib} ÷ baseline (>1: {lib} better)",
      "SLO ×{:g}", False)
-heat(axes[1], lat[lat["metric"] == "ttft_p99_s"], "load", "P99 TTFT, configured layout\n(<1: better)",
-     "{:.1f}× goodput", True)
-heat(axes[2], lat[lat["metric"] == "tpot_p99_s"], "load", "P99 TPOT, configured layout\n(<1: better)",
-     "{:.1f}× goodput", True)
+heat(axes[1], fixed_ratio, "layout", "goodput at the\nconfigured layout", "{}", False)
+heat(axes[2], lat[lat["metric"] == "ttft_p99_s"], "load", "P99 TTFT, configured layout\n(<1: better)",
+     "{:.1f}×", True)
+heat(axes[3], lat[lat["metric"] == "tpot_p99_s"], "load", "P99 TPOT, configured layout\n(<1: better)",
+     "{:.1f}×", True)
 fig.suptitle("Regime map: the library ratio over trace, SLO scale and offered rate")
 fig.tight_layout()
 save(fig, "regime_map")

@@ -124,6 +124,8 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
         for k in scales:
             g = _goodput(checks, finalists, slo.scaled(k))
             scale_rows.append({"library": library, "slo_scale": k, "die_budget": budget, "goodput_req_per_s": g[0],
+                               # not bisected at this scale (scale_checks=false): a lower bound
+                               "lower_bound": not (sc.scale_checks or k == 1.0),
                                "goodput_req_per_s_per_die": g[0] / budget, "layout": g[1], "capped": g[2],
                                "analytic_best": by_scale[k].best.label() if by_scale[k].best else "",
                                "analytic_capacity_req_per_s": by_scale[k].best.capacity if by_scale[k].best else 0.0})
