@@ -32,8 +32,9 @@
 # (`STRATACL_NB_TINY=1`: a tiny model on 4-die instances, for the tests). Draws throughput, P99
 # TTFT and P99 TPOT vs rate per library, the mean over seeds with a min–max band (a P99 over a
 # short window moves between seeds), marks each library's closed-loop saturation rate (the run's
-# `saturation_requests_per_s`, not a short-window open-loop artefact), the decode batch per die
-# and the prefill busy fraction per rate and trace, and the TTFT CDF per library.
+# `saturation_requests_per_s`, not a short-window open-loop artefact), the decode batch per die,
+# the prefill dies' busy share and the load as a fraction of capacity per rate and trace, and the
+# TTFT CDF per library.
 
 # %%
 import sys
@@ -112,12 +113,13 @@ print("P99 spread over seeds (max − min, s)\n" + spread.unstack("library").to_
 
 # %% [markdown]
 # ## Operating regime per rate and trace
-# Decode sequences per die (time-weighted mean over decode steps) and the share of time a prefill
-# instance is in an iteration: which side of the deployment the load reaches.
+# Decode sequences per die (time-weighted mean over decode steps), the share of time a prefill die
+# computes its own tokens, and the served rate as a fraction of the layout's analytic capacity:
+# which side of the deployment the load reaches.
 
 # %%
 regime = runs.summary.pivot_table(index=[TRACE, RATE], columns="library",
-                                  values=["mean_decode_batch_per_die", "prefill_busy_fraction", "kv_utilisation_mean"])
+                                  values=["mean_decode_batch_per_die", "prefill_die_busy_fraction", "load_fraction", "kv_utilisation_mean"])
 print(regime.to_string(float_format=lambda v: f"{v:,.3g}"))
 
 # %% [markdown]

@@ -16,19 +16,26 @@
 # %% [markdown]
 # # Regime map: where the communication library matters in serving
 #
-# Reads deployment-search runs (`+experiment=deployment_search`, one per trace) and draws the
-# library ratio (each library against the baseline) over
-# - trace × SLO scale: goodput at each library's best layout (`slo_scale.parquet`);
-# - trace × rate: P99 TTFT and P99 TPOT of the configured (fixed) layout at the same offered rate
-#   (`checks.parquet`, rows `role == fixed`; each library's rates interpolated onto a common grid).
+# Reads deployment-search runs (`+experiment=deployment_search`, one per trace) under `runs/` (or
+# `$STRATACL_RUNS`; `--runs DIR` reads others, `--run` runs the sweep below first) and draws, in one
+# figure, the library ratio (each library ÷ the baseline) over
+# - trace × SLO scale: goodput at each library's best layout (`slo_scale.parquet`), and beside it
+#   the goodput at the configured layout (today's fixed-layout comparison);
+# - trace × offered rate: P99 TTFT and P99 TPOT of the configured (fixed) layout at the same rate
+#   (`checks.parquet`, rows `role == fixed`; each library's served rates interpolated in log-rate,
+#   columns the rate as a fraction of the baseline's goodput on that layout, blank where a library
+#   was not served on both sides of it).
+# A ratio above 1 on goodput, below 1 on latency, favours the library. Then the SLO-scale curves:
+# goodput per die at each library's best layout as both SLOs are scaled. The runs:
 #
-#     python analysis/regimes.py --runs /tmp/s24/runs      # a directory holding search runs
+#     python -m stratacl.run --multirun +experiment=deployment_search \
+#         workload.requests.trace=mooncake_conv,azure_conv,azure_code
+#     python -m stratacl.run +experiment=deployment_search workload.requests.arrival=poisson \
+#         workload.requests.input_mean=1024 workload.requests.output_mean=1024
 #
-# A ratio above 1 on goodput, below 1 on latency, favours the library.
+# With none, it runs a tiny search first (`STRATACL_NB_TINY=1`: a tiny model on 4-die instances).
 
 # %%
-import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -38,110 +45,154 @@ sys.path.insert(0, str(HERE))
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import yaml  # noqa: E402
+from notebook_runs import TINY, TINY_INFER, extra_table, runs_for, save  # noqa: E402
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--runs", default="runs", help="directory searched for deployment-search runs")
-ap.add_argument("--out", default=str(HERE / "figures" / "regime_map.png"))
-args, _ = ap.parse_known_args()
+REQ = "workload.requests."
+VARY = [f"{REQ}{k}" for k in ("trace", "arrival", "input_mean", "output_mean", "rate", "duration_s")]
+TINY_SEARCH = [a for a in TINY_INFER if "layout." not in a and "duration_s" not in a and "warmup_s" not in a] + [
+    "workload.search.die_budget=12", "workload.search.prefill_dp=[4]", "workload.search.decode_dp=[4]",
+    "workload.search.tbo=[true]", "workload.search.stream_layout=[none]", "workload.search.mtp=[true]",
+    "workload.search.decode_max_batch=[1]", "workload.scheduler.decode_max_batch=1",  # a slow tiny deployment "workload.search.prefill_token_budget=[2048]",
+    "workload.search.slo_scales=[1.0,2.0]", "workload.search.finalists=1", "workload.search.rate_tolerance=0.25",
+    "workload.search.max_extend=2",
+    "workload.layout.prefill_instances=1", "workload.layout.prefill_dp=4", "workload.layout.prefill_ep=4",
+    "workload.layout.decode_instances=1", "workload.layout.decode_dp=4", "workload.layout.decode_ep=4",
+    # two synthetic "traces" (the tiny model outruns a bundled trace's requests): prompt-heavy, decode-heavy
+    # with fixed lengths (a serving check prices a prefill trace per distinct token count)
+    f"{REQ}arrival=poisson", f"{REQ}input_dist=fixed", f"{REQ}output_dist=fixed", f"{REQ}input_mean=2048",
+    f"{REQ}output_mean=64,256", f"{REQ}duration_s=2", "workload.warmup_s=0.4",
+]
+runs = runs_for("regimes", "llm_infer", ["+experiment=deployment_search", *(TINY_SEARCH if TINY else
+                [f"{REQ}trace=mooncake_conv,azure_conv,azure_code"])],
+                keep=lambda rows: (Path(rows["run_dir"].iloc[0]) / "slo_scale.parquet").is_file(),
+                multirun=True, vary=VARY, mixed="label")
 
 
-def trace_label(w: dict) -> str:
-    r = w["requests"]
-    if r["arrival"] == "trace":
-        return r["trace"]
-    return f"{r['arrival']} in {r['input_mean']} / out {r['output_mean']}"
+def trace_label(row: pd.Series) -> str:
+    if row.get(f"{REQ}arrival", "trace") == "trace":
+        return str(row[f"{REQ}trace"])
+    return f"{row[f'{REQ}arrival']} in {row[f'{REQ}input_mean']} / out {row[f'{REQ}output_mean']}"
 
 
-runs = []
-for s in sorted(Path(args.runs).rglob("summary.json")):
-    summ = json.loads(s.read_text())
-    hy = s.parent / ".hydra" / "config.yaml"
-    w = yaml.safe_load(hy.read_text()).get("workload", {}) if hy.exists() else {}
-    if w.get("mode") != "search" or not (s.parent / "slo_scale.parquet").exists():
+first = runs.summary.groupby("run", sort=False).first()
+label = {run: trace_label(row) for run, row in first.iterrows()}
+base = {run: row["baseline"] for run, row in first.iterrows()}
+scale = extra_table(runs, "slo_scale")
+checks = extra_table(runs, "checks")
+print("runs:", sorted(set(label.values())))
+
+# %% goodput ratio over trace × SLO scale (each library at its own best layout)
+rows = []
+for run, sc in scale.groupby("run"):
+    # a run without serving checks (search.serve_check=false) has the analytic capacities only: its
+    # row says so
+    served = "goodput_req_per_s" in sc and sc["goodput_req_per_s"].notna().any()
+    piv = sc.pivot_table(index="slo_scale", columns="library",
+                         values="goodput_req_per_s" if served else "analytic_capacity_req_per_s")
+    b = base[run]
+    rows += [{"trace": label[run] + ("" if served else " (analytic)"), "library": lib, "slo_scale": k,
+              "ratio": v / piv.loc[k, b] if piv.loc[k, b] > 0 else np.nan}
+             for lib in piv.columns if lib != b for k, v in piv[lib].items()]
+good = pd.DataFrame(rows, columns=["trace", "library", "slo_scale", "ratio"])
+print("goodput at best layout, library ÷ baseline:")
+print(good.pivot_table(index="trace", columns="slo_scale", values="ratio").round(3) if len(good) else "none")
+
+# %% P99 TTFT / TPOT ratio of the configured layout over trace × offered rate
+# offered rate ÷ the baseline's goodput on the layout (its measured capacity under the SLO): the
+# bisection serves rates around each library's goodput, so these are inside what both were served at
+LOADS = (0.8, 0.9, 1.0, 1.1)
+fixed_goodput = runs.summary.set_index(["run", "library"]).get("fixed_layout_goodput_req_per_s")
+
+
+def at_rate(g: pd.DataFrame, col: str, r: float) -> float:
+    """The library's P99 at rate r, interpolated in log-rate between its served rates (NaN outside)."""
+    g = g.dropna(subset=[col]).sort_values("rate_req_per_s")
+    x = np.log(g["rate_req_per_s"].to_numpy())
+    if not len(x) or not x[0] <= np.log(r) <= x[-1]:
+        return np.nan
+    return float(np.interp(np.log(r), x, g[col].to_numpy()))
+
+
+lat = []
+fixed = checks[checks["role"] == "fixed"] if len(checks) else checks
+for run, fx in fixed.groupby("run"):
+    b = base[run]
+    cap = fixed_goodput.get((run, b), np.nan) if fixed_goodput is not None else np.nan
+    if not cap > 0:
         continue
-    runs.append((trace_label(w), summ["baseline"], s.parent))
-print(f"{len(runs)} search runs:", [r[0] for r in runs])
-
-# %% goodput ratio over trace × SLO scale
-rows, lat = [], []
-for trace, base, d in runs:
-    sc = pd.read_parquet(d / "slo_scale.parquet")
-    if "goodput_req_per_s" not in sc:
-        continue
-    piv = sc.pivot_table(index="slo_scale", columns="library", values="goodput_req_per_s")
-    for lib in piv.columns:
-        if lib != base:
-            rows += [{"trace": trace, "library": lib, "slo_scale": k,
-                      "ratio": v / piv.loc[k, base] if piv.loc[k, base] > 0 else np.nan}
-                     for k, v in piv[lib].items()]
-    ch = pd.read_parquet(d / "checks.parquet")
-    fx = ch[ch["role"] == "fixed"]
-    if fx.empty:
-        continue
-    grid = np.linspace(fx["rate_req_per_s"].min(), fx.groupby("library")["rate_req_per_s"].max().min(), 6)
     for metric in ("ttft_p99_s", "tpot_p99_s"):
-        curves = {lib: np.interp(grid, g["rate_req_per_s"], g[metric]) for lib, g in fx.groupby("library")}
-        for lib, c in curves.items():
-            if lib != base:
-                lat += [{"trace": trace, "library": lib, "metric": metric, "rate": r, "ratio": v / b}
-                        for r, v, b in zip(grid, c, curves[base], strict=True)]
-good, lat = pd.DataFrame(rows), pd.DataFrame(lat)
-print(good.pivot_table(index="trace", columns="slo_scale", values="ratio").round(3) if len(good) else "no goodput rows")
+        for load in LOADS:
+            r = load * cap
+            at = {lib: at_rate(g, metric, r) for lib, g in fx.groupby("library")}
+            lat += [{"trace": label[run], "library": lib, "metric": metric, "load": load, "ratio": v / at[b]}
+                    for lib, v in at.items() if lib != b and at[b] > 0]
+lat = pd.DataFrame(lat, columns=["trace", "library", "metric", "load", "ratio"])
+print("P99 ratios of the configured layout, library ÷ baseline, by offered load:")
+print(lat.pivot_table(index=["metric", "trace"], columns="load", values="ratio").round(3) if len(lat) else "none")
 
-# %% the figure
-fig, axes = plt.subplots(1, 3, figsize=(16, 0.9 * max(3, len(runs)) + 1.5))
+# %% goodput at the configured layout (today's fixed-layout comparison), beside the best-to-best
+fixed_rows = [{"trace": label[run], "library": lib, "layout": "configured", "ratio": v / fixed_goodput[(run, base[run])]}
+              for (run, lib), v in (fixed_goodput.dropna().items() if fixed_goodput is not None else [])
+              if lib != base[run] and fixed_goodput.get((run, base[run]), 0) > 0]
+fixed_ratio = pd.DataFrame(fixed_rows, columns=["trace", "library", "layout", "ratio"])
+print("goodput at the configured layout, library ÷ baseline:")
+print(fixed_ratio.set_index("trace")["ratio"].round(3).to_string() if len(fixed_ratio) else "none")
+
+# %% the regime map: one figure
+fig, axes = plt.subplots(1, 4, figsize=(20, 0.8 * max(3, len(set(label.values()))) + 2),
+                         gridspec_kw={"width_ratios": [4, 1.2, 3, 3]})
 
 
-def heat(ax, df: pd.DataFrame, col: str, title: str, fmt: str) -> None:  # noqa: ANN001
+def heat(ax, df: pd.DataFrame, col: str, title: str, fmt: str, lower_better: bool) -> None:  # noqa: ANN001
     if df.empty:
         ax.set_axis_off()
         return
-    p = df.pivot_table(index="trace", columns=col, values="ratio")
-    im = ax.imshow(p.to_numpy(), cmap="RdBu_r" if "TTFT" in title or "TPOT" in title else "RdBu",
-                   vmin=0.8, vmax=1.2, aspect="auto")
+    p = df.pivot_table(index="trace", columns=col, values="ratio", dropna=False)
+    im = ax.imshow(p.to_numpy(dtype=float), cmap="RdBu_r" if lower_better else "RdBu", vmin=0.7, vmax=1.3,
+                   aspect="auto")
     ax.set_xticks(range(len(p.columns)), [fmt.format(c) for c in p.columns])
     ax.set_yticks(range(len(p.index)), p.index)
-    for (i, j), v in np.ndenumerate(p.to_numpy()):
+    for (i, j), v in np.ndenumerate(p.to_numpy(dtype=float)):
         ax.text(j, i, "–" if np.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=9)
     ax.set_title(title)
-    ax.set_xlabel(col.replace("_", " "))
+    ax.set_xlabel("offered rate ÷ baseline's goodput" if col == "load" else col.replace("_", " "))
     fig.colorbar(im, ax=ax, shrink=0.8)
 
 
-lib = good["library"].iloc[0] if len(good) else ""
-heat(axes[0], good, "slo_scale", f"goodput at best layout, {lib} ÷ baseline", "×{:g}")
-heat(axes[1], lat[lat["metric"] == "ttft_p99_s"] if len(lat) else lat, "rate", "P99 TTFT, fixed layout (ratio)", "{:.0f}")
-heat(axes[2], lat[lat["metric"] == "tpot_p99_s"] if len(lat) else lat, "rate", "P99 TPOT, fixed layout (ratio)", "{:.0f}")
-fig.suptitle("Regime map: library ratio over trace, SLO scale and offered rate (req/s)")
+lib = good["library"].iloc[0] if len(good) else (lat["library"].iloc[0] if len(lat) else "library")
+heat(axes[0], good, "slo_scale", f"goodput at each one's best layout\n{lib} ÷ baseline (>1: {lib} better)",
+     "SLO ×{:g}", False)
+heat(axes[1], fixed_ratio, "layout", "goodput at the\nconfigured layout", "{}", False)
+heat(axes[2], lat[lat["metric"] == "ttft_p99_s"], "load", "P99 TTFT, configured layout\n(<1: better)",
+     "{:.1f}×", True)
+heat(axes[3], lat[lat["metric"] == "tpot_p99_s"], "load", "P99 TPOT, configured layout\n(<1: better)",
+     "{:.1f}×", True)
+fig.suptitle("Regime map: the library ratio over trace, SLO scale and offered rate")
 fig.tight_layout()
-Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-fig.savefig(args.out, dpi=110)
-print("figure:", args.out)
+save(fig, "regime_map")
 
 # %% [markdown]
 # ## SLO-scale curves: goodput per die at each library's best layout as both SLOs scale
 
 # %%
-fig2, axs = plt.subplots(1, max(1, len(runs)), figsize=(5 * max(1, len(runs)), 3.6), squeeze=False)
-for ax, (trace, base, d) in zip(axs[0], runs, strict=False):
-    sc = pd.read_parquet(d / "slo_scale.parquet")
-    if "goodput_req_per_s_per_die" not in sc:
-        ax.set_axis_off()
-        continue
-    for lib, g in sc.groupby("library"):
+groups = list(scale.groupby("run")) if len(scale) else []
+fig2, axs = plt.subplots(1, max(1, len(groups)), figsize=(4.5 * max(1, len(groups)), 3.6), squeeze=False)
+for ax, (run, sc) in zip(axs[0], groups, strict=False):
+    served = "goodput_req_per_s_per_die" in sc and sc["goodput_req_per_s_per_die"].notna().any()
+    for name, g in sc.groupby("library"):
         g = g.sort_values("slo_scale")
-        ax.plot(g["slo_scale"], g["goodput_req_per_s_per_die"], marker="o", label=lib)
-        capped = g[g["capped"]]
+        y = g["goodput_req_per_s_per_die"] if served else g["analytic_capacity_req_per_s"] / g["die_budget"]
+        ax.plot(g["slo_scale"], y, marker="o", label=name if served else f"{name} (analytic)")
+        if not served:
+            continue
+        capped = g[g["capped"].astype(bool)]
         ax.scatter(capped["slo_scale"], capped["goodput_req_per_s_per_die"], marker="^", s=80, facecolors="none",
-                   edgecolors="k", label="capped (grid top met)" if lib == base else None)
+                   edgecolors="k", label="capped" if name == base[run] else None)
     ax.set_xscale("log", base=2)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("SLO scale (TTFT and TPOT × k)")
     ax.set_ylabel("goodput (req/s per die)")
-    ax.set_title(trace)
+    ax.set_title(label[run])
     ax.legend(fontsize=8)
 fig2.tight_layout()
-out2 = Path(args.out).with_name("slo_scale.png")
-fig2.savefig(out2, dpi=110)
-print("figure:", out2)
+save(fig2, "regime_slo_scale")

@@ -52,7 +52,7 @@ EXACT: dict[str, MetricInfo] = {
     "saturation_population": _m("higher", "requests", "closed-loop population (KV-bound)", mechanism=MEMORY),
     "saturation_mean_decode_batch_per_die": _m(None, "seq", "decode batch/die at saturation"),
     "saturation_kv_utilisation": _m(None, "fraction", "KV use at saturation"),
-    "saturation_prefill_busy_fraction": _m(None, "fraction", "prefill busy at saturation"),
+    "saturation_prefill_die_busy_fraction": _m(None, "fraction", "prefill die busy at saturation"),
     "slo_capacity_req_per_s": _m("higher", "req/s", "SLO capacity"),
     "slo_capacity_capped": _m(None, "flag", "SLO search capped"),
     "mean_decode_batch_per_die": _m(None, "seq", "decode batch/die"),
@@ -60,7 +60,33 @@ EXACT: dict[str, MetricInfo] = {
     "kv_utilisation_mean": _m(None, "fraction", "KV cache use"),
     "decode_step_s_mean": _m("lower", "s", "decode step"),
     "decode_exposed_comm_share": _m("lower", "fraction", "exposed comm share of a decode step", mechanism=EXPOSED),
-    "prefill_busy_fraction": _m(None, "fraction", "prefill busy"),
+    # utilisation and load (workload.py summarise, deployment.py load_metrics): context, not judged
+    "prefill_die_busy_fraction": _m(None, "fraction", "prefill die busy (its own tokens)"),
+    "decode_die_busy_fraction": _m(None, "fraction", "decode die stepping (time, not load)"),
+    "decode_batch_fraction": _m(None, "fraction", "decode batch / TPOT-feasible batch"),
+    "load_fraction": _m(None, "fraction", "served rate / layout's analytic capacity"),
+    "prefill_load_fraction": _m(None, "fraction", "served rate / prefill capacity"),
+    "decode_load_fraction": _m(None, "fraction", "served rate / decode capacity"),
+    "prefill_capacity_req_per_s": _m("higher", "req/s", "prefill capacity (analytic)"),
+    "decode_capacity_req_per_s": _m("higher", "req/s", "decode capacity at the TPOT SLO (analytic)"),
+    "decode_slo_batch_per_die": _m("higher", "seq", "TPOT-feasible decode batch/die"),
+    # llm_infer, deployment search (mode=search): DistServe goodput at each library's best layout
+    "goodput_req_per_s": _m("higher", "req/s", "goodput at the best layout"),
+    "goodput_per_die": _m("higher", "req/s/die", "goodput/die at the best layout"),
+    "goodput_capped": _m(None, "flag", "goodput capped (top served rate met the SLO)"),
+    "analytic_capacity_req_per_s": _m("higher", "req/s", "best analytic capacity"),
+    "best_layout_analytic_req_per_s": _m(None, "req/s", "analytic capacity of the goodput-best layout"),
+    "goodput_over_analytic": _m(None, "ratio", "served goodput / analytic capacity"),
+    "fixed_layout_goodput_req_per_s": _m("higher", "req/s", "goodput at the configured layout"),
+    "fixed_layout_goodput_per_die": _m("higher", "req/s/die", "goodput/die at the configured layout"),
+    "fixed_layout_analytic_req_per_s": _m("higher", "req/s", "configured layout's analytic capacity"),
+    "fixed_layout_capped": _m(None, "flag", "configured layout's goodput capped"),
+    "slo_ttft_s": _m(None, "s", "TTFT SLO"),
+    "slo_tpot_s": _m(None, "s", "TPOT SLO"),
+    "search_s": _m(None, "s", "search wall time (harness)"),
+    "check_s": _m(None, "s", "serving checks wall time (harness)"),
+    "candidates": _m(None, "layouts", "candidate layouts priced"),
+    "iteration_traces_simulated": _m(None, "traces", "iteration traces simulated"),
     "weights_GiB_per_die": _m(None, "GiB", "weights/die"),
     "activations_GiB_per_die": _m(None, "GiB", "activations/die"),
     "comm_buffers_GiB_per_die": _m("lower", "GiB", "comm buffers/die"),
@@ -160,10 +186,12 @@ PATTERNS: list[tuple[re.Pattern[str], MetricInfo]] = [
 UNKNOWN = MetricInfo(None, "", "")
 
 # The metrics a verdict leads with, per workload, in order: the first present one is the lead.
-# llm_infer at a fixed request rate leads with tail latency and closed-loop saturation, not the
+# llm_infer: a deployment search (mode=search) leads with goodput per die at each library's best
+# layout; at a fixed request rate with tail latency and closed-loop saturation, not the
 # output throughput (the offered load pins it).
 HEADLINES: dict[str, tuple[str, ...]] = {
-    "llm_infer": ("tpot_p99_s", "e2e_p99_s", "saturation_throughput_tok_per_s", "slo_capacity_req_per_s",
+    "llm_infer": ("goodput_per_die", "fixed_layout_goodput_per_die", "tpot_p99_s", "e2e_p99_s",
+                  "saturation_throughput_tok_per_s", "slo_capacity_req_per_s",
                   "ttft_p99_s", "decode_tok_per_s_per_npu", "decode_tpot_s", "prefill_tok_per_s_per_npu"),
     "collectives": ("busbw_GBps_mean", "time_s_total"),
     "moe": ("dispatch_ht_time_us", "combine_ht_time_us", "dispatch_ll_time_us", "combine_ll_time_us"),

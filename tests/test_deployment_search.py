@@ -16,12 +16,14 @@ from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.workload_api import RunContext
 from workloads.llm_infer.search import (
+    Bisection,
     DecodeRole,
     Lengths,
     PrefillRole,
     Slo,
     attainment,
     decode_capacity,
+    goodput_bisect,
     goodput_on_grid,
     search,
 )
@@ -165,7 +167,8 @@ def test_die_busy_fraction_counts_each_die_share_of_the_iteration() -> None:
 
 def test_load_fraction_grows_with_the_rate_and_busy_is_not_load() -> None:
     """On the tiny deployment: load as a fraction of the layout's capacity grows with the served
-    rate, and a die's busy share never exceeds its instance's."""
+    rate, as do the prefill dies' busy share and the decode batch as a share of its TPOT-feasible
+    batch; no instance-level "busy" (1.0 whenever one prompt is in flight) is reported."""
     from test_llm_infer import Env
 
     from workloads.llm_infer.deployment import load_metrics
@@ -173,16 +176,19 @@ def test_load_fraction_grows_with_the_rate_and_busy_is_not_load() -> None:
     from workloads.llm_infer.workload import summarise
     env = Env()
     sample = pool(env.w.requests, 0, 1000)
-    loads = []
+    loads, busy, batch = [], [], []
     for rate in (1.0, 4.0):
         sim, _ = env.serve("hccl", generate(env.w.requests, seed=3, rate=rate))
         m = summarise(sim, env.w.warmup_s, env.w.requests.duration_s)
         m.update(load_metrics(env.serving, "hccl", m, sample))
-        assert m["prefill_die_busy_fraction"] <= m["prefill_busy_fraction"] + 1e-12
+        assert "prefill_busy_fraction" not in m and 0 < m["prefill_die_busy_fraction"] <= 1
+        assert m["decode_batch_fraction"] == pytest.approx(m["mean_decode_batch_per_die"] / m["decode_slo_batch_per_die"])
+        busy.append(m["prefill_die_busy_fraction"])
+        batch.append(m["decode_batch_fraction"])
         assert m["load_fraction"] == pytest.approx(m["requests_per_s"] / min(m["prefill_capacity_req_per_s"],
                                                                           m["decode_capacity_req_per_s"]))
         loads.append(m["load_fraction"])
-    assert 0 < loads[0] < loads[1]
+    assert 0 < loads[0] < loads[1] and busy[0] < busy[1] and batch[0] <= batch[1]
 
 
 def test_a_layout_carries_the_tpot_feasible_batch_as_its_cap() -> None:
@@ -192,3 +198,89 @@ def test_a_layout_carries_the_tpot_feasible_batch_as_its_cap() -> None:
                  Slo(10.0, 0.050), budget=24)
     caps = {x.decode.max_batch: x.decode_batch for x in res.layouts}
     assert caps == {0: 40, 16: 16}
+
+
+def test_bisection_finds_the_goodput_of_a_known_threshold() -> None:
+    """Attainment 1 below 37.3 req/s and 0 above: the bisection from a 50 req/s capacity brackets
+    it within the tolerance, serves a handful of rates, and every rate it served is reused by a
+    second search at a looser SLO (no rate served twice); a trace that runs out reports capped."""
+    served: list[float] = []
+
+    def serve(r: float) -> tuple[np.ndarray, np.ndarray] | None:
+        served.append(r)
+        late = 1.0 if r <= 37.3 else 9.0  # TTFT: meets a 2 s SLO below the threshold, misses above
+        return np.full(50, late), np.full(50, 0.01)
+
+    frames: dict = {}
+    g, capped = goodput_bisect(serve, 50.0, Slo(2.0, 0.05), Bisection(tolerance=0.02), frames)
+    above = min(r for r in frames if r > g)
+    assert g <= 37.3 < above and above / g - 1 <= 0.02 and not capped
+    assert len(served) <= 8 and len(set(served)) == len(served)
+    n = len(served)
+    g2, capped2 = goodput_bisect(serve, 50.0, Slo(10.0, 0.05), Bisection(tolerance=0.02, max_extend=2), frames)
+    assert capped2 and g2 == max(frames) and len(set(served)) == len(served) > n  # every rate meets: raised, capped
+    none, capped3 = goodput_bisect(lambda r: None, 50.0, Slo(2.0, 0.05), Bisection(), {})
+    assert (none, capped3) == (0.0, True)
+    # the trace holds requests up to 20 req/s only: the search lowers its first rate into what it
+    # holds, and a goodput at the top of that is capped
+    short = goodput_bisect(lambda r: serve(r) if r <= 20.0 else None, 50.0, Slo(2.0, 0.05), Bisection(), {})
+    assert short[1] and 20.0 / 1.25 < short[0] <= 20.0
+
+
+def test_die_busy_is_clipped_to_the_window() -> None:
+    """A prefill die computing full iterations back to back from t = 0.1 s (one of 1.8 s, then two of
+    1.05 s) is busy the whole window [1, 4) s — exactly 1.0, not 1.3 (an iteration straddling the
+    window's start counts only its part inside it)."""
+    import pandas as pd
+
+    from stratacl.schemas.llm_infer import LayoutConfig, SchedulerConfig
+    from workloads.llm_infer.workload import summarise
+
+    class Sim:
+        layout = LayoutConfig(prefill_instances=1, prefill_dp=2, decode_instances=1, decode_dp=1)
+        sched = SchedulerConfig(mtp=False)
+        max_batch_seen = 1
+
+        def request_frame(self) -> pd.DataFrame:
+            return pd.DataFrame({"arrival_s": [1.0], "first_token_s": [2.0], "completion_s": [3.0], "ttft_s": [1.0],
+                                 "tpot_s": [0.1], "e2e_s": [2.0], "input_tokens": [100], "output_tokens": [10]})
+
+        def iteration_frame(self) -> pd.DataFrame:
+            return pd.DataFrame({"phase": "prefill", "instance": 0, "start_s": [0.1, 1.9, 2.95],
+                                 "time_s": [1.8, 1.05, 1.05],
+                                 "batch_per_die": 100.0, "tokens": 200.0, "kv_utilisation": 0.0,
+                                 "exposed_comm_s": 0.0})
+
+    assert summarise(Sim(), 1.0, 4.0)["prefill_die_busy_fraction"] == pytest.approx(1.0)
+
+
+def test_a_rate_the_run_does_not_keep_up_with_fails_whatever_the_window_attainment() -> None:
+    """Every request of the window meets the SLO at every rate, but above 30 req/s the served
+    fraction (prompt tokens first-served in the window ÷ arriving in it) is 0.9, below 0.95: a
+    backlog grows, so the goodput is below 30 req/s, not at the search's ceiling."""
+    from stratacl.schemas.deployment_search import SearchConfig
+    from workloads.llm_infer.deployment import Checks
+    from workloads.llm_infer.search import Layout
+
+    class Oracle:
+        def check(self, library: str, lay: Layout, rate: float) -> dict:
+            return {"ttft": np.zeros(20), "tpot": np.zeros(20), "served_fraction": 1.0 if rate <= 30 else 0.9}
+
+    lay = Layout(P_ROLES[0], D_ROLES[0], 1, 1, 40.0, "prefill")
+    checks = Checks(Oracle(), "x", SearchConfig(rate_tolerance=0.02))
+    g = checks.run("a", lay, Slo(1.0, 0.05))
+    assert 30 / 1.02 <= g <= 30 and not goodput_on_grid(checks.frames("a"), Slo(1.0, 0.05))[1]
+
+
+def test_check_window_warms_up_over_a_decode_residence() -> None:
+    """1025-token outputs at a 50 ms TPOT stay 51.2 s in decode: the checks' warm-up covers that
+    (the configured 10 s would measure decode before its slots fill) and keeps the measured span."""
+    from stratacl.schemas.llm_infer import LlmInferConfig
+    from workloads.llm_infer.deployment import check_window
+
+    cfg = LlmInferConfig()
+    out = check_window(cfg, Lengths(np.full(10, 100), np.full(10, 1025), 1.0), Slo(2.5, 0.05))
+    assert out.warmup_s == pytest.approx(51.2) and out.requests.duration_s == pytest.approx(51.2 + 50.0)
+    assert cfg.warmup_s == 10.0  # the run's own config untouched
+    short = check_window(cfg, LENGTHS, Slo(2.5, 0.05))  # 100 decode tokens: 5 s, the configured 10 s stays
+    assert (short.warmup_s, short.requests.duration_s) == (10.0, 60.0)

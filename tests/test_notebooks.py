@@ -25,6 +25,11 @@ NOTEBOOKS = {
     "training": (["training_llm_iterations", "training_dlrm_cache_batch"], ["iteration time (ms)"]),
     "ablation": (["ablation_inference_step_split", "ablation_inference_metrics", "ablation_operators_split"],
                  ["stratacl_no_partition", "P99 TTFT"]),
+    # two tiny deployment searches (prompt- and decode-heavy arrivals): goodput ratios per SLO scale
+    # and the configured layout's P99 ratios per offered load, from the runs' own tables
+    "regimes": (["regime_map", "regime_slo_scale"],
+                ["poisson in 2048 / out 64", "poisson in 2048 / out 256", "goodput at best layout, library ÷ baseline",
+                 "P99 ratios of the configured layout"]),
 }
 
 

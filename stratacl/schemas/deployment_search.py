@@ -34,11 +34,30 @@ class SearchConfig:
     attainment: float = knob(0.9, gt=0, le=1)  # DistServe's SLO attainment target (arXiv 2401.09670 §2)
     slo_scales: list[float] = knob(factory=lambda: [0.5, 1.0, 2.0, 4.0], gt=0)  # the SLO-scale view
     finalists: int = knob(2, ge=1)  # best layouts by analytic capacity checked by serving, per library
-    # rates served in a check, as fractions of the layout's analytic capacity; a check whose top rate
-    # still meets the SLO (at the loosest scale) adds rates × grid_extend until one misses
-    rate_fractions: list[float] = knob(factory=lambda: [0.4, 0.6, 0.75, 0.9, 1.0], gt=0)
+    # the goodput of a checked layout: bisection on the served rate, as DistServe's simulator finds a
+    # placement's goodput (LLMServe/DistServe simdistserve/benchmarks/search_binary.py): the first rate
+    # is start_fraction × the layout's analytic capacity, raised × grid_extend while it meets the SLO
+    # (at most max_extend times: then capped), ÷ grid_extend while it misses, then bisected until the bracket
+    # [meets, misses] is within rate_tolerance (relative)
+    start_fraction: float = knob(0.9, gt=0)
+    rate_tolerance: float = knob(0.05, gt=0)
     grid_extend: float = knob(1.25, gt=1)
-    max_extend: int = knob(6, ge=0)  # beyond this the goodput is reported as capped
+    max_extend: int = knob(4, ge=0)  # beyond this the goodput is reported as capped
+    # bisect each SLO scale's analytic best at that scale too (false: other scales are judged on the
+    # rates served for scale 1 only — a lower bound on their goodput, `capped` where the top rate met)
+    scale_checks: bool = True
+    # a served rate counts only if the run keeps up with it: prompt tokens first-served inside the
+    # measured window ≥ this share of those arriving in it. A finite window hides a slow overload (a
+    # backlog growing at ε of the rate adds ε·t of TTFT: a 15 s TTFT SLO misses only from t ≈ 15/ε s),
+    # and a steady-state attainment of an overloaded system is 0 (ASSUMPTION: 0.95, the window's
+    # resolution of a growing backlog; knob)
+    min_served_fraction: float = knob(0.95, ge=0, le=1)
+    # branch and bound over the finalists (best analytic capacity first): a finalist is not served when
+    # its analytic capacity × the largest served-goodput / capacity ratio measured so far (at least 1)
+    # × (1 + prune_margin) is below the best goodput already served — it cannot win while capacity
+    # bounds goodput that way (`checks.parquet` records the ratios); false: serve every finalist
+    prune: bool = True
+    prune_margin: float = knob(0.05, ge=0)
     serve_check: bool = True  # false: the analytic search alone (capacities, no goodput; benchmarks/bench_search.py)
     check_default: bool = True  # also check the configured (fixed) layout: today's comparison
 
@@ -53,7 +72,7 @@ class SearchConfig:
         return (cls, *SLO_CLASSES[cls])
 
     def check(self, prefix: str = "workload.search") -> None:
-        for name in ("prefill_dp", "decode_dp", "prefill_token_budget", "slo_scales", "rate_fractions"):
+        for name in ("prefill_dp", "decode_dp", "prefill_token_budget", "slo_scales"):
             vals = getattr(self, name)
             if not vals or any(v <= 0 for v in vals):
                 raise ConfigError(f"{prefix}.{name}", f"{list(vals)}: needs positive values", "a non-empty list of positive values")

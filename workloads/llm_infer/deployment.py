@@ -9,6 +9,7 @@ grow as the SLO loosens."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
 
@@ -22,12 +23,14 @@ from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.requests import Requests, pool
 from workloads.llm_infer.search import (
+    Bisection,
     DecodeRole,
     Layout,
     Lengths,
     PrefillRole,
     Slo,
     decode_capacity,
+    goodput_bisect,
     goodput_on_grid,
     prefill_capacity,
     search,
@@ -61,7 +64,7 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
     slo = Slo(ttft, tpot, sc.attainment)
     sample = pool(cfg.requests, ctx.seed, 10_000)
     lengths = Lengths(sample.input_tokens, sample.output_tokens, float(mc.kv_bytes_per_token()))
-    oracle = IterationOracle(ctx, cfg, mc)
+    oracle = IterationOracle(ctx, check_window(cfg, lengths, slo), mc)
     budget = min(sc.die_budget, ctx.fabric.world)
     pre, dec = roles(cfg)
     scales = sorted(set(sc.slo_scales) | {1.0})
@@ -82,7 +85,7 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
                 finalists.setdefault(by_scale[k].best.label(), by_scale[k].best)
         if not sc.serve_check:
             metrics[library] = _analytic_only(by_scale, scales, budget, t_search, oracle_sims(oracle) - sims0)
-            scale_rows += [{"library": library, "slo_scale": k, "analytic_best": by_scale[k].best.label() if by_scale[k].best
+            scale_rows += [{"library": library, "slo_scale": k, "die_budget": budget, "analytic_best": by_scale[k].best.label() if by_scale[k].best
                             else "", "analytic_capacity_req_per_s": by_scale[k].best.capacity if by_scale[k].best else 0.0}
                            for k in scales]
             notes.append(f"{library}: {int(metrics[library]['candidates'])} candidate layouts priced in {t_search:.1f} s; "
@@ -95,20 +98,34 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
             fixed.capacity = min(n_p * cp.rate, n_d * cd.rate)  # its own batch cap: as configured
             fixed.bound = "prefill" if n_p * cp.rate <= n_d * cd.rate else "decode"
         t1 = time.perf_counter()
-        grids = {}
-        for name, lay in ([("fixed", fixed)] if sc.check_default else []) + list(finalists.items()):
-            grids[name] = _check_grid(oracle, library, lay, slo, sc)
-            check_rows += [{"library": library, "layout": lay.label(), "role": "fixed" if name == "fixed" else "search",
-                            "rate_req_per_s": r, "ttft_p99_s": f["ttft_p99_s"], "tpot_p99_s": f["tpot_p99_s"],
-                            **{f"attainment_x{k:g}": _att(f, slo.scaled(k)) for k in scales}}
-                           for r, f in sorted(grids[name][0].items())]
+        checks = Checks(oracle, library, sc)
+        if sc.check_default:
+            checks.run("fixed", fixed, slo)
+        checks.finalists(res.layouts[:sc.finalists], slo)
+        for k in scales:  # each scale's analytic best, bisected at that scale (every served rate reused)
+            if by_scale[k].best is not None and (sc.scale_checks or k == 1.0):
+                checks.run(by_scale[k].best.label(), by_scale[k].best, slo.scaled(k))
+        finalists = {n: x for n, x in checks.layouts.items() if n != "fixed"}
+        check_rows += [{"library": library, "layout": lay.label(), "role": "fixed" if name == "fixed" else "search",
+                        "analytic_capacity_req_per_s": lay.capacity, "rate_req_per_s": r,
+                        "ttft_p99_s": f["ttft_p99_s"], "tpot_p99_s": f["tpot_p99_s"],
+                        "served_fraction": f["served_fraction"], "stable": checks.stable(f),
+                        **{k: f.get(k, np.nan) for k in ("prefill_served_fraction", "decode_served_fraction")},
+                        **{k: f[k] for k in ("prefill_fill", "prefill_slowdown", "prefix_hit_share")},
+                        # attainment in the window (a slow overload's can read high: `stable` says so)
+                        **{f"attainment_x{k:g}": _att(f, slo.scaled(k)) for k in scales}}
+                       for name, lay in checks.layouts.items() for r, f in sorted(checks.stats[name].items())]
+        notes += [f"{library}: {n} not served (analytic {c:.3g} req/s cannot beat the served {g:.3g})"
+                  for n, c, g in checks.pruned]
         t_check = time.perf_counter() - t1
         m = {"slo_ttft_s": ttft, "slo_tpot_s": tpot, "die_budget": float(budget),
              "candidates": float(sum(by_scale[k].candidates for k in scales)),
              "search_s": t_search, "check_s": t_check, "iteration_traces_simulated": float(oracle_sims(oracle) - sims0)}
         for k in scales:
-            g = _goodput(grids, {n: x for n, x in finalists.items()}, slo.scaled(k))
-            scale_rows.append({"library": library, "slo_scale": k, "goodput_req_per_s": g[0],
+            g = _goodput(checks, finalists, slo.scaled(k))
+            scale_rows.append({"library": library, "slo_scale": k, "die_budget": budget, "goodput_req_per_s": g[0],
+                               # not bisected at this scale (scale_checks=false): a lower bound
+                               "lower_bound": not (sc.scale_checks or k == 1.0),
                                "goodput_req_per_s_per_die": g[0] / budget, "layout": g[1], "capped": g[2],
                                "analytic_best": by_scale[k].best.label() if by_scale[k].best else "",
                                "analytic_capacity_req_per_s": by_scale[k].best.capacity if by_scale[k].best else 0.0})
@@ -118,26 +135,39 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
                 best_lay = finalists.get(g[1])
                 if best_lay is not None:
                     m.update(_layout_metrics(best_lay))
+                    m.update({"best_layout_analytic_req_per_s": best_lay.capacity,
+                              "goodput_over_analytic": g[0] / best_lay.capacity if best_lay.capacity else np.nan})
         if sc.check_default:
-            gf, capped = goodput_on_grid({r: (f["ttft"], f["tpot"]) for r, f in grids["fixed"][0].items()}, slo)
+            gf, capped = goodput_on_grid(checks.frames("fixed"), slo)
             m.update({"fixed_layout_goodput_req_per_s": gf, "fixed_layout_goodput_per_die": gf / budget,
                       "fixed_layout_capped": float(capped), "fixed_layout_analytic_req_per_s": fixed.capacity})
         metrics[library] = m
         notes.append(f"{library}: {int(m['candidates'])} candidate layouts priced in {t_search:.1f} s "
                      f"({t_search / max(m['candidates'], 1) * 1e3:.2f} ms each, {int(m['iteration_traces_simulated'])} "
-                     f"iteration traces); {len(finalists) + sc.check_default} layouts serve-checked in {t_check:.1f} s; "
+                     f"iteration traces); {len(checks.layouts)} layouts served at {checks.served} rates in {t_check:.1f} s; "
                      f"best: {scale_rows[-len(scales) + scales.index(1.0)]['layout'] or '—'} at {m['goodput_req_per_s']:.3g} req/s "
                      f"({'capped' if m['goodput_capped'] else 'not capped'})")
     notes.insert(0, f"SLO class '{cls}': P{sc.attainment * 100:g} attainment of TTFT ≤ {ttft:g} s and TPOT ≤ "
                     f"{tpot * 1e3:g} ms (docs/sources.md 'Serving SLOs'); die budget {budget}")
     keys = ["goodput_req_per_s", "goodput_per_die", "analytic_capacity_req_per_s", "fixed_layout_goodput_req_per_s",
             "fixed_layout_goodput_per_die", "prefill_instances", "prefill_dp", "decode_instances", "decode_dp",
-            "decode_batch_per_die", "candidates", "search_s", "check_s"]
+            "decode_max_batch", "goodput_over_analytic", "candidates", "search_s", "check_s"]
     keys = [k for k in keys if k in next(iter(metrics.values()))]
     extra = {"checks": pd.DataFrame(check_rows), "slo_scale": pd.DataFrame(scale_rows), "roles": pd.DataFrame(role_rows),
              "rejected": pd.DataFrame(rejected, columns=["library", "role", "field", "reason"])}
     return WorkloadResult(rows=pd.DataFrame(layout_rows), metrics=metrics, table=metric_table(metrics, ctx.baseline, keys),
                           notes=notes, extra_rows=extra)
+
+
+def check_window(cfg: LlmInferConfig, lengths: Lengths, slo: Slo) -> LlmInferConfig:
+    """The serving checks' window: the warm-up covers a request's mean decode residence at the TPOT
+    SLO (decode tokens × TPOT), so decode slots have filled before the window measures (a 1024-token
+    output stays ~50 s), then the configured measured span (duration_s − warmup_s)."""
+    out = copy.deepcopy(cfg)
+    span = cfg.requests.duration_s - cfg.warmup_s
+    out.warmup_s = max(cfg.warmup_s, lengths.decode_tokens * slo.tpot_s)
+    out.requests.duration_s = out.warmup_s + span
+    return out
 
 
 def _analytic_only(by_scale: dict, scales: list[float], budget: int, t: float, sims: int) -> dict[str, float]:
@@ -159,35 +189,69 @@ def _att(f: dict, slo: Slo) -> float:
     return attainment(f["ttft"], f["tpot"], slo)
 
 
-def _check_grid(oracle: IterationOracle, library: str, lay: Layout, slo: Slo,
-                sc) -> tuple[dict[float, dict], bool]:  # noqa: ANN001
-    """Serve the layout at `rate_fractions` of its analytic capacity, then × grid_extend while the
-    top rate still meets the SLO (at most max_extend times: then capped). A looser scale whose
-    goodput reaches the grid's top is reported capped in the SLO-scale view."""
-    cap = lay.capacity if lay.capacity > 0 else 1.0
-    frames = {}
-    for f in sc.rate_fractions:
-        r = round(cap * f, 3)
-        frames[r] = oracle.check(library, lay, r)
-    top = max(frames)
-    for _ in range(sc.max_extend):
-        if _att(frames[top], slo) < slo.attainment:
-            return frames, False
-        try:
-            f = oracle.check(library, lay, round(top * sc.grid_extend, 3))
-        except ConfigError as e:
-            if e.field != "workload.requests.rate":
-                raise
-            break  # the trace holds no more requests at this rate: the goodput stays capped
-        top = round(top * sc.grid_extend, 3)
-        frames[top] = f
-    return frames, _att(frames[top], slo) >= slo.attainment
+class Checks:
+    """The serving checks of one library: every served rate per layout (memoised: each SLO scale's
+    bisection reuses them), the finalists' branch and bound."""
+
+    def __init__(self, oracle: IterationOracle, library: str, sc) -> None:  # noqa: ANN001
+        self.oracle, self.library, self.sc = oracle, library, sc
+        self.bis = Bisection(sc.start_fraction, sc.rate_tolerance, sc.grid_extend, sc.max_extend)
+        self.layouts: dict[str, Layout] = {}
+        self.stats: dict[str, dict[float, dict]] = {}
+        self.pruned: list[tuple[str, float, float]] = []
+
+    def run(self, name: str, lay: Layout, slo: Slo) -> float:
+        """The layout's goodput at `slo` by bisection on the rate (search.goodput_bisect)."""
+        self.layouts.setdefault(name, lay)
+        stats = self.stats.setdefault(name, {})
+        frames = self.frames(name)
+
+        def serve(rate: float) -> tuple[np.ndarray, np.ndarray] | None:
+            try:
+                f = self.oracle.check(self.library, lay, rate)
+            except ConfigError as e:
+                if e.field != "workload.requests.rate":
+                    raise
+                return None  # the trace holds no more requests at this rate: the goodput stays capped
+            stats[rate] = f
+            return self._frame(f)
+
+        return goodput_bisect(serve, lay.capacity, slo, self.bis, frames)[0]
+
+    def _frame(self, f: dict) -> tuple[np.ndarray, np.ndarray]:
+        """(TTFT, TPOT) judged against the SLO: a rate the run does not keep up with (served
+        fraction below min_served_fraction) has a steady-state TTFT without bound."""
+        if self.stable(f):
+            return f["ttft"], f["tpot"]
+        return np.full(len(f["ttft"]), np.inf), f["tpot"]
+
+    def stable(self, f: dict) -> bool:
+        return not f["served_fraction"] < self.sc.min_served_fraction
+
+    def frames(self, name: str) -> dict[float, tuple[np.ndarray, np.ndarray]]:
+        return {r: self._frame(f) for r, f in self.stats.get(name, {}).items()}
+
+    @property
+    def served(self) -> int:
+        return sum(len(x) for x in self.stats.values())
+
+    def finalists(self, layouts: list[Layout], slo: Slo) -> None:
+        """Best analytic capacity first; a finalist that cannot beat the best served goodput (its
+        capacity × the largest served / analytic ratio so far × (1 + prune_margin)) is skipped."""
+        best, ratio = 0.0, 1.0
+        for lay in layouts:
+            if self.sc.prune and best > 0 and lay.capacity * ratio * (1 + self.sc.prune_margin) < best:
+                self.pruned.append((lay.label(), lay.capacity, best))
+                continue
+            g = self.run(lay.label(), lay, slo)
+            best, ratio = max(best, g), max(ratio, g / lay.capacity if lay.capacity > 0 else 1.0)
 
 
-def _goodput(grids: dict, finalists: dict[str, Layout], slo: Slo) -> tuple[float, str, bool]:
+def _goodput(checks: Checks, finalists: dict[str, Layout], slo: Slo) -> tuple[float, str, bool]:
+    """The best finalist's goodput on its served rates at `slo` (ties: the first, best analytic)."""
     best = (0.0, "", False)
     for name, lay in finalists.items():
-        g, capped = goodput_on_grid({r: (f["ttft"], f["tpot"]) for r, f in grids[name][0].items()}, slo)
+        g, capped = goodput_on_grid(checks.frames(name), slo)
         if g > best[0]:
             best = (g, lay.label(), capped)
     return best
@@ -253,7 +317,9 @@ def load_metrics(serving: Serving, library: str, m: dict[str, float], sample: Re
     rate = m["requests_per_s"]
     return {"prefill_capacity_req_per_s": pc, "decode_capacity_req_per_s": dc,
             "load_fraction": rate / max(min(pc, dc), 1e-12), "prefill_load_fraction": rate / max(pc, 1e-12),
-            "decode_load_fraction": rate / max(dc, 1e-12), "decode_slo_batch_per_die": float(cd.batch)}
+            "decode_load_fraction": rate / max(dc, 1e-12), "decode_slo_batch_per_die": float(cd.batch),
+            # the decode batch a die runs as a share of the batch the TPOT SLO allows it
+            "decode_batch_fraction": m["mean_decode_batch_per_die"] / max(cd.batch, 1)}
 
 
 def regime(library: str, m: dict[str, float]) -> str:
@@ -261,9 +327,9 @@ def regime(library: str, m: dict[str, float]) -> str:
     side = "prefill" if m["prefill_capacity_req_per_s"] <= m["decode_capacity_req_per_s"] else "decode"
     load = m["load_fraction"]
     word = "light load" if load < 0.5 else ("moderate load" if load < 0.85 else "near or past saturation")
-    return (f"{library} regime: {word} — {m['requests_per_s']:.3g} req/s served is {load:.0%} of the layout's "
-            f"analytic capacity ({min(m['prefill_capacity_req_per_s'], m['decode_capacity_req_per_s']):.3g} req/s, "
-            f"{side}-bound; prefill {m['prefill_capacity_req_per_s']:.3g}, decode {m['decode_capacity_req_per_s']:.3g} "
-            f"req/s at the TPOT SLO); prefill dies {m['prefill_die_busy_fraction']:.0%} busy (instances "
-            f"{m['prefill_busy_fraction']:.0%} in an iteration), decode {m['mean_decode_batch_per_die']:.1f} "
-            f"sequences per die of the {m['decode_slo_batch_per_die']:.0f} the TPOT SLO allows")
+    return (f"{library} regime: {word}, {side}-bound — {m['requests_per_s']:.3g} req/s served is {load:.0%} of the "
+            f"layout's analytic capacity ({min(m['prefill_capacity_req_per_s'], m['decode_capacity_req_per_s']):.3g} "
+            f"req/s; prefill {m['prefill_capacity_req_per_s']:.3g}, decode {m['decode_capacity_req_per_s']:.3g} req/s "
+            f"at the TPOT SLO); prefill dies {m['prefill_die_busy_fraction']:.0%} busy; decode "
+            f"{m['mean_decode_batch_per_die']:.1f} sequences per die, {m['decode_batch_fraction']:.1%} of the "
+            f"{m['decode_slo_batch_per_die']:.0f} the TPOT SLO allows")

@@ -262,9 +262,9 @@ def attainment(ttft: np.ndarray, tpot: np.ndarray, slo: Slo) -> float:
 
 
 def goodput_on_grid(frames: dict[float, tuple[np.ndarray, np.ndarray]], slo: Slo) -> tuple[float, bool]:
-    """DistServe's goodput on a grid of served rates: the highest rate r such that every rate up to
+    """DistServe's goodput on the served rates: the highest rate r such that every served rate up to
     r reaches the attainment target (a lucky rate above a miss does not count). Returns it and
-    whether the grid's top rate met it (capped: the true goodput may be higher)."""
+    whether the top served rate met it (capped: the true goodput may be higher)."""
     good = 0.0
     rates = sorted(frames)
     for r in rates:
@@ -272,3 +272,72 @@ def goodput_on_grid(frames: dict[float, tuple[np.ndarray, np.ndarray]], slo: Slo
             return good, False
         good = r
     return good, True
+
+
+@dataclass(frozen=True)
+class Bisection:
+    """How the goodput of one layout is searched on the rate (search.start_fraction ... max_extend)."""
+
+    start_fraction: float = 0.9
+    tolerance: float = 0.05  # stop when the bracket [meets, misses] is within this (relative)
+    extend: float = 1.25
+    max_extend: int = 4
+    max_lower: int = 10  # ÷ extend per step: light-load rates cost most to serve (a prefill trace per token count)
+
+
+def goodput_bisect(serve: Callable[[float], tuple[np.ndarray, np.ndarray] | None], capacity: float, slo: Slo,
+                   b: Bisection, frames: dict[float, tuple[np.ndarray, np.ndarray]]) -> tuple[float, bool]:
+    """Bisection on the served rate for DistServe's goodput (its simulator searches a placement's
+    rate the same way: LLMServe/DistServe simdistserve/benchmarks/search_binary.py), assuming the
+    attainment falls with the rate. `serve(rate)` gives (TTFT, TPOT) per measured request, or None
+    when the rate cannot be served (the trace runs out: capped). `frames` memoises served rates
+    across calls (other SLO scales reuse them) and starts the bracket from what they already say.
+    Returns goodput_on_grid over every served rate."""
+    def ok(r: float) -> bool | None:
+        if r not in frames:
+            got = serve(r)
+            if got is None:
+                return None
+            frames[r] = got
+        return attainment(*frames[r], slo) >= slo.attainment
+
+    lo, capped = goodput_on_grid(frames, slo) if frames else (0.0, False)
+    above = [r for r in frames if r > lo]
+    hi = min(above) if above else None
+    if not frames:
+        r0 = round(max(capacity, 1e-3) * b.start_fraction, 3)
+        met = ok(r0)
+        for _ in range(b.max_lower if met is None else 0):  # above what the trace holds: lower it
+            r0 = round(r0 / b.extend, 3)
+            met = ok(r0)
+            if met is not None:
+                break
+        if met is None:
+            return 0.0, True
+        lo, hi = (r0, None) if met else (0.0, r0)
+    for _ in range(b.max_extend if hi is None else 0):  # raise the ceiling while the top rate meets the SLO
+        nxt = round(lo * b.extend, 3)
+        met = ok(nxt)
+        if met is None:
+            break
+        if not met:
+            hi = nxt
+            break
+        lo = nxt
+    if hi is None:
+        return goodput_on_grid(frames, slo)
+    for _ in range(b.max_lower if lo == 0 else 0):  # lower the floor while the bottom rate misses
+        nxt = round(hi / b.extend, 3)
+        if ok(nxt):
+            lo = nxt
+            break
+        hi = nxt
+    while lo > 0 and hi / lo - 1 > b.tolerance:  # invariant: lo meets the SLO, hi does not
+        mid = round(math.sqrt(lo * hi), 3)
+        if mid in (lo, hi):
+            break
+        met = ok(mid)
+        if met is None:
+            break
+        lo, hi = (mid, hi) if met else (lo, mid)
+    return goodput_on_grid(frames, slo)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pandas as pd
 
 from stratacl.errors import ConfigError
 from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
@@ -116,12 +117,44 @@ class IterationOracle:
 
     def check(self, library: str, lay: Layout, rate: float) -> dict[str, np.ndarray | float]:
         """Serve the trace at `rate` on the layout: TTFT and TPOT of the requests arriving in the
-        measured window [warmup_s, duration_s), and their P99s."""
+        measured window [warmup_s, duration_s), their P99s, and the served fraction — the lesser of
+        prefill's (prompt tokens first-served inside the window ÷ those arriving in it) and decode's
+        (requests admitted to a decode slot ÷ those reaching decode): ≈ 1 in a steady state, below
+        it when a backlog builds."""
         srv = self.serving(lay.prefill, lay.decode, lay.n_prefill, lay.n_decode, lay.decode_batch)
         cfg = srv.cfg
         sim, _ = srv.serve(library, generate(cfg.requests, self.ctx.seed, rate=rate), f"check {rate:.3g} req/s")
         df = sim.request_frame()
-        w = df[df["arrival_s"] >= cfg.warmup_s]
+        t0, t1 = cfg.warmup_s, cfg.requests.duration_s
+        w = df[df["arrival_s"] >= t0]
         ttft, tpot = w["ttft_s"].to_numpy(float), w["tpot_s"].to_numpy(float)
+        first, admitted = df["first_token_s"], df["decode_start_s"]
+        arrived = df.loc[(df["arrival_s"] >= t0) & (df["arrival_s"] < t1), "input_tokens"].sum()
+        served = df.loc[(first >= t0) & (first < t1), "input_tokens"].sum()
+        # decode: requests admitted to a decode slot in the window ÷ those whose first token (then
+        # their KV) came out in it; a full decode side admits only as sequences complete
+        decoding = df["output_tokens"] > 1
+        reached = int(((first >= t0) & (first < t1) & decoding).sum())
+        entered = int(((admitted >= t0) & (admitted < t1) & decoding).sum())
         return {"ttft": ttft, "tpot": tpot, "ttft_p99_s": float(np.percentile(ttft, 99)) if len(ttft) else np.nan,
-                "tpot_p99_s": float(np.nanpercentile(tpot, 99)) if np.isfinite(tpot).any() else np.nan}
+                "tpot_p99_s": float(np.nanpercentile(tpot, 99)) if np.isfinite(tpot).any() else np.nan,
+                "prefill_served_fraction": float(served / arrived) if arrived else np.nan,
+                "decode_served_fraction": entered / reached if reached else np.nan,
+                "served_fraction": float(np.nanmin([served / arrived if arrived else np.nan,
+                                                    entered / reached if reached else np.nan])),
+                **self._prefill_gap(library, lay, sim.iteration_frame(), w, t0, t1)}
+
+    def _prefill_gap(self, library: str, lay: Layout, it: pd.DataFrame, req: pd.DataFrame, t0: float,
+                     t1: float) -> dict[str, float]:
+        """Where a served prefill instance departs from the decomposition's dp·B / t(B): the fill of
+        its iterations (tokens ÷ dp·B), their mean time ÷ t(B) at no context (chunks attending over
+        earlier tokens, pool fetches), and the prompt share the prefix cache saves. Saturated, the
+        served request rate ÷ the analytic one = fill ÷ slowdown ÷ (1 − hit share)."""
+        p = it[(it["phase"] == "prefill") & (it["start_s"] >= t0) & (it["start_s"] < t1)]
+        if not len(p):
+            return {"prefill_fill": np.nan, "prefill_slowdown": np.nan, "prefix_hit_share": np.nan}
+        b = lay.prefill.budget
+        hits = req[["hbm_hit_tokens", "pool_hit_tokens"]].to_numpy(float).sum()
+        return {"prefill_fill": float(p["tokens"].sum() / (len(p) * lay.prefill.dp * b)),
+                "prefill_slowdown": float(p["time_s"].mean() / self.prefill_s(library, lay.prefill, b)),
+                "prefix_hit_share": float(hits / max(req["input_tokens"].sum(), 1))}

@@ -209,8 +209,10 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
     if not len(dec):
         dec = it[it["phase"] == "decode"]
     w = dec["time_s"].to_numpy()
-    pre = it[it["phase"] == "prefill"]
-    busy = (np.minimum(pre["start_s"] + pre["time_s"], end_s) - np.maximum(pre["start_s"], t0)).clip(lower=0).sum()
+    # iterations overlapping the window, their time clipped to it (a busy share never exceeds 1)
+    clipped = it[(it_end > t0) & (it["start_s"] < end_s)]
+    clipped = clipped.assign(time_s=np.minimum(clipped["start_s"] + clipped["time_s"], end_s)
+                             - np.maximum(clipped["start_s"], t0))
     first = req["first_token_s"]
     out_tokens = float(win.loc[win["phase"] == "decode", "tokens"].sum() + ((first > t0) & (first <= end_s)).sum())
     prompt_tokens = float(win.loc[win["phase"] == "prefill", "tokens"].sum())
@@ -224,14 +226,15 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
         "kv_utilisation_mean": float(np.average(dec["kv_utilisation"], weights=w)) if w.sum() > 0 else 0.0,
         "decode_step_s_mean": float(np.average(dec["time_s"], weights=w)) if w.sum() > 0 else 0.0,
         "decode_exposed_comm_share": float(dec["exposed_comm_s"].sum() / max(dec["time_s"].sum(), 1e-12)),
-        # share of the window a prefill instance spends in an iteration (all its dies step together):
-        # 1.0 as soon as one prompt is always in flight, whatever the load (not a utilisation)
-        "prefill_busy_fraction": float(busy) / (span * sim.layout.prefill_instances),
         # share of the window a prefill die computes its own tokens (an iteration lasts as long as its
-        # fullest die: the others idle for the rest, pro rata to their tokens)
-        "prefill_die_busy_fraction": _die_busy(win[win["phase"] == "prefill"], span, sim.layout.prefill_instances,
+        # fullest die: the others idle for the rest, pro rata to their tokens). Not "an instance is in
+        # an iteration": that reads 1.0 at any load keeping one long prompt in flight (a fifth of
+        # capacity on the default run), so it is not reported
+        "prefill_die_busy_fraction": _die_busy(clipped[clipped["phase"] == "prefill"], span, sim.layout.prefill_instances,
                                                sim.layout.prefill_dp, 1.0),
-        "decode_die_busy_fraction": _die_busy(win[win["phase"] == "decode"], span, sim.layout.decode_instances,
+        # share of the window a decode die steps with sequences of its own: time, not load (a die
+        # stepping one sequence is busy; decode_batch_fraction / decode_load_fraction are the load)
+        "decode_die_busy_fraction": _die_busy(clipped[clipped["phase"] == "decode"], span, sim.layout.decode_instances,
                                               sim.layout.decode_dp, emitted_tokens_per_step(sim.sched)),
     }
     for name, col in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s")):
@@ -272,7 +275,7 @@ def saturation(serving: Serving, library: str) -> tuple[dict[str, float], list[s
             "saturation_population": float(n),
             "saturation_mean_decode_batch_per_die": s["mean_decode_batch_per_die"],
             "saturation_kv_utilisation": s["kv_utilisation_mean"],
-            "saturation_prefill_busy_fraction": s["prefill_busy_fraction"], **hits}, notes
+            "saturation_prefill_die_busy_fraction": s["prefill_die_busy_fraction"], **hits}, notes
 
 
 def slo_search(serving: Serving, library: str) -> tuple[dict[str, float], pd.DataFrame]:
@@ -340,13 +343,13 @@ def run(ctx: RunContext) -> WorkloadResult:
         timelines[library] = _typical_decode_timeline(iters, sim, library)
     rows = pd.concat(req_frames, ignore_index=True)
     keys = ["throughput_tok_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p99_s",
-            "mean_decode_batch_per_die", "kv_utilisation_mean", "prefill_busy_fraction", "decode_step_s_mean",
+            "mean_decode_batch_per_die", "kv_utilisation_mean", "decode_step_s_mean",
             "decode_exposed_comm_share", "kv_cache_GiB_per_die", "library_GiB_per_die", "reserved_GiB_per_die",
             "fragmentation_GiB_per_die", "remap_fraction", "prefill_remap_fraction", "jit_hit_rate",
             "prefill_jit_hit_rate", "register_ms_per_decode_iter", "register_ms_per_prefill_iter",
             "prefix_hit_rate_blocks", "prefix_hit_rate_tokens", "prefix_pool_hit_rate_blocks",
             "saturation_throughput_tok_per_s", "slo_capacity_req_per_s", "load_fraction", "prefill_die_busy_fraction",
-            "decode_die_busy_fraction"]
+            "decode_die_busy_fraction", "decode_batch_fraction"]
     keys = [k for k in keys if k in next(iter(metrics.values()))]
     table = metric_table(metrics, ctx.baseline, keys)
     notes.insert(0, f"{describe(reqs, cfg.requests, cfg.requests.duration_s)} "
