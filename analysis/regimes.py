@@ -143,11 +143,21 @@ fig, axes = plt.subplots(1, 4, figsize=(20, 0.8 * max(3, len(set(label.values())
                          gridspec_kw={"width_ratios": [4, 1.2, 3, 3]})
 
 
+def _one(values: pd.Series) -> float:
+    if len(values) > 1:
+        raise ValueError(f"{len(values)} runs give one cell of the regime map: select one run per trace and library")
+    return float(values.iloc[0]) if len(values) else np.nan
+
+
 def heat(ax, df: pd.DataFrame, col: str, title: str, fmt: str, lower_better: bool) -> None:  # noqa: ANN001
     if df.empty:
         ax.set_axis_off()
         return
-    p = df.pivot_table(index="trace", columns=col, values="ratio", dropna=False)
+    # one row per (trace, library): several non-baseline libraries get rows of their own, never a
+    # mean; two runs of one trace and library in the selection are refused (select them apart)
+    rows = df["trace"] + (" · " + df["library"] if df["library"].nunique() > 1 else "")
+    p = df.assign(row=rows).pivot_table(index="row", columns=col, values="ratio", dropna=False,
+                                        aggfunc=_one)
     im = ax.imshow(p.to_numpy(dtype=float), cmap="RdBu_r" if lower_better else "RdBu", vmin=0.7, vmax=1.3,
                    aspect="auto")
     ax.set_xticks(range(len(p.columns)), [fmt.format(c) for c in p.columns])
@@ -159,7 +169,8 @@ def heat(ax, df: pd.DataFrame, col: str, title: str, fmt: str, lower_better: boo
     fig.colorbar(im, ax=ax, shrink=0.8)
 
 
-lib = good["library"].iloc[0] if len(good) else (lat["library"].iloc[0] if len(lat) else "library")
+libs = sorted(set(good["library"]) | set(lat["library"])) or ["library"]
+lib = libs[0] if len(libs) == 1 else "library"  # several: each row names its library
 heat(axes[0], good, "slo_scale", f"goodput at each one's best layout\n{lib} ÷ baseline (>1: {lib} better)",
      "SLO ×{:g}", False)
 heat(axes[1], fixed_ratio, "layout", "goodput at the\nconfigured layout", "{}", False)

@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages, not an installed copy
 from stratacl.run import run_overrides  # noqa: E402
 
@@ -33,13 +35,15 @@ def main() -> None:
     if code:
         raise SystemExit(f"run failed ({code}): {msg}")
     libs = json.loads((out / "summary.json").read_text())["libraries"]
+    timing = pd.read_parquet(out / "timing.parquet").set_index("library")  # host wall time per library
     n = sum(m["candidates"] for m in libs.values())
     print(f"{len(libs)} libraries, {int(n)} candidate layouts, wall {wall:.1f} s "
           f"(incl. model costs and start-up), {wall / n * 1e3:.2f} ms per candidate")
     for lib, m in libs.items():
-        print(f"  {lib}: search {m['search_s']:.1f} s, {int(m['candidates'])} candidates, "
+        t = timing.loc[lib]
+        print(f"  {lib}: search {t['search_s']:.1f} s, {int(m['candidates'])} candidates, "
               f"{int(m['iteration_traces_simulated'])} iteration traces, analytic best "
-              f"{m['analytic_capacity_req_per_s']:.1f} req/s" + (f", check {m['check_s']:.1f} s" if 'check_s' in m else ""))
+              f"{m['analytic_capacity_req_per_s']:.1f} req/s" + (f", check {t['check_s']:.1f} s" if a.check else ""))
     print(f"run directory: {out}")
 
 

@@ -83,8 +83,6 @@ EXACT: dict[str, MetricInfo] = {
     "fixed_layout_capped": _m(None, "flag", "configured layout's goodput capped"),
     "slo_ttft_s": _m(None, "s", "TTFT SLO"),
     "slo_tpot_s": _m(None, "s", "TPOT SLO"),
-    "search_s": _m(None, "s", "search wall time (harness)"),
-    "check_s": _m(None, "s", "serving checks wall time (harness)"),
     "candidates": _m(None, "layouts", "candidate layouts priced"),
     "iteration_traces_simulated": _m(None, "traces", "iteration traces simulated"),
     "weights_GiB_per_die": _m(None, "GiB", "weights/die"),
@@ -179,6 +177,9 @@ PATTERNS: list[tuple[re.Pattern[str], MetricInfo]] = [
     (re.compile(r"_time_s(_total)?$"), _m("lower", "s", "")),
     (re.compile(r"_tok_per_s"), _m("higher", "tok/s", "")),
     (re.compile(r"_GBps"), _m("higher", "GB/s", "")),
+    # a rate is not a time: an offered rate or a search ceiling is context, a capacity says so by name
+    (re.compile(r"_req_per_s$"), _m(None, "req/s", "")),
+    (re.compile(r"_per_s$"), _m(None, "1/s", "")),
     (re.compile(r"(_s|_s_mean)$"), _m("lower", "s", "")),
     (re.compile(r"_Gi?B(_per_die)?$"), _m(None, "GB", "")),
 ]

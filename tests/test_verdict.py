@@ -165,3 +165,15 @@ def test_reference_values_never_enter_a_result(tmp_path: Path):
     assert "harness  published  error" in a.stdout
     row = next(ln for ln in b.stdout.splitlines() if ln.startswith("dispatch_ht_deepep_logical_GBps") and " stratacl " in ln)
     assert row.split()[-3] == "1.000"  # the override shows, only in the display
+
+
+def test_a_rate_is_never_judged_as_a_time() -> None:
+    """`*_per_s` names are rates: never "s, lower is better" (a goodput of 0.6 req/s printed as
+    600 ms and judged worse than 0.5); an unlisted rate (an offered rate, a search ceiling) is context."""
+    from stratacl.directions import EXACT, info
+
+    for name in [*EXACT, "slo_capacity_ceiling_req_per_s", "rate_req_per_s", "some_new_per_s"]:
+        if name.endswith("_per_s"):
+            assert info(name).unit != "s" and not (info(name).better == "lower"), name
+    assert info("slo_capacity_ceiling_req_per_s").better is None
+    assert info("goodput_req_per_s").better == "higher"
