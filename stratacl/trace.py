@@ -258,8 +258,12 @@ class Trace:
                 raise bad(f"depends on unknown op {d}")
         for key in _VEC_FIELDS:
             vals = getattr(op, key)
-            if any(not math.isfinite(v) or v < 0 for v in vals):
+            if isinstance(vals, SharedVec) and vals.__dict__.get("_checked"):
+                continue  # one table many ops carry: checked once
+            if not _finite_nonnegative(vals):
                 raise bad(f"{key} must be finite and ≥ 0, got {list(vals)[:4]}")
+            if isinstance(vals, SharedVec):
+                vals.__dict__["_checked"] = True
         for key in ("flops", "hbm_bytes", "vector_flops"):
             if len(getattr(op, key)) not in (1, len(op.ranks)):
                 raise bad(f"{key} has {len(getattr(op, key))} values for {len(op.ranks)} ranks")
@@ -416,6 +420,13 @@ class SharedVec(tuple):
         if h is None:
             h = self.__dict__["_hash"] = tuple.__hash__(self)
         return h
+
+
+def _finite_nonnegative(vals: Vec) -> bool:
+    if len(vals) > _SHARE_LEN:  # a routing table or peer matrix: vectorised
+        a = np.asarray(vals, dtype=float)
+        return bool(np.isfinite(a).all() and (a >= 0).all())
+    return not any(not math.isfinite(v) or v < 0 for v in vals)
 
 
 def _as_vec(value: object) -> Vec:
