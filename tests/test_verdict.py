@@ -174,6 +174,6 @@ def test_a_rate_is_never_judged_as_a_time() -> None:
 
     for name in [*EXACT, "slo_capacity_ceiling_req_per_s", "rate_req_per_s", "some_new_per_s"]:
         if name.endswith("_per_s"):
-            assert info(name).unit != "s" and not (info(name).better == "lower"), name
+            assert info(name).unit != "s" and info(name).better != "lower", name
     assert info("slo_capacity_ceiling_req_per_s").better is None
     assert info("goodput_req_per_s").better == "higher"
