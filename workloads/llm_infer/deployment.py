@@ -143,7 +143,8 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
                               "goodput_over_analytic": g[0] / best_lay.capacity if best_lay.capacity else np.nan})
         if sc.check_default:
             gf, capped = goodput_on_grid(checks.frames("fixed"), slo)
-            m.update({"fixed_layout_goodput_req_per_s": gf, "fixed_layout_goodput_per_die": gf / budget,
+            # per die of the configured layout itself (it need not fit the search's die budget)
+            m.update({"fixed_layout_goodput_req_per_s": gf, "fixed_layout_goodput_per_die": gf / fixed.dies,
                       "fixed_layout_capped": float(capped), "fixed_layout_analytic_req_per_s": fixed.capacity})
         metrics[library] = m
         notes.append(f"{library}: {int(m['candidates'])} candidate layouts priced in {t_search:.1f} s "
