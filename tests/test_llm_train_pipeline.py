@@ -198,3 +198,22 @@ def test_a_stage_ops_span_that_stage_only() -> None:
         assert len(stages) == (2 if op.kind == "p2p" else 1), op.label()
     rs = [op for op in trace.ops if op.coll == "reducescatter"]
     assert len(rs) == 8 * 4  # ZeRO-2: every unit, every micro-batch
+
+
+def test_reshard_after_forward_gathers_wait_for_the_buffer_they_reuse() -> None:
+    """ZeRO-3 with `reshard_after_forward`: a unit's parameters sit in one of two buffers while it
+    runs, so (FSDP2's one-unit prefetch) unit n+1's all-gather starts only after unit n-1, whose
+    slot it reuses, has finished; an action's later gathers do not all run ahead at its start."""
+    plan = mlp_stack_plan(8, HIDDEN, TOKENS, 1)
+    lay = Layout(2 * 4, 4, 1, 1, pp=2)
+    trace = build_pipeline(plan, lay, QUIET, Pipe(schedule=PpSchedule.one_f_one_b, microbatches=4, zero=3,
+                                                  reshard_after_forward=True))
+    trace.validate()
+    res = simulate(trace, _lib()[1])
+    gathers = [op for op in trace.ops if op.kind == "collective" and op.coll == "allgather"]
+    waited = [op for op in gathers if op.deps]
+    assert len(waited) >= len(gathers) // 2  # every gather but each action's first two
+    for op in waited:
+        assert res.start[op.id] >= max(res.end[d] for d in op.deps) - 1e-12
+    # the slot a gather fills was released by the op it waits for: no two live gathers share it
+    assert {op.buffer[-1] for op in gathers} == {"0", "1"}

@@ -131,22 +131,37 @@ class PipelineBuilder(IterationBuilder):
     def _marker(self, deps: list[int], name: str) -> None:
         self.last_main = self.t.compute(self.ranks, fixed_time_s=0.0, deps=deps, name=name, stream=self.stream)
 
-    def _zero3_gathers(self, units: list[int]) -> dict[int, list[int]]:
-        """ZeRO-3: all-gathers of the action's units that are sharded now (none at ZeRO-1/2)."""
+    def _zero3_gathers(self, units: list[int], slot: int = 0, deps: list[int] | None = None) -> dict[int, list[int]]:
+        """ZeRO-3: all-gathers of the action's units that are sharded now (none at ZeRO-1/2), into
+        buffer slots `slot`, `slot + 1`, ... (two, alternating), each after `deps`."""
         out: dict[int, list[int]] = {}
         if self.pipe.zero != 3:
             return out
-        for n, i in enumerate(units):
+        for n, i in enumerate(units, start=slot):
             if i in self.gathered:
                 continue
             self.gathered.add(i)
             u = self.plan.units[i]
             out[i] = [self.t.collective("allgather", fam, float(params * self.k.act_bytes), ranks=self.ranks,
-                                        stream="fsdp_ag", buffer=f"{fam}.unsharded.{n % 2}",
+                                        stream="fsdp_ag", buffer=f"{fam}.unsharded.{n % 2}", deps=deps or [],
                                         name=f"{u.name}.{fam}_allgather")
                       for fam, params in (("fsdp", u.params), ("efsdp", u.expert_params))
                       if params and fam in self.fams]
         return out
+
+    def _action_gathers(self, units: list[int], n: int, release: list[int], gathers: dict[int, list[int]]) -> None:
+        """With `reshard_after_forward` a unit's parameters live in one of two buffers only while it
+        runs (pp_memory holds one gathered unit at a time), so the gathers go as FSDP2 prefetches
+        them: unit n+1's when unit n starts, into the slot unit n-1 released (after its last op).
+        Kept until the step's last backward (the default), an action gathers its units up front."""
+        if not self.pipe.reshard_after_forward:
+            if n == 0:
+                gathers.update(self._zero3_gathers(units))
+            return
+        if n == 0:
+            gathers.update(self._zero3_gathers(units[:1]))
+        if n + 1 < len(units):
+            gathers.update(self._zero3_gathers(units[n + 1:n + 2], slot=n + 1, deps=release[n - 1:n]))
 
     def _grad_sync(self, i: int, a: Action) -> None:
         last_mb = a.mb == self.pipe.microbatches - 1
@@ -161,21 +176,26 @@ class PipelineBuilder(IterationBuilder):
     # all-to-alls behind it
     def _forward(self, a: Action) -> Iterator[None]:
         units = self.chunks[a.stage]
-        gathers = self._zero3_gathers(units)
-        for i in units:
+        gathers: dict[int, list[int]] = {}
+        release: list[int] = []  # each unit's last op: its buffer slot is free after it
+        for n, i in enumerate(units):
+            self._action_gathers(units, n, release, gathers)
             if gathers.get(i):
                 self._marker([self.last_main, *gathers[i]], "wait_gather")
             for sub in self.plan.units[i].subs:
                 self._sub(i, sub, "fwd", True)
                 yield
+            release.append(self.last_main)
             if self.pipe.reshard_after_forward:
                 self.gathered.discard(i)
 
     def _backward(self, a: Action) -> Iterator[None]:
         """B (full) or I (input gradient; the weight part waits for W)."""
         units = list(reversed(self.chunks[a.stage]))
-        gathers = self._zero3_gathers(units)
-        for i in units:
+        gathers: dict[int, list[int]] = {}
+        release: list[int] = []
+        for n, i in enumerate(units):
+            self._action_gathers(units, n, release, gathers)
             unit = self.plan.units[i]
             if gathers.get(i):
                 self._marker([self.last_main, *gathers[i]], "wait_gather")
@@ -187,6 +207,7 @@ class PipelineBuilder(IterationBuilder):
                 first = i == self.first_decoder and j == 0 and not self.plan.first_input_needs_grad
                 self._sub(i, sub, "bwd", not first)
                 yield
+            release.append(self.last_main)
             if a.mb == self.pipe.microbatches - 1:  # perform_reduce_grad reshards
                 self.gathered.discard(i)
             if a.kind == "B":
