@@ -94,13 +94,20 @@ def _sum_rows(n: np.ndarray, fn: Callable[[np.ndarray, np.ndarray], np.ndarray])
     return out
 
 
-def _row_sums(n: np.ndarray, s: float, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per segment (n_j rows, a_j = λ_j·T / H(n_j, s)): Σ_{k≤n_j} q_k and Σ_{k≤n_j} k^-s·q_k with
-    q_k = 1 − exp(−a_j·k^-s), the probability that row k is in an LRU cache (Che)."""
-    def q(i: np.ndarray, k: np.ndarray) -> np.ndarray:
-        return -np.expm1(-a[i][:, None] * k ** -s)
+def _che_q(s: float, a: np.ndarray) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """q_k = 1 − exp(−a_j·k^-s): the probability that row k of segment j is in an LRU cache (Che)."""
+    return lambda i, k: -np.expm1(-a[i][:, None] * k ** -s)
 
-    return _sum_rows(n, q), _sum_rows(n, lambda i, k: q(i, k) * k ** -s)
+
+def _occupancy(n: np.ndarray, s: float, a: np.ndarray) -> np.ndarray:
+    """Per segment (n_j rows, a_j = λ_j·T / H(n_j, s)): Σ_{k≤n_j} q_k, the rows cached."""
+    return _sum_rows(n, _che_q(s, a))
+
+
+def _hit_mass(n: np.ndarray, s: float, a: np.ndarray) -> np.ndarray:
+    """Per segment: Σ_{k≤n_j} k^-s·q_k, the lookups (per H(n_j, s)) that hit."""
+    q = _che_q(s, a)
+    return _sum_rows(n, lambda i, k: q(i, k) * k ** -s)
 
 
 def lru_presence(segments: list[Segment], cache_bytes: float, s: float) -> np.ndarray | None:
@@ -116,7 +123,7 @@ def lru_presence(segments: list[Segment], cache_bytes: float, s: float) -> np.nd
     lo, hi = -80.0, 80.0  # log T, T in iterations
     for _ in range(60):  # bytes(T) rises with T; keep the largest T that fits (monotone in C)
         mid = (lo + hi) / 2
-        occ, _ = _row_sums(n, s, rate * np.exp(mid))
+        occ = _occupancy(n, s, rate * np.exp(mid))
         if float((occ * rb).sum()) > cache_bytes:
             hi = mid
         else:
@@ -126,12 +133,13 @@ def lru_presence(segments: list[Segment], cache_bytes: float, s: float) -> np.nd
 
 def lru_hit_rates(segments: list[Segment], cache_bytes: float, s: float) -> np.ndarray:
     """Per-segment LRU hit rate (Che's approximation, module doc)."""
-    a = lru_presence(segments, cache_bytes, s)
+    return _lru_hits(np.array([g.rows for g in segments], dtype=float), s, lru_presence(segments, cache_bytes, s))
+
+
+def _lru_hits(n: np.ndarray, s: float, a: np.ndarray | None) -> np.ndarray:
     if a is None:
-        return np.ones(len(segments))
-    n = np.array([g.rows for g in segments], dtype=float)
-    _, hit = _row_sums(n, s, a)
-    return np.clip(hit / harmonic(n, s), 0.0, 1.0)
+        return np.ones(len(n))
+    return np.clip(_hit_mass(n, s, a) / harmonic(n, s), 0.0, 1.0)
 
 
 def hit_rates(segments: list[Segment], cache_bytes: float, s: float, policy: str = "lru") -> np.ndarray:
@@ -141,7 +149,10 @@ def hit_rates(segments: list[Segment], cache_bytes: float, s: float, policy: str
     if policy == "lru":
         return lru_hit_rates(segments, cache_bytes, s)
     n = np.array([g.rows for g in segments], dtype=float)
-    m = cached_rows(segments, cache_bytes, s)
+    return _lfu_hits(n, s, cached_rows(segments, cache_bytes, s))
+
+
+def _lfu_hits(n: np.ndarray, s: float, m: np.ndarray) -> np.ndarray:
     return harmonic(m, s) / harmonic(n, s)
 
 
@@ -174,7 +185,9 @@ class CacheModel:
         else:
             self.m = cached_rows(segments, cache_bytes, s)
             self.resident = bool((self.m >= self.n).all())
-        self.hit = np.ones(len(segments)) if self.resident else hit_rates(segments, cache_bytes, s, policy)
+        # from the solve above (hit_rates would solve the cache again)
+        self.hit = np.ones(len(segments)) if self.resident else \
+            (_lru_hits(self.n, s, self.a) if policy == "lru" else _lfu_hits(self.n, s, self.m))
 
     def unique_misses(self, lookups: np.ndarray) -> np.ndarray:
         """Expected distinct missed rows per segment for a batch with `lookups[j]` lookups of j."""

@@ -110,7 +110,6 @@ class ServingSim:
         self.generated = np.zeros(n)
         self.hits: list[Hit] = [MISS] * n
         self.prefilled = np.zeros(n)  # prompt tokens whose KV exists (cached prefix + chunks done)
-        self.kv_sent = np.zeros(n)  # prompt tokens whose KV the prefill dies sent to decode
         self.prefix_landed = np.zeros(n)  # when a reused prefix's KV has reached the decode die
         self.iter_rows: list[tuple] = []
         self.occupancy = Occupancy()
@@ -208,7 +207,6 @@ class ServingSim:
                     self.prefilled[rid] = hit.tokens
                     fetch[d] += hit.pool_tokens
                     send[d] += hit.tokens  # decode needs the whole prompt's KV, the reused prefix too
-                    self.kv_sent[rid] += hit.tokens
                     sent.append(rid)
                 take = min(left, budget - per_die[d])
                 per_die[d] += take
@@ -237,8 +235,7 @@ class ServingSim:
         """A chunk of `take` tokens of prompt `rid`: the earlier prompt tokens it attends over
         (its cached prefix and earlier chunks), then counted as done."""
         before = float(self.prefilled[rid])
-        self.prefilled[rid] += take
-        self.kv_sent[rid] += take  # computed KV leaves for decode layer by layer (iteration.py)
+        self.prefilled[rid] += take  # computed KV leaves for decode layer by layer (iteration.py)
         return before
 
     def _to_decode(self, rid: int, kv_left: float):  # noqa: ANN202
@@ -332,7 +329,8 @@ class ServingSim:
             "prefix_blocks": [len(x) for x in r.block_ids] if r.block_ids is not None else 0,
             "hbm_hit_blocks": [h.hbm_blocks for h in self.hits], "pool_hit_blocks": [h.pool_blocks for h in self.hits],
             "hbm_hit_tokens": [h.hbm_tokens for h in self.hits], "pool_hit_tokens": [h.pool_tokens for h in self.hits],
-            "kv_to_decode_bytes": self.kv_sent * self.kv_tok,
+            # decode gets the whole prompt's KV: the reused prefix and the computed chunks
+            "kv_to_decode_bytes": self.prefilled * self.kv_tok,
         })
         if self.closed_loop:
             df = df[np.isfinite(df["arrival_s"])].reset_index(drop=True)

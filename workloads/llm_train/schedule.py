@@ -79,7 +79,6 @@ class IterationBuilder:
         self.stream = "main"  # the compute stream ops go on (a pipeline's overlapped pair uses two)
         self.last_main = -1
         self.group_start: dict[int, int] = {}  # last op of a kernel group -> its first (cube) op
-        self._interned: dict[tuple, tuple] = {}  # equal per-peer vectors shared by their ops
         for name in ("tp.in", "tp.out"):
             self.t.add_buffer(name, -1)
         for fam in ("fsdp", "efsdp"):
@@ -160,12 +159,10 @@ class IterationBuilder:
         starts: routed sizes change every step."""
         buf = self.t.add_buffer(f"{tag}.{coll}", self.group_start.get(self.last_main, self.last_main))
         sent = matrix.sum(axis=1)
-        op = self.t.ops[self._main_coll(coll, "ep", sent[self.ep_pos], f"{tag}.{coll}", buf,
-                                        peer_bytes=matrix.ravel(), moe_mode="ht", group_tokens=group_tokens)]
-        # a layer's routing is the same for every micro-batch: its exchanges share one copy of the
-        # per-peer vectors (thousands of Python floats each), so memory follows layers, not micro-batches
-        op.peer_bytes = self._interned.setdefault(op.peer_bytes, op.peer_bytes)
-        op.group_tokens = self._interned.setdefault(op.group_tokens, op.group_tokens)
+        # a layer's routing is the same for every micro-batch: Trace.add keeps one copy of the per-peer
+        # vectors (SharedVec), so memory follows layers, not micro-batches
+        self._main_coll(coll, "ep", sent[self.ep_pos], f"{tag}.{coll}", buf,
+                        peer_bytes=matrix.ravel(), moe_mode="ht", group_tokens=group_tokens)
 
     # ------------------------------------------------------------------ FSDP
     def _gathers(self, unit: Unit, pos: int, release: list[int]) -> list[int]:
