@@ -46,11 +46,13 @@ class SearchConfig:
     # bisect each SLO scale's analytic best at that scale too (false: other scales are judged on the
     # rates served for scale 1 only — a lower bound on their goodput, `capped` where the top rate met)
     scale_checks: bool = True
-    # a served rate counts only if the run keeps up with it: prompt tokens first-served inside the
-    # measured window ≥ this share of those arriving in it. A finite window hides a slow overload (a
-    # backlog growing at ε of the rate adds ε·t of TTFT: a 15 s TTFT SLO misses only from t ≈ 15/ε s),
-    # and a steady-state attainment of an overloaded system is 0 (ASSUMPTION: 0.95, the window's
-    # resolution of a growing backlog; knob)
+    # a served rate counts only if the run keeps up with it: it serves at least this share of the
+    # arrival rate — of prompt tokens in prefill, of requests in decode — read from the backlog's
+    # least-squares trend over the measured window (llm_infer/stability.py; robust to a burst at the
+    # window's end, which the two-ends count is not). A finite window hides a slow overload (a backlog
+    # growing at ε of the rate adds ε·t of TTFT: a 15 s TTFT SLO misses only from t ≈ 15/ε s), and a
+    # steady-state attainment of an overloaded system is 0 (ASSUMPTION: 0.95, a backlog growing at
+    # under 5 % of the rate is taken as noise of a finite window; knob)
     min_served_fraction: float = knob(0.95, ge=0, le=1)
     # branch and bound over the finalists (best analytic capacity first): a finalist is not served when
     # its analytic capacity × the largest served-goodput / capacity ratio measured so far (at least 1)

@@ -80,10 +80,6 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
         rejected += [{"library": library, "role": r.role, "field": r.field, "reason": r.reason} for r in res.rejected]
         role_rows += _role_rows(library, res)
         layout_rows += [_layout_row(library, x, i) for i, x in enumerate(res.layouts)]
-        finalists = {x.label(): x for x in res.layouts[:sc.finalists]}
-        for k in scales:
-            if by_scale[k].best is not None:
-                finalists.setdefault(by_scale[k].best.label(), by_scale[k].best)
         if not sc.serve_check:
             metrics[library] = _analytic_only(by_scale, scales, budget, oracle_sims(oracle) - sims0)
             timing_rows.append({"library": library, "search_s": t_search, "check_s": 0.0})
@@ -112,7 +108,8 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
                         "analytic_capacity_req_per_s": lay.capacity, "rate_req_per_s": r,
                         "ttft_p99_s": f["ttft_p99_s"], "tpot_p99_s": f["tpot_p99_s"],
                         "served_fraction": f["served_fraction"], "stable": checks.stable(f),
-                        **{k: f.get(k, np.nan) for k in ("prefill_served_fraction", "decode_served_fraction")},
+                        **{f"{r}{k}_served_fraction": f.get(f"{r}{k}_served_fraction", np.nan)
+                           for r in ("prefill", "decode") for k in ("", "_window")},
                         **{k: f[k] for k in ("prefill_fill", "prefill_slowdown", "prefix_hit_share")},
                         # attainment in the window (a slow overload's can read high: `stable` says so)
                         **{f"attainment_x{k:g}": _att(f, slo.scaled(k)) for k in scales}}
@@ -204,6 +201,7 @@ class Checks:
         self.bis = Bisection(sc.start_fraction, sc.rate_tolerance, sc.grid_extend, sc.max_extend)
         self.layouts: dict[str, Layout] = {}
         self.stats: dict[str, dict[float, dict]] = {}
+        self._frames: dict[str, dict[float, tuple[np.ndarray, np.ndarray]]] = {}
         self.pruned: list[tuple[str, float, float]] = []
 
     def run(self, name: str, lay: Layout, slo: Slo) -> float:
@@ -220,7 +218,8 @@ class Checks:
                     raise
                 return None  # the trace holds no more requests at this rate: the goodput stays capped
             stats[rate] = f
-            return self._frame(f)
+            got = self._frames.setdefault(name, {})[rate] = self._frame(f)
+            return got
 
         return goodput_bisect(serve, lay.capacity, slo, self.bis, frames)[0]
 
@@ -235,7 +234,12 @@ class Checks:
         return not f["served_fraction"] < self.sc.min_served_fraction
 
     def frames(self, name: str) -> dict[float, tuple[np.ndarray, np.ndarray]]:
-        return {r: self._frame(f) for r, f in self.stats.get(name, {}).items()}
+        """Every served rate's judged (TTFT, TPOT) of a layout, each judged once."""
+        done = self._frames.setdefault(name, {})
+        for r, f in self.stats.get(name, {}).items():
+            if r not in done:
+                done[r] = self._frame(f)
+        return dict(done)
 
     @property
     def served(self) -> int:

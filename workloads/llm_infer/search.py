@@ -301,7 +301,7 @@ def goodput_bisect(serve: Callable[[float], tuple[np.ndarray, np.ndarray] | None
             frames[r] = got
         return attainment(*frames[r], slo) >= slo.attainment
 
-    lo, capped = goodput_on_grid(frames, slo) if frames else (0.0, False)
+    lo = goodput_on_grid(frames, slo)[0] if frames else 0.0
     above = [r for r in frames if r > lo]
     hi = min(above) if above else None
     if not frames:

@@ -16,6 +16,7 @@ from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.requests import generate
 from workloads.llm_infer.search import DecodeRole, Layout, PrefillRole
+from workloads.llm_infer.stability import served_rate_fraction, window_served_fraction
 from workloads.llm_infer.workload import Serving, serving_costs
 from workloads.modelcost import ModelCosts
 
@@ -118,9 +119,10 @@ class IterationOracle:
     def check(self, library: str, lay: Layout, rate: float) -> dict[str, np.ndarray | float]:
         """Serve the trace at `rate` on the layout: TTFT and TPOT of the requests arriving in the
         measured window [warmup_s, duration_s), their P99s, and the served fraction — the lesser of
-        prefill's (prompt tokens first-served inside the window ÷ those arriving in it) and decode's
-        (requests admitted to a decode slot ÷ those reaching decode): ≈ 1 in a steady state, below
-        it when a backlog builds."""
+        prefill's (the share of the prompt-token arrival rate first-served) and decode's (the share
+        of the rate of requests reaching decode that a decode slot admits), each from its backlog's
+        trend over the window (stability.py): ≈ 1 in a steady state, 1 − ε under an overload by ε.
+        The two-ends counts (served in the window ÷ arrived in it) are kept beside them."""
         srv = self.serving(lay.prefill, lay.decode, lay.n_prefill, lay.n_decode, lay.decode_batch)
         cfg = srv.cfg
         sim, _ = srv.serve(library, generate(cfg.requests, self.ctx.seed, rate=rate), f"check {rate:.3g} req/s")
@@ -128,20 +130,20 @@ class IterationOracle:
         t0, t1 = cfg.warmup_s, cfg.requests.duration_s
         w = df[df["arrival_s"] >= t0]
         ttft, tpot = w["ttft_s"].to_numpy(float), w["tpot_s"].to_numpy(float)
-        first, admitted = df["first_token_s"], df["decode_start_s"]
-        arrived = df.loc[(df["arrival_s"] >= t0) & (df["arrival_s"] < t1), "input_tokens"].sum()
-        served = df.loc[(first >= t0) & (first < t1), "input_tokens"].sum()
-        # decode: requests admitted to a decode slot in the window ÷ those whose first token (then
-        # their KV) came out in it; a full decode side admits only as sequences complete
-        decoding = df["output_tokens"] > 1
-        reached = int(((first >= t0) & (first < t1) & decoding).sum())
-        entered = int(((admitted >= t0) & (admitted < t1) & decoding).sum())
+        # prefill: prompt tokens from arrival to first token; decode: a decoding request from its
+        # first token (then its KV) to a decode slot — a full decode side admits only as sequences complete
+        dec = df[df["output_tokens"] > 1]
+        queues = {"prefill": (df["arrival_s"], df["first_token_s"], df["input_tokens"]),
+                  "decode": (dec["first_token_s"], dec["decode_start_s"], np.ones(len(dec)))}
+        fr = {}
+        for role, (enter, leave, weight) in queues.items():
+            args = (enter.to_numpy(float), np.asarray(leave, float), np.asarray(weight, float), t0, t1)
+            fr[f"{role}_served_fraction"] = served_rate_fraction(*args)
+            fr[f"{role}_window_served_fraction"] = window_served_fraction(*args)
+        both = [fr["prefill_served_fraction"], fr["decode_served_fraction"]]
         return {"ttft": ttft, "tpot": tpot, "ttft_p99_s": float(np.percentile(ttft, 99)) if len(ttft) else np.nan,
                 "tpot_p99_s": float(np.nanpercentile(tpot, 99)) if np.isfinite(tpot).any() else np.nan,
-                "prefill_served_fraction": float(served / arrived) if arrived else np.nan,
-                "decode_served_fraction": entered / reached if reached else np.nan,
-                "served_fraction": float(np.nanmin([served / arrived if arrived else np.nan,
-                                                    entered / reached if reached else np.nan])),
+                **fr, "served_fraction": float(np.nanmin(both)) if np.isfinite(both).any() else np.nan,
                 **self._prefill_gap(library, lay, sim.iteration_frame(), w, t0, t1)}
 
     def _prefill_gap(self, library: str, lay: Layout, it: pd.DataFrame, req: pd.DataFrame, t0: float,

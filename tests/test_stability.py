@@ -1,0 +1,77 @@
+"""Whether a served run keeps up (workloads/llm_infer/stability.py): the backlog's trend gives the
+served share of the arrival rate — 1 in a steady state, 1 − ε under an overload by ε — and a burst
+at the window's end moves it by 6·h·d ÷ T² where the two-ends count moves by h ÷ T."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workloads.llm_infer.stability import backlog, served_rate_fraction, window_served_fraction
+
+T0, T1, RATE = 10.0, 70.0, 20.0  # a 60 s window at 20 items/s
+
+
+def steady(delay: float = 1.3) -> tuple[np.ndarray, np.ndarray]:
+    enter = np.arange(0.0, T1 + 20, 1 / RATE)
+    return enter, enter + delay
+
+
+def test_steady_state_serves_the_whole_rate_whatever_the_delay() -> None:
+    for delay in (0.2, 1.3, 9.0):
+        enter, leave = steady(delay)
+        assert served_rate_fraction(enter, leave, np.ones_like(enter), T0, T1) == pytest.approx(1.0, abs=2e-3)
+
+
+@pytest.mark.parametrize("eps", [0.02, 0.05, 0.1, 0.3])
+def test_an_overload_by_eps_serves_one_minus_eps(eps: float) -> None:
+    """FIFO service at (1 − ε) of the arrival rate from t = 0: the backlog grows at ε·λ."""
+    enter = np.arange(0.0, T1 + 20, 1 / RATE)
+    leave = 0.5 + np.arange(len(enter)) / (RATE * (1 - eps))
+    w = np.ones_like(enter)
+    assert served_rate_fraction(enter, leave, w, T0, T1) == pytest.approx(1 - eps, abs=3e-3)
+    # never-served items (NaN leave) count in the backlog
+    cut = leave > 40.0
+    leave_nan = np.where(cut, np.nan, leave)
+    assert served_rate_fraction(enter, leave_nan, w, T0, T1) < 1 - eps
+
+
+def test_a_burst_at_the_end_barely_moves_the_trend_but_fails_the_two_ends_count() -> None:
+    """Steady traffic plus a burst of h items (6 % of the window's) arriving 1 s before its end and
+    served 1.5 s later: the two ends read 1 − h ÷ A < 0.95, the trend 1 − 6·h·d·(T − d)/(T³) ÷ (A ÷ T)."""
+    enter, leave = steady(0.5)
+    h, d, t = 0.06 * RATE * (T1 - T0), 1.0, T1 - T0
+    enter = np.concatenate([enter, [T1 - d]])
+    leave = np.concatenate([leave, [T1 - d + 1.5]])
+    w = np.concatenate([np.ones(len(enter) - 1), [h]])
+    arrived = RATE * t + h
+    assert window_served_fraction(enter, leave, w, T0, T1) == pytest.approx(1 - h / arrived, abs=2e-3)
+    assert window_served_fraction(enter, leave, w, T0, T1) < 0.95
+    trend = served_rate_fraction(enter, leave, w, T0, T1)
+    expect = 1 - 6 * h * d * (t - d) / t**3 / (arrived / t)
+    assert trend == pytest.approx(expect, abs=3e-3) and trend > 0.99
+
+
+def test_a_backlog_draining_from_before_the_window_reads_above_one() -> None:
+    enter, leave = steady(0.5)
+    extra = np.full(200, 5.0)  # 200 items queued at t = 5 s, served through the window at 4 /s
+    enter = np.concatenate([enter, extra])
+    leave = np.concatenate([leave, 5.0 + np.arange(1, 201) / 4.0])
+    assert served_rate_fraction(enter, leave, np.ones_like(enter), T0, T1) > 1.05
+
+
+def test_nothing_arriving_is_nan() -> None:
+    assert np.isnan(served_rate_fraction(np.array([1.0]), np.array([2.0]), np.ones(1), T0, T1))
+
+
+@given(st.lists(st.tuples(st.floats(0, 50), st.floats(0, 10), st.booleans(), st.integers(1, 9)), min_size=1, max_size=40),
+       st.lists(st.floats(0, 60), min_size=1, max_size=10))
+def test_backlog_counts_what_entered_and_has_not_left(items: list, times: list) -> None:
+    enter = np.array([a for a, _, _, _ in items])
+    leave = np.array([a + s if done else np.nan for a, s, done, _ in items])
+    w = np.array([x for *_, x in items], float)
+    t = np.array(times)
+    brute = [sum(wi for e, lv, wi in zip(enter, leave, w, strict=True) if e <= tt and not (lv <= tt)) for tt in t]
+    assert backlog(enter, leave, w, t) == pytest.approx(brute)
