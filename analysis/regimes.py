@@ -75,13 +75,25 @@ def trace_label(row: pd.Series) -> str:
 
 
 first = runs.summary.groupby("run", sort=False).first()
-label = {run: trace_label(row) for run, row in first.iterrows()}
-base = {run: row["baseline"] for run, row in first.iterrows()}
 scale = extra_table(runs, "slo_scale")
+# each row names its die budget: traces too small for a rate near 192 dies' capacity are searched on fewer
+dies = scale.groupby("run")["die_budget"].first() if len(scale) else pd.Series(dtype=float)
+label = {run: trace_label(row) + (f" · {int(dies[run])} dies" if run in dies else "") for run, row in first.iterrows()}
+base = {run: row["baseline"] for run, row in first.iterrows()}
 checks = extra_table(runs, "checks")
 print("runs:", sorted(set(label.values())))
 
 # %% goodput ratio over trace × SLO scale (each library at its own best layout)
+def resolved(piv: pd.DataFrame, upper: pd.DataFrame | None, lib: str, b: str, k: float) -> bool:
+    """Whether the two goodputs' brackets [goodput, lowest served rate missing) are disjoint."""
+    if upper is None:
+        return True
+
+    def top(x: str) -> float:
+        return float(upper.loc[k, x]) if np.isfinite(upper.loc[k, x]) else np.inf
+    return bool(piv.loc[k, lib] >= top(b) or piv.loc[k, b] >= top(lib))
+
+
 rows = []
 for run, sc in scale.groupby("run"):
     # a run without serving checks (search.serve_check=false) has the analytic capacities only: its
@@ -89,13 +101,19 @@ for run, sc in scale.groupby("run"):
     served = "goodput_req_per_s" in sc and sc["goodput_req_per_s"].notna().any()
     piv = sc.pivot_table(index="slo_scale", columns="library",
                          values="goodput_req_per_s" if served else "analytic_capacity_req_per_s")
+    # the bisection brackets each goodput in [goodput, the lowest served rate missing the SLO): a ratio
+    # whose two brackets overlap is not resolved by the runs (marked ≈; rate_tolerance narrows them)
+    upper = (sc.pivot_table(index="slo_scale", columns="library", values="goodput_upper_req_per_s", dropna=False)
+             if served and "goodput_upper_req_per_s" in sc else None)
+
     b = base[run]
     rows += [{"trace": label[run] + ("" if served else " (analytic)"), "library": lib, "slo_scale": k,
-              "ratio": v / piv.loc[k, b] if piv.loc[k, b] > 0 else np.nan}
+              "ratio": v / piv.loc[k, b] if piv.loc[k, b] > 0 else np.nan, "resolved": resolved(piv, upper, lib, b, k)}
              for lib in piv.columns if lib != b for k, v in piv[lib].items()]
-good = pd.DataFrame(rows, columns=["trace", "library", "slo_scale", "ratio"])
-print("goodput at best layout, library ÷ baseline:")
-print(good.pivot_table(index="trace", columns="slo_scale", values="ratio").round(3) if len(good) else "none")
+good = pd.DataFrame(rows, columns=["trace", "library", "slo_scale", "ratio", "resolved"])
+print("goodput at best layout, library ÷ baseline (≈: inside the bisection's brackets):")
+print(good.assign(cell=[f"{'≈' if not ok else ''}{v:.3f}" for v, ok in zip(good["ratio"], good["resolved"], strict=True)])
+      .pivot_table(index="trace", columns="slo_scale", values="cell", aggfunc="first") if len(good) else "none")
 
 # %% P99 TTFT / TPOT ratio of the configured layout over trace × offered rate
 # offered rate ÷ the baseline's goodput on the layout (its measured capacity under the SLO): the
@@ -158,12 +176,16 @@ def heat(ax, df: pd.DataFrame, col: str, title: str, fmt: str, lower_better: boo
     rows = df["trace"] + (" · " + df["library"] if df["library"].nunique() > 1 else "")
     p = df.assign(row=rows).pivot_table(index="row", columns=col, values="ratio", dropna=False,
                                         aggfunc=_one)
+    ok = (df.assign(row=rows).pivot_table(index="row", columns=col, values="resolved", dropna=False,
+                                          aggfunc="all").reindex_like(p).fillna(True)
+          if "resolved" in df else p.notna() | p.isna())
     im = ax.imshow(p.to_numpy(dtype=float), cmap="RdBu_r" if lower_better else "RdBu", vmin=0.7, vmax=1.3,
                    aspect="auto")
     ax.set_xticks(range(len(p.columns)), [fmt.format(c) for c in p.columns])
     ax.set_yticks(range(len(p.index)), p.index)
     for (i, j), v in np.ndenumerate(p.to_numpy(dtype=float)):
-        ax.text(j, i, "–" if np.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=9)
+        mark = "" if bool(ok.iloc[i, j]) else "≈"
+        ax.text(j, i, "–" if np.isnan(v) else f"{mark}{v:.2f}", ha="center", va="center", fontsize=9)
     ax.set_title(title)
     ax.set_xlabel("offered rate ÷ baseline's goodput" if col == "load" else col.replace("_", " "))
     fig.colorbar(im, ax=ax, shrink=0.8)
@@ -171,7 +193,7 @@ def heat(ax, df: pd.DataFrame, col: str, title: str, fmt: str, lower_better: boo
 
 libs = sorted(set(good["library"]) | set(lat["library"])) or ["library"]
 lib = libs[0] if len(libs) == 1 else "library"  # several: each row names its library
-heat(axes[0], good, "slo_scale", f"goodput at each one's best layout\n{lib} ÷ baseline (>1: {lib} better)",
+heat(axes[0], good, "slo_scale", f"goodput at each one's best layout\n{lib} ÷ baseline (>1: {lib} better; ≈ unresolved)",
      "SLO ×{:g}", False)
 heat(axes[1], fixed_ratio, "layout", "goodput at the\nconfigured layout", "{}", False)
 heat(axes[2], lat[lat["metric"] == "ttft_p99_s"], "load", "P99 TTFT, configured layout\n(<1: better)",

@@ -30,6 +30,7 @@ from workloads.llm_infer.search import (
     PrefillRole,
     Slo,
     decode_capacity,
+    first_miss,
     goodput_bisect,
     goodput_on_grid,
     prefill_capacity,
@@ -128,6 +129,8 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
                                # not bisected at this scale (scale_checks=false): a lower bound
                                "lower_bound": not (sc.scale_checks or k == 1.0),
                                "goodput_req_per_s_per_die": g[0] / budget, "layout": g[1], "capped": g[2],
+                               # the goodput is in [goodput, this): ratios inside the brackets are unresolved
+                               "goodput_upper_req_per_s": g[3],
                                "analytic_best": by_scale[k].best.label() if by_scale[k].best else "",
                                "analytic_capacity_req_per_s": by_scale[k].best.capacity if by_scale[k].best else 0.0})
             if k == 1.0:
@@ -144,11 +147,13 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
             m.update({"fixed_layout_goodput_req_per_s": gf, "fixed_layout_goodput_per_die": gf / fixed.dies,
                       "fixed_layout_capped": float(capped), "fixed_layout_analytic_req_per_s": fixed.capacity})
         metrics[library] = m
+        row1 = scale_rows[-len(scales) + scales.index(1.0)]
+        upper = row1["goodput_upper_req_per_s"]
         notes.append(f"{library}: {int(m['candidates'])} candidate layouts priced in {t_search:.1f} s "
                      f"({t_search / max(m['candidates'], 1) * 1e3:.2f} ms each, {int(m['iteration_traces_simulated'])} "
                      f"iteration traces); {len(checks.layouts)} layouts served at {checks.served} rates in {t_check:.1f} s; "
-                     f"best: {scale_rows[-len(scales) + scales.index(1.0)]['layout'] or '—'} at {m['goodput_req_per_s']:.3g} req/s "
-                     f"({'capped' if m['goodput_capped'] else 'not capped'})")
+                     f"best: {row1['layout'] or '—'} at {m['goodput_req_per_s']:.4g} req/s "
+                     f"({'capped' if m['goodput_capped'] else f'{upper:.4g} req/s misses'})")
     notes.insert(0, f"SLO class '{cls}': P{sc.attainment * 100:g} attainment of TTFT ≤ {ttft:g} s and TPOT ≤ "
                     f"{tpot * 1e3:g} ms (docs/sources.md 'Serving SLOs'); die budget {budget}")
     keys = ["goodput_req_per_s", "goodput_per_die", "analytic_capacity_req_per_s", "fixed_layout_goodput_req_per_s",
@@ -257,13 +262,16 @@ class Checks:
             best, ratio = max(best, g), max(ratio, g / lay.capacity if lay.capacity > 0 else 1.0)
 
 
-def _goodput(checks: Checks, finalists: dict[str, Layout], slo: Slo) -> tuple[float, str, bool]:
-    """The best finalist's goodput on its served rates at `slo` (ties: the first, best analytic)."""
-    best = (0.0, "", False)
+def _goodput(checks: Checks, finalists: dict[str, Layout], slo: Slo) -> tuple[float, str, bool, float]:
+    """The best finalist's goodput on its served rates at `slo` (ties: the first, best analytic),
+    and the top of its bracket: the lowest served rate of that layout missing the SLO (NaN: none)."""
+    best = (0.0, "", False, np.nan)
     for name, lay in finalists.items():
-        g, capped = goodput_on_grid(checks.frames(name), slo)
+        frames = checks.frames(name)
+        g, capped = goodput_on_grid(frames, slo)
         if g > best[0]:
-            best = (g, lay.label(), capped)
+            miss = first_miss(frames, slo)
+            best = (g, lay.label(), capped, np.nan if miss is None else miss)
     return best
 
 

@@ -261,17 +261,18 @@ def attainment(ttft: np.ndarray, tpot: np.ndarray, slo: Slo) -> float:
     return float(np.mean(ok))
 
 
+def first_miss(frames: dict[float, tuple[np.ndarray, np.ndarray]], slo: Slo) -> float | None:
+    """The lowest served rate missing the attainment target (None: every served rate meets it)."""
+    return next((r for r in sorted(frames) if attainment(*frames[r], slo) < slo.attainment), None)
+
+
 def goodput_on_grid(frames: dict[float, tuple[np.ndarray, np.ndarray]], slo: Slo) -> tuple[float, bool]:
     """DistServe's goodput on the served rates: the highest rate r such that every served rate up to
     r reaches the attainment target (a lucky rate above a miss does not count). Returns it and
-    whether the top served rate met it (capped: the true goodput may be higher)."""
-    good = 0.0
-    rates = sorted(frames)
-    for r in rates:
-        if attainment(*frames[r], slo) < slo.attainment:
-            return good, False
-        good = r
-    return good, True
+    whether the top served rate met it (capped: the true goodput may be higher). The goodput lies in
+    [it, first_miss): the bisection's bracket."""
+    miss = first_miss(frames, slo)
+    return max((r for r in frames if miss is None or r < miss), default=0.0), miss is None
 
 
 @dataclass(frozen=True)
