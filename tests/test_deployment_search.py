@@ -23,6 +23,7 @@ from workloads.llm_infer.search import (
     Slo,
     attainment,
     decode_capacity,
+    first_miss,
     goodput_bisect,
     goodput_on_grid,
     search,
@@ -105,6 +106,9 @@ def test_goodput_on_grid_stops_at_the_first_miss() -> None:
     ok, bad = (np.zeros(10), np.zeros(10)), (np.full(10, 9.0), np.zeros(10))
     assert goodput_on_grid({1.0: ok, 2.0: bad, 3.0: ok}, Slo(1.0, 1.0)) == (1.0, False)
     assert goodput_on_grid({1.0: ok, 2.0: ok}, Slo(1.0, 1.0)) == (2.0, True)  # capped: top rate met
+    # the bracket's top: the lowest miss, not a later lucky rate; none when every rate met
+    assert first_miss({1.0: ok, 3.0: bad, 2.0: bad, 4.0: ok}, Slo(1.0, 1.0)) == 2.0
+    assert first_miss({1.0: ok, 2.0: ok}, Slo(1.0, 1.0)) is None
     assert attainment(np.array([0.5, 2.0]), np.array([np.nan, 0.1]), Slo(1.0, 1.0)) == 0.5
 
 
