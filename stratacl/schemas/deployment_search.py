@@ -47,9 +47,10 @@ class SearchConfig:
     # rates served for scale 1 only — a lower bound on their goodput, `capped` where the top rate met)
     scale_checks: bool = True
     # a served rate counts only if the run keeps up with it: it serves at least this share of the
-    # arrival rate — of prompt tokens in prefill, of requests in decode — read from the backlog's
-    # least-squares trend over the measured window (llm_infer/stability.py; robust to a burst at the
-    # window's end, which the two-ends count is not). A finite window hides a slow overload (a backlog
+    # arrival rate — of prompt tokens in prefill, of requests in decode — read from the rise of the
+    # backlog's floor from the window's first third to its last (llm_infer/stability.py; a burst at
+    # the window's end does not move it, the two-ends count it replaced reads it as a shortfall).
+    # A finite window hides a slow overload (a backlog
     # growing at ε of the rate adds ε·t of TTFT: a 15 s TTFT SLO misses only from t ≈ 15/ε s), and a
     # steady-state attainment of an overloaded system is 0 (ASSUMPTION: 0.95, a backlog growing at
     # under 5 % of the rate is taken as noise of a finite window; knob)
