@@ -153,7 +153,7 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
                      f"({t_search / max(m['candidates'], 1) * 1e3:.2f} ms each, {int(m['iteration_traces_simulated'])} "
                      f"iteration traces); {len(checks.layouts)} layouts served at {checks.served} rates in {t_check:.1f} s; "
                      f"best: {row1['layout'] or '—'} at {m['goodput_req_per_s']:.4g} req/s "
-                     f"({'capped' if m['goodput_capped'] else f'{upper:.4g} req/s misses'})")
+                     f"({'capped' if m['goodput_capped'] else f'{upper:.4g} req/s misses' if upper > 0 else 'no served rate meets it'})")
     notes.insert(0, f"SLO class '{cls}': P{sc.attainment * 100:g} attainment of TTFT ≤ {ttft:g} s and TPOT ≤ "
                     f"{tpot * 1e3:g} ms (docs/sources.md 'Serving SLOs'); die budget {budget}")
     keys = ["goodput_req_per_s", "goodput_per_die", "analytic_capacity_req_per_s", "fixed_layout_goodput_req_per_s",
