@@ -579,8 +579,16 @@ def selected_libraries(cfg: DictConfig) -> list[str]:
     """The libraries a composed config selects. An experiment may set knobs of the libraries it
     selects (`library: {hccl: {plane: nvlink}}`); when the user picks a subset (`library=[...]`),
     those lines alone would create the others from schema defaults. Every preset in conf/library
-    has a description (tests/test_config_validation.py), so an entry without one was composed from
-    no preset: it is not selected."""
+    has a description, so an entry without one was composed from no preset: it is not selected.
+
+    Coupling: this reads a preset's `description` as "a preset composed me". It holds while every
+    preset has one (tests/test_llm_train_deepseek.py) and no experiment sets a description; tests/
+    test_config_validation.py checks every experiment's library knobs against it. Hydra keeps no
+    record of a list-valued group choice (`hydra.runtime.choices` lacks `library` for
+    `library=[...]` and `override /library: [...]`). Reading the selection from the defaults list
+    (`ConfigLoader.compute_defaults_list`) costs a second defaults-tree pass, about half a
+    composition, needs an initialised GlobalHydra and the overrides at every `to_object` caller,
+    and still drops entries after composition: the marker is kept."""
     return [name for name, lib in cfg.library.items() if lib.get("description")]
 
 

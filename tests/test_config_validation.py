@@ -212,6 +212,33 @@ def test_a_tier_on_nvlink_loads_the_nvlink_ports(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- ConfigError
 
 
+def _experiment_library_knobs() -> dict[str, dict[str, dict]]:
+    """Experiments whose body sets knobs of libraries (`library: {name: {...}}`), with those knobs."""
+    import yaml
+
+    bodies = {p.stem: yaml.safe_load(p.read_text()) or {} for p in sorted((ROOT / "conf" / "experiment").glob("*.yaml"))}
+    return {name: b["library"] for name, b in bodies.items() if isinstance(b.get("library"), dict)}
+
+
+@pytest.mark.parametrize("experiment, knobs", sorted(_experiment_library_knobs().items()))
+def test_an_experiments_library_knobs_create_no_library(experiment: str, knobs: dict[str, dict]) -> None:
+    """config.selected_libraries: the knobs an experiment sets apply to the libraries its defaults
+    list selects (a knob naming another would be dropped silently: none does) and never set the
+    `description` marker; when the user picks one of them, the others' knobs compose no library."""
+    names = list(knobs)
+    assert not any("description" in k for k in knobs.values()), experiment
+    selected = list(compose_run([f"+experiment={experiment}"]).library)
+    assert set(names) <= set(selected), f"{experiment} sets knobs of unselected {set(names) - set(selected)}"
+    for name in names:
+        cfg = compose_run([f"+experiment={experiment}", f"library=[{name}]", f"baseline={name}"])
+        assert list(cfg.library) == [name], (experiment, name)
+    assert list(compose_run(["+library@library.nccl=nccl"]).library) == ["hccl", "stratacl", "nccl"]
+
+
+def test_some_experiment_sets_library_knobs() -> None:
+    assert {"core_spread", "llm_train_deepseek_v3"} <= set(_experiment_library_knobs())  # the test above runs
+
+
 def test_config_error_survives_recreation_and_pickling() -> None:
     e = ConfigError("library.hccl.launch_us", "must be ≥ 0", "use 5.0")
     for again in (type(e)(*e.args), pickle.loads(pickle.dumps(e))):

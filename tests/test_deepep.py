@@ -150,6 +150,26 @@ def test_notify_is_two_hops_after_the_layout_kernel(h800: Fabric, routed: np.nda
     assert sum(w.wire_bytes for w in wires) > 0
 
 
+def test_notify_forwards_exactly_where_the_dispatch_does(h800: Fabric, routed: np.ndarray) -> None:
+    """The two-hop notify (two launches: layout kernel, notify kernel) runs for an HT op on a group
+    filling several nodes in equal contiguous blocks, with (token, node) counts; its decision does
+    not depend on the payload bytes (an op priced without them still notifies in two hops)."""
+    lib = make_library(h800, "deepep")
+    peer = tuple((copies_matrix(routed * (EXPERTS // EP), EP, EXPERTS, per_expert=False) * FP8).ravel())
+    gt = tuple(group_tokens(routed, EP))
+    ht = ("ht", FP8, EXPERTS // EP, TOP_K, gt)
+    half = tuple(range(2 * G))  # two nodes, with its own counts
+    ht_half = ("ht", FP8, EXPERTS // EP, TOP_K, tuple(group_tokens(routed[:2 * G] % (2 * G), 2 * G)))
+    cases = [(tuple(range(EP)), peer, ht, True), (tuple(range(EP)), (), ht, True), (half, (), ht_half, True),
+             (tuple(range(G)), (), ht, False),  # inside one node: the intranode kernels
+             (tuple(range(G + G // 2)), (), ht, False),  # 8 + 4 GPUs: unequal blocks
+             (tuple(range(EP)), peer, ("ll", *ht[1:]), False),  # LL mode
+             (tuple(range(EP)), peer, ht[:4], False)]  # no (token, node) counts
+    for group, pb, moe, two_hop in cases:
+        kinds = [p.category for p in lib.ht_path.notify(lib, group, pb, moe, None)]
+        assert (kinds.count("launch") == 2) is two_hop, (len(group), len(pb), moe[0], len(moe))
+
+
 def test_group_tokens_count_distinct_blocks(routed: np.ndarray) -> None:
     gt = group_tokens(routed, EP)
     off = 0

@@ -54,6 +54,8 @@ def test_bytes_fetched_equal_misses_times_row_bytes() -> None:
     expected = missed = 0.0
     for d in range(32):
         model = CacheModel(setup.segments[d], float(lr.memory.cache_bytes[d]), s)
+        # the run's per-die hit rate is the tests' die_hit_rate: one formula
+        assert lr.hit_rate[d] == die_hit_rate(setup.segments[d], float(lr.memory.cache_bytes[d]), s)
         for tf in setup.traffic:
             expected += float(model.unique_misses(tf.lookups[d]).sum())
             missed += float((tf.lookups[d] * (1 - model.hit)).sum())
@@ -154,6 +156,26 @@ def test_tables_live_in_the_fabric_host_dram() -> None:
         prepare(cfg.workload, fab, 0)
     cfg.workload.host_dram_GB_per_die = 400.0  # the knob overrides the fabric's
     prepare(cfg.workload, fab, 0)
+
+
+@pytest.mark.parametrize("cached", [0, 7, 120, 349])
+def test_die_hit_rate_weights_the_cached_rows_by_lookups(cached: int) -> None:
+    """LFU, row by row with numpy: the cache holds the rows with the highest lookup rate per byte
+    (a segment without lookups holds none); the die's hit rate is the lookups they serve over all
+    lookups. LRU: the segments' Che rates weighted by lookups. No lookups at all: 1."""
+    segs, s = [Segment(300, 516.0, 1e3), Segment(50, 132.0, 5e3), Segment(200, 68.0, 0.0)], 1.1
+    lam = np.array([g.lookups for g in segs])
+    p = [np.arange(1, g.rows + 1, dtype=float) ** -s for g in segs]
+    share = np.concatenate([lam[j] * p[j] / p[j].sum() for j in range(len(segs))])  # lookups per row
+    rb = np.concatenate([np.full(len(p[j]), segs[j].row_bytes) for j in range(len(segs))])
+    top = np.argsort(-share / rb, kind="stable")[:cached]
+    assert cached == 0 or share[top[-1]] > 0
+    want = share[top].sum() / lam.sum()
+    assert die_hit_rate(segs, float(rb[top].sum()), s, "lfu") == pytest.approx(want, rel=1e-9, abs=1e-12)
+    c = float(rb[top].sum()) + 1e3
+    lru = lru_hit_rates(segs, c, s)
+    assert die_hit_rate(segs, c, s, "lru") == pytest.approx(float((lru * lam).sum() / lam.sum()), rel=1e-12)
+    assert die_hit_rate([Segment(10, 4.0, 0.0)], 0.0, s) == die_hit_rate([], 0.0, s) == 1.0
 
 
 segments = st.lists(st.builds(Segment, rows=st.floats(1, 1e10), row_bytes=st.sampled_from([132.0, 516.0, 68.0]),

@@ -115,6 +115,7 @@ def test_bottom_mlp_cost_matches_modelcost_piece() -> None:
     (["workload.total_table_TiB=40"], "workload.total_table_TiB"),  # more tables than memory
     (["workload.runtime_reserve_GB=70"], "workload.runtime_reserve_GB"),
     (["workload.skew_top_fraction=0.1", "workload.skew_top_share=0.5"], "workload.skew_top_share"),  # < uniform's
+    (["workload.skew_rows=[]"], "workload.skew_rows"),  # no rows to rank
 ])  # an unknown sharding fails at compose time: tests/test_config_validation.py
 def test_bad_sharding_fails_clearly(override: list[str], field: str) -> None:
     cfg = cfg_of(*override)

@@ -169,7 +169,8 @@ class NodeForwardHt(FlatHt):
     def notify(self, model: HtModel, group: tuple[int, ...], peer_bytes: tuple[float, ...], moe: tuple,
                cores: int | None) -> list[Phase]:
         n = len(group)
-        g = self.node_flows(model, "dispatch", group, peer_bytes, moe)[0]
+        # node_flows' conditions for forwarding, without building its n×n matrix
+        g = node_size(model.fabric, group) if moe and moe[0] == "ht" else 0
         if not (2 <= g < n and len(moe) > 4 and moe[4]):
             return super().notify(model, group, peer_bytes, moe, cores)
         tokens = float(block_tokens(moe[4], n, n).max())  # routed tokens of the busiest rank

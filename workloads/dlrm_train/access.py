@@ -18,24 +18,23 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import numpy as np
-
 from stratacl.errors import ConfigError
 from stratacl.schemas.dlrm_train import DlrmTrainConfig
 
-from .cache import Segment, cached_rows, harmonic
+from .cache import Segment, hit_rates
 
 
 def top_share(rows: tuple[int, ...], fraction: float, s: float) -> float:
     """Share of all lookups (one per table per sample) that the hottest `fraction` of all rows get."""
-    n = np.asarray(rows, dtype=float)
-    m = cached_rows([Segment(r, 1.0, 1.0) for r in n], fraction * float(n.sum()), s)
-    return float((harmonic(m, s) / harmonic(n, s)).mean())
+    return float(hit_rates([Segment(r, 1.0, 1.0) for r in rows], fraction * float(sum(rows)), s, "lfu").mean())
 
 
 @lru_cache(maxsize=16)
 def zipf_from_top_share(rows: tuple[int, ...], fraction: float, share: float) -> float:
     """The Zipf exponent at which the hottest `fraction` of the rows get `share` of the lookups."""
+    if not rows:  # no rows: no share to match (top_share would be the mean of nothing)
+        raise ConfigError("workload.skew_rows", "is empty", "list the tables' row counts, or set workload.zipf_exponent")
+
     def f(s: float) -> float:
         return top_share(rows, fraction, s) - share
 

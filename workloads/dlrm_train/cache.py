@@ -157,10 +157,8 @@ def _lfu_hits(n: np.ndarray, s: float, m: np.ndarray) -> np.ndarray:
 
 
 def die_hit_rate(segments: list[Segment], cache_bytes: float, s: float, policy: str = "lru") -> float:
-    lam = np.array([g.lookups for g in segments], dtype=float)
-    if not lam.sum():
-        return 1.0
-    return float((hit_rates(segments, cache_bytes, s, policy) * lam).sum() / lam.sum())
+    """The die's hit rate per lookup (`CacheModel.die_hit`)."""
+    return CacheModel(segments, cache_bytes, s, policy).die_hit
 
 
 class CacheModel:
@@ -177,6 +175,7 @@ class CacheModel:
 
     def __init__(self, segments: list[Segment], cache_bytes: float, s: float, policy: str = "lru") -> None:
         self.n = np.array([g.rows for g in segments], dtype=float)
+        self.lookups = np.array([g.lookups for g in segments], dtype=float)
         self.s = s
         self.a = self.m = None
         if policy == "lru":
@@ -188,6 +187,12 @@ class CacheModel:
         # from the solve above (hit_rates would solve the cache again)
         self.hit = np.ones(len(segments)) if self.resident else \
             (_lru_hits(self.n, s, self.a) if policy == "lru" else _lfu_hits(self.n, s, self.m))
+
+    @property
+    def die_hit(self) -> float:
+        """The die's hit rate per lookup: its segments' rates weighted by their lookups (1 with none)."""
+        total = self.lookups.sum()
+        return float((self.hit * self.lookups).sum() / total) if total else 1.0
 
     def unique_misses(self, lookups: np.ndarray) -> np.ndarray:
         """Expected distinct missed rows per segment for a batch with `lookups[j]` lookups of j."""

@@ -126,8 +126,7 @@ def library_run(setup: Setup, library: Library, seed: int) -> LibraryRun:
         if key not in memo:  # many dies serve identical shard sets
             memo[key] = CacheModel(segs, cache, s, str(cfg.cache_policy))
         models.append(memo[key])
-        lam = np.array([g.lookups for g in segs])
-        rate[d] = float((memo[key].hit * lam).sum() / lam.sum()) if lam.sum() else 1.0
+        rate[d] = memo[key].die_hit
         rows.append(np.array([g.row_bytes for g in segs], dtype=float))
     # each iteration's distinct missed rows per die and segment: Poisson around their expectation
     # (a sum of many independent rare row events), in iteration order from one seeded stream
