@@ -33,6 +33,7 @@ from typing import Protocol
 import numpy as np
 
 from stratacl.errors import ConfigError
+from workloads.llm_infer.prefill_context import prefill_context
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class Oracle(Protocol):
     """What the decomposition asks of the cost model (search_check.IterationOracle: the simulator;
     tests: closed forms)."""
 
-    def prefill_s(self, library: str, role: PrefillRole, tokens: int) -> float: ...
+    def prefill_s(self, library: str, role: PrefillRole, tokens: int, context: float = 0.0) -> float: ...
     def decode_s(self, library: str, role: DecodeRole, batch: int, context: float) -> float: ...
     def kv_per_die(self, library: str, role: DecodeRole) -> float: ...
     def batch_limit(self, role: DecodeRole) -> int: ...  # dispatch cap and batch cap
@@ -156,9 +157,17 @@ class Layout:
 
 
 def prefill_capacity(oracle: Oracle, library: str, role: PrefillRole, lengths: Lengths, slo: Slo) -> RoleCap:
-    t = oracle.prefill_s(library, role, role.budget)
+    """A saturated instance runs full-budget iterations whose chunks attend over their prompts'
+    earlier tokens (prefill_context.py: the serving scheduler's packing of the trace's prompts)."""
+    ctx = prefill_context(lengths.input, role.budget, role.dp)
+    t = oracle.prefill_s(library, role, role.budget, ctx)
     rate = role.dp * role.budget / t / lengths.mean_input
-    floor = np.ceil(lengths.input / role.budget) * t  # chunks of a full iteration each, no queue
+    # no queue: a prompt's n = ceil(L / B) chunks, each a full iteration whose context is the j·B
+    # tokens before it; priced on the chord from no context to ctx (attention is linear in its keys)
+    t0 = oracle.prefill_s(library, role, role.budget) if ctx > 0 else t
+    slope = (t - t0) / ctx if ctx > 0 else 0.0
+    n = np.ceil(lengths.input / role.budget)
+    floor = n * t0 + slope * role.budget * n * (n - 1) / 2
     share = float(np.mean(floor <= slo.ttft_s))
     if share < slo.attainment:  # too few prompts meet the TTFT SLO even on an idle instance
         return RoleCap(0.0, "ttft", t, ttft_floor_share=share)
