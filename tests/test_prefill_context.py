@@ -132,3 +132,23 @@ def test_ttft_floor_prices_each_chunk_at_its_own_context() -> None:
     for k, share in ((1.001, 1.0), (0.999, 0.5)):
         cap = prefill_capacity(o, "x", role, lengths, Slo(long_floor * k, 1.0, attainment=0.5))
         assert cap.ttft_floor_share == share and cap.limit == "compute"
+
+
+@pytest.mark.slow
+def test_the_served_iterations_context_is_the_decomposition_s() -> None:
+    """The serving simulator (tiny model, one P4 instance, budget 1024) with every prompt queued at
+    t = 0 behind a 1-token primer (the first iteration starts on the first arrival alone): each
+    full prefill iteration's recorded context equals the module's, iteration by iteration."""
+    from test_llm_infer import Env
+
+    from workloads.llm_infer.requests import Requests
+
+    b, n = 1024, 80
+    e = Env(prefill_token_budget=b)
+    inp = np.random.default_rng(3).integers(64, 4 * b, n)
+    sim, _ = e.serve("hccl", Requests(np.zeros(n + 1), np.r_[1, inp], np.full(n + 1, 2)))
+    it = sim.iteration_frame()
+    full = it[(it["phase"] == "prefill") & (it["min_batch_per_die"] == b)]
+    want = iteration_contexts(inp, b, e.w.layout.prefill_dp)
+    assert len(want) > 30 and len(full) == len(want)
+    np.testing.assert_allclose(full["context"].to_numpy(), want, rtol=1e-9)
