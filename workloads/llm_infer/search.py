@@ -7,8 +7,10 @@ their SLOs — reaches a target (90 % there); per die it is that rate over the d
 Method: an exact decomposition, not a black-box optimiser. Prefill and decode instances only meet
 through the request stream, so each role's capacity is a function of its own shape:
   prefill (DP = EP dies, TBO, chunked-prefill budget B): under load every die runs B tokens per
-    iteration, so an instance serves dp·B / t_prefill(B) prompt tokens/s; a prompt of L tokens
-    takes ceil(L / B) such iterations on its die even with no queue (its TTFT floor);
+    iteration, so an instance serves dp·B / t_prefill(B, c) prompt tokens/s, c the context its
+    chunks attend over (prefill_context.py: the trace's prompts packed as the scheduler packs
+    them); a prompt of L tokens takes ceil(L / B) such iterations on its die even with no queue,
+    chunk j at context j·B (its TTFT floor);
   decode (DP = EP dies, TBO, stream layout, MTP, batch cap): the largest per-die batch b whose step
     meets the TPOT SLO (TPOT = step / tokens emitted per step), no larger than the dispatch cap,
     the batch cap and the KV cache (the trace's length-biased mean reservation); an instance then
@@ -16,7 +18,8 @@ through the request stream, so each role's capacity is a function of its own sha
 Iteration times come from the run's memoised iteration model, so a role costs a handful of
 iteration traces however many layouts use it. A layout (n_p prefill × n_d decode instances
 within the die budget) then has the analytic capacity min(n_p·R_p, n_d·R_d), an upper bound on its
-goodput (queueing is left out); the split is enumerated exactly. The top layouts by that bound
+goodput when no prompt reuses a cached prefix (queueing is left out; a prefix hit saves prefill
+work the decomposition prices); the split is enumerated exactly. The top layouts by that bound
 (the finalists) are checked by serving the trace at a grid of rates (search_check.py), which
 gives the goodput. Optuna through Hydra's sweeper would treat each layout as a black box at the
 price of a serving run per trial; the decomposition prices ~10^4 layouts for the cost of the
@@ -142,7 +145,7 @@ class Layout:
     decode: DecodeRole
     n_prefill: int
     n_decode: int
-    capacity: float  # analytic: min of the roles' capacities (req/s), an upper bound on goodput
+    capacity: float  # analytic: min of the roles' capacities (req/s), an upper bound on goodput without prefix reuse
     bound: str  # which role binds
     # the batch cap the operator sets (decode.max_batch, or with 0 the TPOT-feasible batch: a
     # scheduler left to fill the KV cache would run past the TPOT SLO)
