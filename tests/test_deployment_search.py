@@ -39,7 +39,7 @@ class ClosedForm:
 
     eff = {4: 1.0, 8: 0.9}
 
-    def prefill_s(self, library: str, role: PrefillRole, tokens: int) -> float:
+    def prefill_s(self, library: str, role: PrefillRole, tokens: int, context: float = 0.0) -> float:
         return tokens / (1000.0 * self.eff[role.dp])
 
     def decode_s(self, library: str, role: DecodeRole, batch: int, context: float) -> float:

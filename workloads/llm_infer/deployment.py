@@ -305,8 +305,8 @@ class RunOracle:
     def __init__(self, serving: Serving) -> None:
         self.s = serving
 
-    def prefill_s(self, library: str, role: PrefillRole, tokens: int) -> float:
-        return self.s.iters.prefill(library, tokens).time_s
+    def prefill_s(self, library: str, role: PrefillRole, tokens: int, context: float = 0.0) -> float:
+        return self.s.iters.prefill(library, tokens, context=context).time_s
 
     def decode_s(self, library: str, role: DecodeRole, batch: int, context: float) -> float:
         return self.s.iters.decode(library, batch, context).time_s

@@ -7,8 +7,10 @@ their SLOs — reaches a target (90 % there); per die it is that rate over the d
 Method: an exact decomposition, not a black-box optimiser. Prefill and decode instances only meet
 through the request stream, so each role's capacity is a function of its own shape:
   prefill (DP = EP dies, TBO, chunked-prefill budget B): under load every die runs B tokens per
-    iteration, so an instance serves dp·B / t_prefill(B) prompt tokens/s; a prompt of L tokens
-    takes ceil(L / B) such iterations on its die even with no queue (its TTFT floor);
+    iteration, so an instance serves dp·B / t_prefill(B, c) prompt tokens/s, c the context its
+    chunks attend over (prefill_context.py: the trace's prompts packed as the scheduler packs
+    them); a prompt of L tokens takes ceil(L / B) such iterations on its die even with no queue,
+    chunk j at context j·B (its TTFT floor);
   decode (DP = EP dies, TBO, stream layout, MTP, batch cap): the largest per-die batch b whose step
     meets the TPOT SLO (TPOT = step / tokens emitted per step), no larger than the dispatch cap,
     the batch cap and the KV cache (the trace's length-biased mean reservation); an instance then
@@ -16,7 +18,8 @@ through the request stream, so each role's capacity is a function of its own sha
 Iteration times come from the run's memoised iteration model, so a role costs a handful of
 iteration traces however many layouts use it. A layout (n_p prefill × n_d decode instances
 within the die budget) then has the analytic capacity min(n_p·R_p, n_d·R_d), an upper bound on its
-goodput (queueing is left out); the split is enumerated exactly. The top layouts by that bound
+goodput when no prompt reuses a cached prefix (queueing is left out; a prefix hit saves prefill
+work the decomposition prices); the split is enumerated exactly. The top layouts by that bound
 (the finalists) are checked by serving the trace at a grid of rates (search_check.py), which
 gives the goodput. Optuna through Hydra's sweeper would treat each layout as a black box at the
 price of a serving run per trial; the decomposition prices ~10^4 layouts for the cost of the
@@ -33,6 +36,7 @@ from typing import Protocol
 import numpy as np
 
 from stratacl.errors import ConfigError
+from workloads.llm_infer.prefill_context import prefill_context
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ class Oracle(Protocol):
     """What the decomposition asks of the cost model (search_check.IterationOracle: the simulator;
     tests: closed forms)."""
 
-    def prefill_s(self, library: str, role: PrefillRole, tokens: int) -> float: ...
+    def prefill_s(self, library: str, role: PrefillRole, tokens: int, context: float = 0.0) -> float: ...
     def decode_s(self, library: str, role: DecodeRole, batch: int, context: float) -> float: ...
     def kv_per_die(self, library: str, role: DecodeRole) -> float: ...
     def batch_limit(self, role: DecodeRole) -> int: ...  # dispatch cap and batch cap
@@ -141,7 +145,7 @@ class Layout:
     decode: DecodeRole
     n_prefill: int
     n_decode: int
-    capacity: float  # analytic: min of the roles' capacities (req/s), an upper bound on goodput
+    capacity: float  # analytic: min of the roles' capacities (req/s), an upper bound on goodput without prefix reuse
     bound: str  # which role binds
     # the batch cap the operator sets (decode.max_batch, or with 0 the TPOT-feasible batch: a
     # scheduler left to fill the KV cache would run past the TPOT SLO)
@@ -156,9 +160,17 @@ class Layout:
 
 
 def prefill_capacity(oracle: Oracle, library: str, role: PrefillRole, lengths: Lengths, slo: Slo) -> RoleCap:
-    t = oracle.prefill_s(library, role, role.budget)
+    """A saturated instance runs full-budget iterations whose chunks attend over their prompts'
+    earlier tokens (prefill_context.py: the serving scheduler's packing of the trace's prompts)."""
+    ctx = prefill_context(lengths.input, role.budget, role.dp)
+    t = oracle.prefill_s(library, role, role.budget, ctx)
     rate = role.dp * role.budget / t / lengths.mean_input
-    floor = np.ceil(lengths.input / role.budget) * t  # chunks of a full iteration each, no queue
+    # no queue: a prompt's n = ceil(L / B) chunks, each a full iteration whose context is the j·B
+    # tokens before it; priced on the chord from no context to ctx (attention is linear in its keys)
+    t0 = oracle.prefill_s(library, role, role.budget) if ctx > 0 else t
+    slope = (t - t0) / ctx if ctx > 0 else 0.0
+    n = np.ceil(lengths.input / role.budget)
+    floor = n * t0 + slope * role.budget * n * (n - 1) / 2
     share = float(np.mean(floor <= slo.ttft_s))
     if share < slo.attainment:  # too few prompts meet the TTFT SLO even on an idle instance
         return RoleCap(0.0, "ttft", t, ttft_floor_share=share)

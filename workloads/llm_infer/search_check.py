@@ -14,6 +14,7 @@ from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
 from stratacl.workload_api import RunContext
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.iteration import IterationModel
+from workloads.llm_infer.prefill_context import prefill_context
 from workloads.llm_infer.requests import generate
 from workloads.llm_infer.search import DecodeRole, Layout, PrefillRole
 from workloads.llm_infer.stability import served_rate_fraction, window_served_fraction
@@ -70,8 +71,8 @@ class IterationOracle:
     def _decode_model(self, role: DecodeRole) -> Serving:
         return self.serving(PrefillRole(role.dp, role.tbo, self.base.scheduler.prefill_token_budget), role)
 
-    def prefill_s(self, library: str, role: PrefillRole, tokens: int) -> float:
-        return self._prefill_model(role).iters.prefill(library, tokens).time_s
+    def prefill_s(self, library: str, role: PrefillRole, tokens: int, context: float = 0.0) -> float:
+        return self._prefill_model(role).iters.prefill(library, tokens, context=context).time_s
 
     def decode_s(self, library: str, role: DecodeRole, batch: int, context: float) -> float:
         return self._decode_model(role).iters.decode(library, batch, context).time_s
@@ -149,14 +150,16 @@ class IterationOracle:
     def _prefill_gap(self, library: str, lay: Layout, it: pd.DataFrame, req: pd.DataFrame, t0: float,
                      t1: float) -> dict[str, float]:
         """Where a served prefill instance departs from the decomposition's dp·B / t(B): the fill of
-        its iterations (tokens ÷ dp·B), their mean time ÷ t(B) at no context (chunks attending over
-        earlier tokens, pool fetches), and the prompt share the prefix cache saves. Saturated, the
+        its iterations (tokens ÷ dp·B), their mean time ÷ the decomposition's t(B) at the context of
+        the window's prompts (prefill_context.py; what it leaves out: pool fetches, a context other
+        than saturated packing's), and the prompt share the prefix cache saves. Saturated, the
         served request rate ÷ the analytic one = fill ÷ slowdown ÷ (1 − hit share)."""
         p = it[(it["phase"] == "prefill") & (it["start_s"] >= t0) & (it["start_s"] < t1)]
         if not len(p):
             return {"prefill_fill": np.nan, "prefill_slowdown": np.nan, "prefix_hit_share": np.nan}
         b = lay.prefill.budget
         hits = req[["hbm_hit_tokens", "pool_hit_tokens"]].to_numpy(float).sum()
+        ctx = prefill_context(req["input_tokens"].to_numpy(), b, lay.prefill.dp)
         return {"prefill_fill": float(p["tokens"].sum() / (len(p) * lay.prefill.dp * b)),
-                "prefill_slowdown": float(p["time_s"].mean() / self.prefill_s(library, lay.prefill, b)),
+                "prefill_slowdown": float(p["time_s"].mean() / self.prefill_s(library, lay.prefill, b, ctx)),
                 "prefix_hit_share": float(hits / max(req["input_tokens"].sum(), 1))}
