@@ -214,6 +214,7 @@ class ServingDie:
         self.jit_lookups = self.jit_misses = 0
         self._quiet: dict[int, dict[int, tuple[tuple, tuple[int, ...]]]] = {}  # see _iteration
         self._index: dict[int, QuietIndex] = {}  # by residual size: which blocks `_quiet` holds
+        self._trials: dict[tuple, np.ndarray] = {}  # binomial trials per (layer, micro-batch), by shape
         self._quiet_calls = -1
         self.moe_pos = np.array([self.moe[li] for li in self.layers], dtype=bool)  # by layer position
         try:
@@ -363,7 +364,7 @@ class ServingDie:
                 return True  # nothing to look up
             addrs = seen[1]
         else:
-            addrs = mem.run(ops, t)
+            addrs = mem.run(ops, t) if len(ops) > 1 else _single(mem, ops[0], t)
             now = s.num_device_alloc + s.num_device_free
             if now != self._quiet_calls:
                 self._forget(now)
@@ -403,8 +404,13 @@ class ServingDie:
         """Rows routed to this die's experts per layer and micro-batch: each of the instance's
         tokens (`verify` per sequence in the main layers, one in the MTP layer) picks top_k
         experts, this die's with probability p_hot (binomial draws)."""
-        mult = np.where(self._main, verify, 1)
-        n = np.repeat((tokens_total * mult * self.t.top_k // mbs)[:, None], mbs, axis=1)
+        n = self._trials.get((tokens_total, verify, mbs))
+        if n is None:
+            if len(self._trials) > QUIET_MAX:
+                self._trials.clear()
+            mult = np.where(self._main, verify, 1)
+            n = self._trials[(tokens_total, verify, mbs)] = np.repeat(
+                (tokens_total * mult * self.t.top_k // mbs)[:, None], mbs, axis=1)
         return np.rint(n * self.p_hot).astype(np.int64) if expected else self.rng.binomial(n, self.p_hot)
 
 
@@ -445,6 +451,17 @@ class QuietIndex:
         if not self.attn[self.classes].all() or routed.max(initial=0) >= self.ffn.shape[1]:
             return False
         return bool(self.ffn[self.classes, routed].all())
+
+
+def _single(mem: DieMemory, op: tuple, t: float) -> tuple[int, ...]:
+    """`mem.run((op,), t)` for one op, without its memo: a lone alloc or free is never memoised
+    (it leaves a tensor live, or frees one it did not allocate)."""
+    if op[0] == "alloc":
+        return (mem.alloc(op[1], op[2], t).addr,)
+    if op[0] == "free":
+        mem.free(op[1], t)
+        return ()
+    return mem.run((op,), t)
 
 
 def _user_buffers(ops: tuple, addrs: tuple[int, ...]) -> list[tuple[int, int]]:
