@@ -426,7 +426,9 @@ def _finite_nonnegative(vals: Vec) -> bool:
     if len(vals) > _SHARE_LEN:  # a routing table or peer matrix: vectorised
         a = np.asarray(vals, dtype=float)
         return bool(np.isfinite(a).all() and (a >= 0).all())
-    return not any(not math.isfinite(v) or v < 0 for v in vals)
+    if len(vals) == 1:  # most ops' values: one per rank, broadcast
+        return 0.0 <= vals[0] < math.inf  # False for NaN, ±inf and negatives
+    return all(0.0 <= v < math.inf for v in vals)
 
 
 def _as_vec(value: object) -> Vec:

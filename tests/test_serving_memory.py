@@ -23,6 +23,8 @@ from stratacl.trace import REGISTERED, Trace
 from stratacl.workload_api import RunContext
 from workloads.common.placement import contiguous, eplb
 from workloads.common.routing import by_rank
+from workloads.llm_infer import memory as memory_mod
+from workloads.llm_infer import tensors as tensors_mod
 from workloads.llm_infer import workload as serving_workload
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.fixed import run_fixed
@@ -123,6 +125,51 @@ def test_registration_jobs_follow_the_map_events_of_serving_iterations(env: Env)
     assert all(j.start >= j.t_map and j.done > j.start for j in new_jobs)
     assert maps[1] == maps[3] == maps[4] == maps[6] == 0  # a shape seen before (or smaller) maps nothing
     assert maps[5] > 0  # the largest batch yet outgrows the mapping: a remap
+
+
+def _decode_die(env: Env, library: str):  # noqa: ANN202 - a die on block lists of its own
+    return role_dies(serving_tensors(env.costs, env.w, "decode"), env.ctx.libraries[library], env.w, "decode",
+                     env.ctx.fabric.hbm_bytes, env.costs, weights=env.iters.weights, seed=0)[0]
+
+
+@pytest.mark.parametrize("library", ["hccl", "stratacl"])
+def test_quiet_index_skips_exactly_the_steps_the_block_by_block_check_skips(env: Env, library: str,
+                                                                           monkeypatch) -> None:  # noqa: ANN001
+    """A decode step whose every block `_quiet` holds is answered by the index at once; the same
+    steps checked block by block (the index never answering) give the same facts, allocator
+    counters and state, step by step — also across a rebuild of the block lists (BLOCK_MEMO)."""
+    monkeypatch.setattr(tensors_mod, "BLOCK_MEMO", 160)  # rebuilds within the run
+    rng = np.random.default_rng(5)
+    shapes = [(int(b), int(b) * int(rng.integers(1, 5))) for b in rng.choice([1, 2, 3, 4, 48, 300], 160,
+                                                                            p=[.3, .3, .2, .15, .04, .01])]
+
+    real, rebuilt = memory_mod.QuietIndex.all_quiet, []
+
+    def trace(skip: bool) -> tuple[list, int]:
+        fast = 0
+
+        def all_quiet(self, rows, moe) -> bool:  # noqa: ANN001
+            nonlocal fast
+            hit = real(self, rows, moe) and skip
+            fast += hit
+            return hit
+
+        monkeypatch.setattr(memory_mod.QuietIndex, "all_quiet", all_quiet)
+        die = _decode_die(env, library)
+        s = die.alloc.stats
+        out = []
+        for k, (b, total) in enumerate(shapes):
+            st = die.step(float(k), b, total)
+            out.append((st, s.num_mallocs, s.allocated_bytes_peak, s.reserved_bytes_peak, s.num_device_alloc,
+                        die.alloc.state_signature()))
+        rebuilt.append(die.t.generation)
+        return out, fast
+
+    ref, _ = trace(skip=False)
+    got, fast = trace(skip=True)
+    assert got == ref
+    assert fast > len(shapes) // 10  # steps repeating a quiet shape: the index answered them
+    assert rebuilt[-1] > 0
 
 
 def test_jit_cache_hits_a_reused_block_and_misses_a_new_segment(env: Env) -> None:

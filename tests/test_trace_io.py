@@ -100,6 +100,10 @@ def test_corrupt_metadata_fails_clearly(tmp_path) -> None:  # noqa: ANN001
     (lambda t: t.ops[0].__setattr__("flops", (1.0, 2.0)), r"op 0 'attn'.*flops has 2 values for 8 ranks"),
     (lambda t: t.ops[3].__setattr__("dst", (0,)), r"op 3 .*(sends to itself|union of src and dst)"),
     (lambda t: t.ops[4].__setattr__("nbytes", (-1.0,)), r"op 4 .*nbytes must be finite and ≥ 0"),
+    (lambda t: t.ops[4].__setattr__("nbytes", (float("nan"),)), r"op 4 .*nbytes must be finite and ≥ 0"),
+    (lambda t: t.ops[4].__setattr__("nbytes", (float("inf"),)), r"op 4 .*nbytes must be finite and ≥ 0"),
+    (lambda t: t.ops[0].__setattr__("hbm_bytes", (1.0,) * 7 + (float("nan"),)), r"op 0 .*hbm_bytes must be finite"),
+    (lambda t: t.ops[0].__setattr__("hbm_bytes", (1.0,) * 7 + (-2.0,)), r"op 0 .*hbm_bytes must be finite"),
     (lambda t: t.ops[1].__setattr__("ranks", (0, 1, 2, 3, 4)), r"op 1 .*not exactly covered"),
 ])
 def test_validation_names_the_bad_op(mutate, message) -> None:  # noqa: ANN001

@@ -214,9 +214,7 @@ class IterationModel:
         shape rather than per (tokens, context, shape): the delay is set by the fetch's bytes
         against the ports and CPU links, and pricing every combination multiplied the prefill
         traces a run simulates (85 of 105 in the default run)."""
-        key = ("prefill", self.sched.prefill_token_budget, 0, False)
-        with_fetch = self._get(library, key, 0.0, shape)
-        return max(0.0, with_fetch.time_s - self._get(library, key).time_s)
+        return self._added(library, fetch=shape)[0]
 
     def prefix_send(self, library: str, shape: tuple[int, int]) -> tuple[float, float]:
         """(what sending a reused prefix's KV of `shape` (dies, tokens per die) to decode adds to a
@@ -227,9 +225,15 @@ class IterationModel:
         reuse, incremental prefill, KVCache transfer, decoding) reuses the prefix on the prefill node
         and transfers the request's KVCache to the decode node. Measured once per shape, like
         `fetch_delay`."""
+        added, with_send = self._added(library, send=shape)
+        return added, with_send.prefix_ready_s
+
+    def _added(self, library: str, fetch: tuple = (), send: tuple = ()) -> tuple[float, IterStats]:
+        """(what a pool fetch / prefix send adds to a full-budget prefill iteration without context,
+        that iteration with it): the one reference `fetch_delay` and `prefix_send` measure against."""
         key = ("prefill", self.sched.prefill_token_budget, 0, False)
-        with_send = self._get(library, key, 0.0, (), shape)
-        return max(0.0, with_send.time_s - self._get(library, key).time_s), with_send.prefix_ready_s
+        with_it = self._get(library, key, 0.0, fetch, send)
+        return max(0.0, with_it.time_s - self._get(library, key).time_s), with_it
 
     def exact(self, library: str, phase: str, size: float, context: float = 0.0) -> IterStats:
         """An iteration priced at its own shape: its own trace built and simulated (no grid; the

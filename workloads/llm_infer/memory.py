@@ -213,7 +213,10 @@ class ServingDie:
         self.rng = np.random.default_rng([seed, 11, instance, 0 if role == "prefill" else 1])
         self.jit_lookups = self.jit_misses = 0
         self._quiet: dict[int, dict[int, tuple[tuple, tuple[int, ...]]]] = {}  # see _iteration
+        self._index: dict[int, QuietIndex] = {}  # by residual size: which blocks `_quiet` holds
+        self._trials: dict[tuple, np.ndarray] = {}  # binomial trials per (layer, micro-batch), by shape
         self._quiet_calls = -1
+        self.moe_pos = np.array([self.moe[li] for li in self.layers], dtype=bool)  # by layer position
         try:
             tokens = rules.profile_tokens(self.sched, role) if profile is None else profile
             self.plan = self._start_up(hbm_bytes, tokens, dp, cfg.allocator.memory_utilization)
@@ -254,6 +257,7 @@ class ServingDie:
             mem.alloc(f"kv{i}", nbytes)
         kv = float(s.allocated_bytes - weights)
         self._quiet.clear()  # the KV cache moved the state (perhaps without a device call)
+        self._index.clear()
         return MemoryPlan(hbm, self.comm_bytes, self.pool_bytes, float(weights), float(activations), kv,
                           float(s.reserved_bytes_peak), float(s.fragmentation_bytes),
                           a.cfg.expandable_segments)
@@ -296,68 +300,168 @@ class ServingDie:
         """One iteration's tensor lists, in order: the residual stream opened, each layer's
         attention then FFN block per micro-batch (the scheduler's split, `scheduling.py`), the
         logits, the residual stream closed. Routed rows are drawn here (`expected`: their means)."""
-        t, role = self.t, self.role
-        verify = rules.verify_factor(self.sched, role)
+        shape = self._shape(tokens, tokens_total, expected)
+        yield self.t.open_ops(shape.res)
+        for ops, _ in self._blocks(shape):
+            yield ops
+        yield self._logits(shape)
+        yield self.t.close_ops()
+
+    def _shape(self, tokens: int, tokens_total: int, expected: bool) -> _Shape:
+        """An iteration's micro-batch split and its routed rows (drawn: the die's random stream)."""
+        verify = rules.verify_factor(self.sched, self.role)
         mbs = rules.micro_batches(self.sched, tokens)
-        res_tokens = tokens * verify
-        main = rules.micro_batch_tokens(res_tokens, mbs)
-        mtp = rules.micro_batch_tokens(tokens, mbs)
-        rows = self._rows(tokens_total, verify, mbs, expected)
-        n_main, block, moe = len(t.layers), t.block_ops, self.moe
-        yield t.open_ops(res_tokens)
+        res = tokens * verify
+        main, mtp = rules.micro_batch_tokens(res, mbs), rules.micro_batch_tokens(tokens, mbs)
+        return _Shape(res, mbs, main, mtp, self._rows(tokens_total, verify, mbs, expected))
+
+    def _blocks(self, shape: _Shape) -> Iterator[tuple[tuple, tuple[int, int, int | None]]]:
+        """Each layer's attention then FFN block per micro-batch: (ops, (position, micro-batch,
+        routed rows — None for the attention block, 0 for a dense FFN))."""
+        block, moe, n_main = self.t.block_ops, self.moe, len(self.t.layers)
+        rows = shape.rows.tolist()
         for k, li in enumerate(self.layers):
-            tok, r = (main if k < n_main else mtp), rows[k]
-            for m in range(mbs):  # each micro-batch's attention block, then its FFN block
-                yield block(li, m, tok[m], None)
-                yield block(li, m, tok[m], r[m] if moe[li] else 0)
-        # logits: every verified token on decode, the last token of a prompt on prefill
-        yield t.logits_ops(res_tokens if role == "decode" else 1)
-        yield t.close_ops()
+            tok, r = (shape.main if k < n_main else shape.mtp), rows[k]
+            for m in range(shape.mbs):
+                yield block(li, m, tok[m], None), (k, m, None)
+                routed = r[m] if moe[li] else 0
+                yield block(li, m, tok[m], routed), (k, m, routed)
+
+    def _logits(self, shape: _Shape) -> tuple:
+        # every verified token on decode, the last token of a prompt on prefill
+        return self.t.logits_ops(shape.res if self.role == "decode" else 1)
 
     def _iteration(self, t: float, tokens: int, tokens_total: int, expected: bool = False) -> None:
         """Run one iteration's tensor lists through the die's memory (blocks seen from the same
         allocator state replay from its memo); a JIT cache looks up each MoE receive buffer."""
-        mem, jit, s = self.mem, self.mem.jit, self.alloc.stats
         # A block (it frees what it allocates) that made no device call leaves the allocator's free
         # ranges as it found them: until the next device call, the same block after the same
         # residual stream gets the same addresses, and is not replayed (DieMemory's memo would
         # answer the same, at the price of hashing the allocator state and the op list).
         # Block op lists are shared objects (tensors.py): a repeat is found by identity.
-        calls = s.num_device_alloc + s.num_device_free
-        if calls != self._quiet_calls or len(self._quiet) > QUIET_MAX:  # by residual size
-            self._quiet.clear()
-            self._quiet_calls = calls
-        res = tokens * rules.verify_factor(self.sched, self.role)  # the residual stream's tokens
-        quiet = self._quiet.setdefault(res, {})
-        for ops in self.iteration_ops(tokens, tokens_total, expected):
-            seen = quiet.get(id(ops))
-            if seen is not None:
-                if jit is None:
-                    continue  # nothing to look up
-                addrs = seen[1]
-            else:
-                addrs = mem.run(ops, t)
-                now = s.num_device_alloc + s.num_device_free
-                if now != calls:
-                    self._quiet.clear()
-                    quiet = self._quiet.setdefault(res, {})
-                    calls = self._quiet_calls = now
-                elif ops[0][0] == "alloc" and ops[-1][0] == "free":  # a block, not open / close
-                    quiet[id(ops)] = (ops, addrs)  # holding ops keeps its id unique
-            if jit is not None:
-                for addr, size in _user_buffers(ops, addrs):
-                    self.jit_lookups += 1
-                    if jit.lookup(addr, size) > 0:
-                        self.jit_misses += 1
+        s = self.alloc.stats
+        if s.num_device_alloc + s.num_device_free != self._quiet_calls or len(self._quiet) > QUIET_MAX:
+            self._forget(s.num_device_alloc + s.num_device_free)  # by residual size
+        shape = self._shape(tokens, tokens_total, expected)
+        self._run(self.t.open_ops(shape.res), t, shape.res)
+        index = self._index_of(shape)
+        # a step whose every block is in `_quiet` replays nothing and, without a JIT cache, looks
+        # nothing up: the index answers for all its blocks at once (decode repeats its shapes)
+        if self.mem.jit is not None or not index.all_quiet(shape.rows, self.moe_pos):
+            for ops, key in self._blocks(shape):
+                if self._run(ops, t, shape.res):
+                    self._index_of(shape).mark(*key)
+        self._run(self._logits(shape), t, shape.res)
+        self._run(self.t.close_ops(), t, shape.res)
 
-    def _rows(self, tokens_total: int, verify: int, mbs: int, expected: bool) -> list[list[int]]:
+    def _run(self, ops: tuple, t: float, res: int) -> bool:
+        """One tensor list through the die's memory, unless `_quiet` holds it; whether it is (now) there."""
+        mem, jit, s = self.mem, self.mem.jit, self.alloc.stats
+        quiet = self._quiet.setdefault(res, {})
+        seen = quiet.get(id(ops))
+        if seen is not None:
+            if jit is None:
+                return True  # nothing to look up
+            addrs = seen[1]
+        else:
+            addrs = mem.run(ops, t) if len(ops) > 1 else _single(mem, ops[0], t)
+            now = s.num_device_alloc + s.num_device_free
+            if now != self._quiet_calls:
+                self._forget(now)
+            elif ops[0][0] == "alloc" and ops[-1][0] == "free":  # a block, not open / close
+                quiet[id(ops)] = (ops, addrs)  # holding ops keeps its id unique
+                seen = quiet[id(ops)]
+        if jit is not None:
+            for addr, size in _user_buffers(ops, addrs):
+                self.jit_lookups += 1
+                if jit.lookup(addr, size) > 0:
+                    self.jit_misses += 1
+        return seen is not None
+
+    def _forget(self, calls: int) -> None:
+        """A device call moved the allocator's free ranges: no block is quiet any more."""
+        self._quiet.clear()
+        self._index.clear()
+        self._quiet_calls = calls
+
+    def _index_of(self, shape: _Shape) -> QuietIndex:
+        """The index of `_quiet[shape.res]`; a new, empty one when the block lists were rebuilt (their
+        new objects are not in `_quiet` until a block runs or is found there)."""
+        index = self._index.get(shape.res)
+        if index is None or index.generation != self.t.generation:
+            index = self._index[shape.res] = QuietIndex(self._classes(shape), self.t.generation)
+        return index
+
+    def _classes(self, shape: _Shape) -> np.ndarray:
+        """(position, micro-batch) → a class number: blocks of one class and routed rows are one
+        op list (tensors.py: one per layer kind, tokens and routed rows)."""
+        n_main, names = len(self.t.layers), {}
+        return np.array([[names.setdefault((self.t.kind(li), (shape.main if k < n_main else shape.mtp)[m]),
+                                           len(names)) for m in range(shape.mbs)]
+                         for k, li in enumerate(self.layers)], dtype=np.int64).reshape(len(self.layers), shape.mbs)
+
+    def _rows(self, tokens_total: int, verify: int, mbs: int, expected: bool) -> np.ndarray:
         """Rows routed to this die's experts per layer and micro-batch: each of the instance's
         tokens (`verify` per sequence in the main layers, one in the MTP layer) picks top_k
         experts, this die's with probability p_hot (binomial draws)."""
-        mult = np.where(self._main, verify, 1)
-        n = np.repeat((tokens_total * mult * self.t.top_k // mbs)[:, None], mbs, axis=1)
-        r = np.rint(n * self.p_hot).astype(np.int64) if expected else self.rng.binomial(n, self.p_hot)
-        return r.tolist()
+        n = self._trials.get((tokens_total, verify, mbs))
+        if n is None:
+            if len(self._trials) > QUIET_MAX:
+                self._trials.clear()
+            mult = np.where(self._main, verify, 1)
+            n = self._trials[(tokens_total, verify, mbs)] = np.repeat(
+                (tokens_total * mult * self.t.top_k // mbs)[:, None], mbs, axis=1)
+        return np.rint(n * self.p_hot).astype(np.int64) if expected else self.rng.binomial(n, self.p_hot)
+
+
+@dataclass
+class _Shape:
+    res: int  # tokens of the residual stream (verified tokens included)
+    mbs: int
+    main: tuple[int, ...]  # tokens per micro-batch in the main layers
+    mtp: tuple[int, ...]  # ... in the MTP layer
+    rows: np.ndarray  # routed rows per (layer position, micro-batch)
+
+
+class QuietIndex:
+    """Which blocks of one residual size `ServingDie._quiet` holds, as arrays a whole iteration is
+    checked against at once: attention blocks by class, FFN blocks by (class, routed rows). Valid
+    for one generation of the block lists (their objects are what `_quiet` holds)."""
+
+    def __init__(self, classes: np.ndarray, generation: int) -> None:
+        self.classes = classes
+        self.generation = generation
+        n = int(classes.max(initial=-1)) + 1
+        self.attn = np.zeros(n, dtype=bool)
+        self.ffn = np.zeros((n, 64), dtype=bool)
+
+    def mark(self, k: int, m: int, routed: int | None) -> None:
+        c = self.classes[k, m]
+        if routed is None:
+            self.attn[c] = True
+            return
+        if routed >= self.ffn.shape[1]:
+            self.ffn = np.pad(self.ffn, ((0, 0), (0, max(routed + 1, 2 * self.ffn.shape[1]) - self.ffn.shape[1])))
+        self.ffn[c, routed] = True
+
+    def all_quiet(self, rows: np.ndarray, moe: np.ndarray) -> bool:
+        """Whether every block of an iteration with these routed rows is held (`moe`: positions
+        whose FFN routes; a dense FFN block is its class's routed 0)."""
+        routed = np.where(moe[:, None], rows, 0)
+        if not self.attn[self.classes].all() or routed.max(initial=0) >= self.ffn.shape[1]:
+            return False
+        return bool(self.ffn[self.classes, routed].all())
+
+
+def _single(mem: DieMemory, op: tuple, t: float) -> tuple[int, ...]:
+    """`mem.run((op,), t)` for one op, without its memo: a lone alloc or free is never memoised
+    (it leaves a tensor live, or frees one it did not allocate)."""
+    if op[0] == "alloc":
+        return (mem.alloc(op[1], op[2], t).addr,)
+    if op[0] == "free":
+        mem.free(op[1], t)
+        return ()
+    return mem.run((op,), t)
 
 
 def _user_buffers(ops: tuple, addrs: tuple[int, ...]) -> list[tuple[int, int]]:

@@ -107,7 +107,8 @@ class ServingSim:
         self.t_first_token = np.full(n, np.nan)
         self.t_decode_start = np.full(n, np.nan)
         self.t_done = np.full(n, np.nan)
-        self.generated = np.zeros(n)
+        self.generated = [0.0] * n  # tokens generated per request (a list: read and written per decode step)
+        self._in, self._out = reqs.input_tokens.tolist(), reqs.output_tokens.tolist()  # Python ints, per step
         self.hits: list[Hit] = [MISS] * n
         self.prefilled = np.zeros(n)  # prompt tokens whose KV exists (cached prefix + chunks done)
         self.prefix_landed = np.zeros(n)  # when a reused prefix's KV has reached the decode die
@@ -249,7 +250,7 @@ class ServingSim:
         self._wake(self.decode_wake, i)
 
     def _kv_need(self, rid: int) -> float:
-        return self.kv_tok * float(self.reqs.input_tokens[rid] + self.reqs.output_tokens[rid])
+        return self.kv_tok * float(self._in[rid] + self._out[rid])
 
     # ------------------------------------------------------------------ decode
     def _decode(self, i: int):  # noqa: ANN202
@@ -270,7 +271,7 @@ class ServingSim:
                 waiting.popleft()
                 die.free_kv -= need
                 die.running.append(rid)
-                ctx_sum += float(self.reqs.input_tokens[rid])
+                ctx_sum += float(self._in[rid])
                 n_running += 1
                 self.t_decode_start[rid] = env.now
             batch = max(len(d.running) for d in dies)
@@ -286,15 +287,16 @@ class ServingSim:
             kv_used = sum(self.kv_per_die - d.free_kv for d in dies) / (self.kv_per_die * len(dies))
             self._record("decode", i, batch, n_running * step_tokens, kv_used, st, mem,
                          min(len(d.running) for d in dies), ctx)
+            gen, out = self.generated, self._out
             for d in dies:
                 keep = []
                 for rid in d.running:
-                    self.generated[rid] += step_tokens
+                    gen[rid] += step_tokens
                     ctx_sum += step_tokens
-                    if 1 + self.generated[rid] >= self.reqs.output_tokens[rid]:  # prefill made token 1
+                    if 1 + gen[rid] >= out[rid]:  # prefill made token 1
                         d.free_kv += self._kv_need(rid)
                         self.reserved[i] -= self._kv_need(rid)
-                        ctx_sum -= float(self.reqs.input_tokens[rid]) + self.generated[rid]
+                        ctx_sum -= float(self._in[rid]) + gen[rid]
                         n_running -= 1
                         self._complete(rid)
                     else:

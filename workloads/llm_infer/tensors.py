@@ -68,6 +68,7 @@ class ServingTensors:
         self._kind = [kinds.setdefault(x, len(kinds)) for x in self.layers]  # layers with the same tensors
         self.moe_layers = sum(1 for x in self.layers if x.ffn == "moe" and self.experts)
         self._blocks: dict[tuple, Ops] = {}  # block ops by shape: iterations repeat shapes
+        self.generation = 0  # bumped when `_blocks` is cleared: a shape's ops become a new object
 
     def _layer(self, attention: str, ffn: str) -> Layer:
         return _layer(self.mc, self.shard, attention, ffn)
@@ -92,6 +93,10 @@ class ServingTensors:
         return [int(total_bytes * x / s) for x in w if x > 0]
 
     # ------------------------------------------------------------------ iterations
+    def kind(self, i: int) -> int:
+        """Layer i's tensor kind: layers of one kind allocate the same tensors."""
+        return self._kind[i]
+
     def block_ops(self, i: int, m: int, tokens: int, routed: int | None) -> Ops:
         """Ops of layer i's attention block (`routed` None) or FFN block for micro-batch m of
         `tokens` tokens, `routed` rows of which reach this die's experts; the dispatch / combine
@@ -102,6 +107,7 @@ class ServingTensors:
             layer = self.layers[i]
             if len(self._blocks) >= BLOCK_MEMO:
                 self._blocks.clear()
+                self.generation += 1
             ops = self._blocks[key] = tuple(_attn_ops(self, layer, m, tokens) if routed is None
                                             else _ffn_ops(self, layer, m, tokens, routed))
         return ops
