@@ -45,6 +45,9 @@ sys.path.insert(0, str(HERE))
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+pd.set_option("display.width", 200)
+pd.set_option("display.max_columns", 20)
 from notebook_runs import TINY, TINY_INFER, extra_table, runs_for, save  # noqa: E402
 
 REQ = "workload.requests."
@@ -94,6 +97,15 @@ def resolved(piv: pd.DataFrame, upper: pd.DataFrame | None, lib: str, b: str, k:
     return bool(piv.loc[k, lib] >= top(b) or piv.loc[k, b] >= top(lib))
 
 
+def cell(v: float, ok: bool, fmt: str, short: bool = False) -> str:
+    """A ratio's text: – none served, ∞ the baseline meets none, ≈ inside the brackets."""
+    if np.isnan(v):
+        return "–"
+    if np.isinf(v):
+        return "∞" if short else "∞ (base 0)"
+    return ("" if ok else "≈") + fmt.format(v)
+
+
 rows = []
 for run, sc in scale.groupby("run"):
     # a run without serving checks (search.serve_check=false) has the analytic capacities only: its
@@ -108,11 +120,13 @@ for run, sc in scale.groupby("run"):
 
     b = base[run]
     rows += [{"trace": label[run] + ("" if served else " (analytic)"), "library": lib, "slo_scale": k,
-              "ratio": v / piv.loc[k, b] if piv.loc[k, b] > 0 else np.nan, "resolved": resolved(piv, upper, lib, b, k)}
+              # the baseline meets no served rate where the library does: ∞ (drawn at the scale's top)
+              "ratio": v / piv.loc[k, b] if piv.loc[k, b] > 0 else (np.inf if v > 0 else np.nan),
+              "resolved": resolved(piv, upper, lib, b, k)}
              for lib in piv.columns if lib != b for k, v in piv[lib].items()]
 good = pd.DataFrame(rows, columns=["trace", "library", "slo_scale", "ratio", "resolved"])
 print("goodput at best layout, library ÷ baseline (≈: inside the bisection's brackets):")
-print(good.assign(cell=[f"{'≈' if not ok else ''}{v:.3f}" for v, ok in zip(good["ratio"], good["resolved"], strict=True)])
+print(good.assign(cell=[cell(v, ok, "{:.3f}") for v, ok in zip(good["ratio"], good["resolved"], strict=True)])
       .pivot_table(index="trace", columns="slo_scale", values="cell", aggfunc="first") if len(good) else "none")
 
 # %% P99 TTFT / TPOT ratio of the configured layout over trace × offered rate
@@ -149,16 +163,29 @@ print("P99 ratios of the configured layout, library ÷ baseline, by offered load
 print(lat.pivot_table(index=["metric", "trace"], columns="load", values="ratio").round(3) if len(lat) else "none")
 
 # %% goodput at the configured layout (today's fixed-layout comparison), beside the best-to-best
-fixed_rows = [{"trace": label[run], "library": lib, "layout": "configured", "ratio": v / fixed_goodput[(run, base[run])]}
-              for (run, lib), v in (fixed_goodput.dropna().items() if fixed_goodput is not None else [])
-              if lib != base[run] and fixed_goodput.get((run, base[run]), 0) > 0]
-fixed_ratio = pd.DataFrame(fixed_rows, columns=["trace", "library", "layout", "ratio"])
-print("goodput at the configured layout, library ÷ baseline:")
-print(fixed_ratio.set_index("trace")["ratio"].round(3).to_string() if len(fixed_ratio) else "none")
+def fixed_top(run: str, lib: str, g: float) -> float:
+    """The configured layout's bracket top: its lowest served rate above the goodput (the first miss)."""
+    rows = fixed[(fixed["run"] == run) & (fixed["library"] == lib)] if len(fixed) else fixed
+    above = rows.loc[rows["rate_req_per_s"] > g, "rate_req_per_s"] if len(rows) else []
+    return float(min(above)) if len(above) else np.inf
+
+
+fixed_rows = []
+for (run, lib), v in (fixed_goodput.dropna().items() if fixed_goodput is not None else []):
+    b = base[run]
+    gb = fixed_goodput.get((run, b), 0)
+    if lib != b and gb > 0:
+        ok = v >= fixed_top(run, b, gb) or gb >= fixed_top(run, lib, v)
+        fixed_rows.append({"trace": label[run], "library": lib, "layout": "configured", "ratio": v / gb, "resolved": ok})
+fixed_ratio = pd.DataFrame(fixed_rows, columns=["trace", "library", "layout", "ratio", "resolved"])
+print("goodput at the configured layout, library ÷ baseline (≈: inside the brackets):")
+print(fixed_ratio.assign(cell=[cell(v, ok, "{:.3f}") for v, ok in zip(fixed_ratio["ratio"], fixed_ratio["resolved"], strict=True)])
+      .set_index("trace")["cell"].to_string() if len(fixed_ratio) else "none")
 
 # %% the regime map: one figure
-fig, axes = plt.subplots(1, 4, figsize=(20, 0.8 * max(3, len(set(label.values()))) + 2),
-                         gridspec_kw={"width_ratios": [4, 1.2, 3, 3]})
+n_scales = max(1, good["slo_scale"].nunique())  # the goodput panel widens with its SLO scales
+fig, axes = plt.subplots(1, 4, figsize=(16 + 0.9 * n_scales, 0.8 * max(3, len(set(label.values()))) + 2.5),
+                         gridspec_kw={"width_ratios": [max(4, 0.9 * n_scales), 1.2, 3, 3]})
 
 
 def _one(values: pd.Series) -> float:
@@ -179,13 +206,12 @@ def heat(ax, df: pd.DataFrame, col: str, title: str, fmt: str, lower_better: boo
     ok = (df.assign(row=rows).pivot_table(index="row", columns=col, values="resolved", dropna=False,
                                           aggfunc="all").reindex_like(p).fillna(True)
           if "resolved" in df else p.notna() | p.isna())
-    im = ax.imshow(p.to_numpy(dtype=float), cmap="RdBu_r" if lower_better else "RdBu", vmin=0.7, vmax=1.3,
+    im = ax.imshow(np.clip(p.to_numpy(dtype=float), 0.7, 1.3), cmap="RdBu_r" if lower_better else "RdBu", vmin=0.7, vmax=1.3,
                    aspect="auto")
-    ax.set_xticks(range(len(p.columns)), [fmt.format(c) for c in p.columns])
+    ax.set_xticks(range(len(p.columns)), [fmt.format(c) for c in p.columns], rotation=45, ha="right")
     ax.set_yticks(range(len(p.index)), p.index)
     for (i, j), v in np.ndenumerate(p.to_numpy(dtype=float)):
-        mark = "" if bool(ok.iloc[i, j]) else "≈"
-        ax.text(j, i, "–" if np.isnan(v) else f"{mark}{v:.2f}", ha="center", va="center", fontsize=9)
+        ax.text(j, i, cell(v, bool(ok.iloc[i, j]), "{:.2f}", short=True), ha="center", va="center", fontsize=8)
     ax.set_title(title)
     ax.set_xlabel("offered rate ÷ baseline's goodput" if col == "load" else col.replace("_", " "))
     fig.colorbar(im, ax=ax, shrink=0.8)
@@ -220,7 +246,7 @@ for ax, (run, sc) in zip(axs[0], groups, strict=False):
             continue
         capped = g[g["capped"].astype(bool)]
         ax.scatter(capped["slo_scale"], capped["goodput_req_per_s_per_die"], marker="^", s=80, facecolors="none",
-                   edgecolors="k", label="capped" if name == base[run] else None)
+                   edgecolors="k", label="capped" if name == base[run] and len(capped) else None)
     ax.set_xscale("log", base=2)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("SLO scale (TTFT and TPOT × k)")
