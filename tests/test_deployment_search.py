@@ -288,3 +288,31 @@ def test_check_window_warms_up_over_a_decode_residence() -> None:
     assert cfg.warmup_s == 10.0  # the run's own config untouched
     short = check_window(cfg, LENGTHS, Slo(2.5, 0.05))  # 100 decode tokens: 5 s, the configured 10 s stays
     assert (short.warmup_s, short.requests.duration_s) == (10.0, 60.0)
+
+
+def test_checks_serve_memoises_a_rate_and_stops_where_the_trace_runs_out() -> None:
+    """A served rate is simulated once (the bisection, the SLO scales and the fixed-load rates share
+    it); a rate the trace holds too few requests for gives None, any other ConfigError is raised."""
+    from stratacl.schemas.deployment_search import SearchConfig
+    from workloads.llm_infer.deployment import Checks
+    from workloads.llm_infer.search import Layout
+
+    calls: list[float] = []
+
+    class Oracle:
+        def check(self, library: str, lay: Layout, rate: float) -> dict:
+            calls.append(rate)
+            if rate > 50:
+                raise ConfigError("workload.requests.rate", "too few requests", "a lower rate")
+            if rate == 13:
+                raise ConfigError("workload.layout.decode_dp", "bad", "fix")
+            return {"ttft": np.full(5, 0.1), "tpot": np.zeros(5), "served_fraction": 1.0}
+
+    lay = Layout(P_ROLES[0], D_ROLES[0], 1, 1, 40.0, "prefill")
+    checks = Checks(Oracle(), "x", SearchConfig())
+    first = checks.serve("fixed", lay, 10.0)
+    again = checks.serve("fixed", lay, 10.0)
+    assert calls == [10.0] and again is first and list(checks.stats["fixed"]) == [10.0]
+    assert checks.serve("fixed", lay, 60.0) is None and 60.0 not in checks.stats["fixed"]
+    with pytest.raises(ConfigError):
+        checks.serve("fixed", lay, 13)

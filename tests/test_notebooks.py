@@ -29,7 +29,8 @@ NOTEBOOKS = {
     # and the configured layout's P99 ratios per offered load, from the runs' own tables
     "regimes": (["regime_map", "regime_slo_scale"],
                 ["poisson in 2048 / out 64", "poisson in 2048 / out 256", "goodput at best layout, library ÷ baseline",
-                 "P99 ratios of the configured layout"]),
+                 # every library is served on the configured layout at the baseline's goodput × fixed_loads
+                 "P99 ratios of the configured layout", "tpot_p99_s", "ttft_p99_s"]),
 }
 
 

@@ -71,7 +71,9 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
     scales = sorted(set(sc.slo_scales) | {1.0})
     metrics, layout_rows, check_rows, scale_rows, role_rows, rejected, notes = {}, [], [], [], [], [], []
     timing_rows: list[dict] = []
-    for library in ctx.libraries:
+    fixed_rates: list[float] = []  # the configured layout's common rates: loads × the baseline's goodput on it
+    # the baseline first: every library serves the configured layout at its goodput's fixed_loads
+    for library in sorted(ctx.libraries, key=lambda lib: lib != ctx.baseline):
         t0 = time.perf_counter()
         sims0 = oracle_sims(oracle)
         by_scale = {k: search(oracle, library, pre, dec, lengths, slo.scaled(k), budget,
@@ -100,6 +102,11 @@ def run_search(ctx: RunContext, cfg: LlmInferConfig, mc: ModelCosts) -> Workload
         checks = Checks(oracle, library, sc)
         if sc.check_default:
             checks.run("fixed", fixed, slo)
+            if library == ctx.baseline:
+                gb = goodput_on_grid(checks.frames("fixed"), slo)[0]
+                fixed_rates = [round(k * gb, 3) for k in sc.fixed_loads] if gb > 0 else []
+            for r in fixed_rates:  # P99 TTFT / TPOT at the same offered rates for every library
+                checks.serve("fixed", fixed, r)
         checks.finalists(res.layouts[:sc.finalists], slo)
         for k in scales:  # each scale's analytic best, bisected at that scale (every served rate reused)
             if by_scale[k].best is not None and (sc.scale_checks or k == 1.0):
@@ -211,22 +218,24 @@ class Checks:
 
     def run(self, name: str, lay: Layout, slo: Slo) -> float:
         """The layout's goodput at `slo` by bisection on the rate (search.goodput_bisect)."""
+        frames = self.frames(name)
+        return goodput_bisect(lambda rate: self.serve(name, lay, rate), lay.capacity, slo, self.bis, frames)[0]
+
+    def serve(self, name: str, lay: Layout, rate: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """One served rate of a layout (memoised), judged; None when the trace holds too few
+        requests for it (a goodput stays capped there)."""
         self.layouts.setdefault(name, lay)
         stats = self.stats.setdefault(name, {})
-        frames = self.frames(name)
-
-        def serve(rate: float) -> tuple[np.ndarray, np.ndarray] | None:
+        done = self._frames.setdefault(name, {})
+        if rate not in stats:
             try:
-                f = self.oracle.check(self.library, lay, rate)
+                stats[rate] = self.oracle.check(self.library, lay, rate)
             except ConfigError as e:
                 if e.field != "workload.requests.rate":
                     raise
-                return None  # the trace holds no more requests at this rate: the goodput stays capped
-            stats[rate] = f
-            got = self._frames.setdefault(name, {})[rate] = self._frame(f)
-            return got
-
-        return goodput_bisect(serve, lay.capacity, slo, self.bis, frames)[0]
+                return None
+            done[rate] = self._frame(stats[rate])
+        return done[rate]
 
     def _frame(self, f: dict) -> tuple[np.ndarray, np.ndarray]:
         """(TTFT, TPOT) judged against the SLO: a rate the run does not keep up with (served
