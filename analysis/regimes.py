@@ -57,7 +57,7 @@ TINY_SEARCH = [a for a in TINY_INFER if "layout." not in a and "duration_s" not 
     "workload.search.tbo=[true]", "workload.search.stream_layout=[none]", "workload.search.mtp=[true]",
     "workload.search.decode_max_batch=[1]", "workload.scheduler.decode_max_batch=1",  # a slow tiny deployment "workload.search.prefill_token_budget=[2048]",
     "workload.search.slo_scales=[1.0,2.0]", "workload.search.finalists=1", "workload.search.rate_tolerance=0.25",
-    "workload.search.max_extend=2",
+    "workload.search.max_extend=2", "workload.search.fixed_loads=[1.0]",  # one common rate keeps the test short
     "workload.layout.prefill_instances=1", "workload.layout.prefill_dp=4", "workload.layout.prefill_ep=4",
     "workload.layout.decode_instances=1", "workload.layout.decode_dp=4", "workload.layout.decode_ep=4",
     # two synthetic "traces" (the tiny model outruns a bundled trace's requests): prompt-heavy, decode-heavy
