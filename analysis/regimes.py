@@ -140,9 +140,10 @@ def at_rate(g: pd.DataFrame, col: str, r: float) -> float:
     """The library's P99 at rate r, interpolated in log-rate between its served rates (NaN outside)."""
     g = g.dropna(subset=[col]).sort_values("rate_req_per_s")
     x = np.log(g["rate_req_per_s"].to_numpy())
-    if not len(x) or not x[0] <= np.log(r) <= x[-1]:
+    lr = np.log(r)  # served rates are rounded to 1e-3 req/s: a common rate sits within that of its load
+    if not len(x) or not x[0] - 1e-4 <= lr <= x[-1] + 1e-4:
         return np.nan
-    return float(np.interp(np.log(r), x, g[col].to_numpy()))
+    return float(np.interp(np.clip(lr, x[0], x[-1]), x, g[col].to_numpy()))
 
 
 lat = []
