@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 from stratacl.errors import ConfigError
+from stratacl.paths import CONF
 from stratacl.schemas.base import check_ranges, knob  # (the package registers the workload schemas)
 from stratacl.trace import COLLECTIVES, MOE_MODES
 
@@ -63,6 +65,9 @@ class SdmaConfig:
     descriptor_us: dict[str, float] = knob(factory=dict, ge=0)  # per trigger: time to write one descriptor
     descriptor_KiB: float = knob(1024.0, gt=0)  # most bytes one descriptor moves (larger payloads take several)
     startup_us: float = knob(0.0, ge=0)  # engine start-up from the first doorbell to the first byte moving
+    # whether the engines reduce (read two operands, write their sum); false: a reducing operator's
+    # transfer runs on the vector cores instead (GPU copy engines cannot reduce, REFERENCE §7)
+    reduces: bool = True
 
 
 @dataclass
@@ -327,6 +332,9 @@ class LibraryConfig:
     moe_ht_path: MoeHtPath = MoeHtPath.flat  # HT dispatch/combine across nodes (comm/ep.py)
     expansion_mode: ExpansionMode = ExpansionMode.custom  # HCCL-style mode; not custom: sets mover/trigger
     sdma_submit_cores: int = knob(1, ge=1)  # device-triggered SDMA: vector cores that write the descriptors
+    # mover=sdma: collectives the vector cores move instead (e.g. routing-dependent exchanges whose
+    # sizes a host-launched engine would need on the host first)
+    vector_core_colls: list[str] = field(default_factory=list)
     stream_core_split: bool = True  # run with the workload's per-stream core limits (False: all cores)
     # algorithm=hccl: HCCL_ALGO's per-operator level-1 (inter-server) choice, e.g. {allreduce: ring,
     # alltoall: pairwise}; operators not listed use HCCL's adaptive choice
@@ -469,13 +477,34 @@ def beyond_die_planes(fab: FabricConfig) -> list[str]:
     return _names({t.plane for name, t in fab.tiers.items() if name != "die"})
 
 
+def presets_on_planes(planes: Iterable[str]) -> list[str]:
+    """The library presets in conf/library whose `plane` (own or inherited from a `<parent>@_here_`
+    default) is one of `planes`: the presets a fabric with those planes can run."""
+    libdir = CONF / "library"
+
+    def plane(name: str) -> str:
+        raw = yaml.safe_load((libdir / f"{name}.yaml").read_text()) or {}
+        if "plane" in raw:
+            return str(raw["plane"])
+        parents = [d.removesuffix("@_here_") for d in raw.get("defaults", [])
+                   if isinstance(d, str) and d.endswith("@_here_")]
+        return plane(parents[0]) if parents else str(LibraryConfig.plane)
+
+    wanted = set(planes)
+    return [p.stem for p in sorted(libdir.glob("*.yaml")) if plane(p.stem) in wanted]
+
+
 def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     where = f"library.{name}"
     check_ranges(lib, where)
     planes = beyond_die_planes(fab)
     if lib.plane not in planes:
-        raise ConfigError(f"{where}.plane", f"fabric '{fab.name}' carries traffic beyond the die on "
-                          f"planes {planes}, not '{lib.plane}'", f"set {where}.plane to one of {planes}")
+        # name the presets of the fabric's scale-up plane (nvlink on NVIDIA, ub on Ascend)
+        up = _names({t.plane for n, t in fab.tiers.items() if n in ("node", "supernode")}) or planes
+        raise ConfigError(f"{where}.plane", f"preset '{name}' runs on plane '{lib.plane}', which fabric "
+                          f"'{fab.name}' lacks (its planes beyond the die: {planes})",
+                          f"select presets made for its {'/'.join(up)} plane: library=[...] and baseline= "
+                          f"from {', '.join(presets_on_planes(up))}")
     if lib.comm_cores > fab.die.vector_cores:
         raise ConfigError(f"{where}.comm_cores", f"{lib.comm_cores} is outside 1..{fab.die.vector_cores}",
                           "use at most the die's vector cores")
@@ -489,6 +518,9 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     _check_names(f"{where}.nccl_algos", lib.nccl_algos, ("ring", "tree", "nvls", "nvls_tree"))
     _check_names(f"{where}.nccl_protos", lib.nccl_protos, ("LL", "LL128", "Simple"))
     validate_expansion(name, lib, fab)
+    bad = [c for c in lib.vector_core_colls if c not in COLLECTIVES]
+    if bad:
+        raise ConfigError(f"{where}.vector_core_colls", f"unknown collectives {bad}", f"use some of {list(COLLECTIVES)}")
     for entry in lib.host_sync:
         coll, _, mode = entry.partition(":")
         if coll not in COLLECTIVES or mode not in MOE_MODES:

@@ -150,6 +150,7 @@ class Fabric:
         self.sdma_descriptor_s = {k: v * 1e-6 for k, v in die.sdma.descriptor_us.items()}
         self.sdma_descriptor_bytes = die.sdma.descriptor_KiB * 1024
         self.sdma_startup_s = die.sdma.startup_us * 1e-6
+        self.sdma_reduces = bool(die.sdma.reduces)  # false: reducing transfers run on the cores
         # a core group (Ascend split architecture: 1 AIC + 2 AIV on a 910C die) is what a mixed
         # kernel's block runs on
         self.aiv_per_group = die.vector_cores / die.cube_cores

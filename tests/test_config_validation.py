@@ -32,8 +32,9 @@ from stratacl.precheck import one_line
 from stratacl.schemas.base import BOUND, Bound, WorkloadConfig, check_ranges
 
 WORKLOADS = sorted(p.stem for p in (ROOT / "conf" / "workload").glob("*.yaml"))
-NVIDIA = ["library=[nccl,nccl_ubr,nccl_roa]", "baseline=nccl"]
-ASCEND_LIBS = sorted(p.stem for p in (ROOT / "conf" / "library").glob("*.yaml") if not p.stem.startswith("nccl"))
+GPU_LIBS = ["nccl", "nccl_ubr", "nccl_roa", "stratacl_gpu"]  # the presets on the nvlink plane
+NVIDIA = [f"library=[{','.join(GPU_LIBS)}]", "baseline=nccl"]
+ASCEND_LIBS = sorted(p.stem for p in (ROOT / "conf" / "library").glob("*.yaml") if p.stem not in GPU_LIBS)
 # what a workload cannot run without (workload=replay: the trace to replay)
 REQUIRED = {"replay": [f"workload.trace={ROOT / 'tests' / 'data' / 'replay_small.parquet'}"]}
 # composed defaults covering every workload, fabric and library preset

@@ -31,7 +31,11 @@ DELIBERATE: dict[str, dict[str, tuple[object, object]]] = {
         "nccl_protos": (None, []),
         # issue 22: how an HT MoE dispatch/combine crosses nodes (stratacl/comm/ep.py)
         "moe_ht_path": (None, "flat"),
+        # issue 32: collectives an SDMA library leaves to the vector cores (empty = none)
+        "vector_core_colls": (None, []),
     },
+    # issue 32: the GPU StrataCL design moves routed exchanges on the SMs (added with the preset)
+    "stratacl_gpu": {"vector_core_colls": (None, ["alltoallv", "dispatch", "combine"])},
     # NCCL_BUFFSIZE is 4 MiB (NCCL src/init.cc DEFAULT_BUFFSIZE 1 << 22), written 4.194 "MB" before;
     # issue 22: NCCL's own algorithm choice instead of one flat ring
     "nccl": {"comm_buffer_MiB": (None, 4.0), "algorithm": ("ring", "nccl")},

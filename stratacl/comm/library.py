@@ -38,12 +38,13 @@ from stratacl.comm import hierarchical as hier
 from stratacl.comm.buffers import MiB
 from stratacl.comm.datapath import data_path_model, staging_bytes
 from stratacl.comm.families import FAMILIES
-from stratacl.comm.movers import MOVERS
+from stratacl.comm.movers import MOVERS, MoverModel
 from stratacl.comm.registration import RegistrationState
 from stratacl.config import (
     Algorithm,
     ExpansionMode,
     LibraryConfig,
+    Mover,
     Partitioning,
     RegistrationMechanism,
     resolved_mover,
@@ -75,6 +76,7 @@ class LibraryModel:
         self.mover, self.trigger = resolved_mover(cfg)
         self.path = data_path_model(cfg)  # what the data path decides (comm/datapath.py)
         self.mover_model = MOVERS[self.mover](self, self.trigger)  # comm/movers.py
+        self._core_mover = MOVERS[Mover.vector_cores](self, self.trigger)
         self.family = FAMILIES[cfg.algorithm](cfg)  # comm/families.py
         self.ht_path = ep.HT_PATHS[cfg.moe_ht_path]  # HT dispatch/combine across nodes (comm/ep.py)
 
@@ -268,13 +270,25 @@ class LibraryModel:
                 best, best_t = (plan.algorithm or algo, phases, algo), t
         return best
 
+    def mover_for(self, coll: str, plan: alg.WirePlan) -> MoverModel:
+        """What moves this operator's bytes: the library's mover, except that DMA engines which
+        cannot reduce (GPU copy engines, REFERENCE §7) leave a reducing plan to the vector cores, as
+        they do the collectives the library names in `vector_core_colls`."""
+        if self.mover != Mover.sdma:
+            return self.mover_model
+        reduces = plan.reduce_bytes > 0 or any(st.reduce_bytes > 0 for st in plan.stages)
+        if coll in self.cfg.vector_core_colls or (reduces and not self.fabric.sdma_reduces):
+            return self._core_mover
+        return self.mover_model
+
     def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan, cores: int | None = None) -> list[Phase]:
         cfg = self.cfg
+        mover = self.mover_for(coll, plan)
         phases: list[Phase] = delay("launch", cfg.launch_us * 1e-6)
         rounds, cin, cout = self.path.staging(coll, size, n)
         fill_in, fill_out = self._pipeline_fill(cin, cores), self._pipeline_fill(cout, cores)
         if fill_in > 0:  # with pipelining only the first slot's copy is exposed
-            phases.append(self._copy_phase(fill_in, n, cores))
+            phases.append(self._copy_phase(fill_in, n, cores, mover))
         stages = plan.stages or (plan,)  # hierarchical plans: their stages in order
         staged: list[Phase] = []
         for i, st in enumerate(stages):
@@ -283,12 +297,12 @@ class LibraryModel:
                 overlapped = (cin + cout - fill_in - fill_out) / len(stages)
                 # one operator, one submitting agent: only the first stage pays the agent's launch
                 staged += self._transfer_phases(st, n, overlapped_copy=overlapped, cores=cores, sync_s=sync_s,
-                                                agent_running=i > 0)
+                                                agent_running=i > 0, mover=mover)
             else:
                 staged += delay("sync", sync_s)
         phases += _fold_stages(staged) if len(stages) > 1 else staged
         if fill_out > 0:
-            phases.append(self._copy_phase(fill_out, n, cores))
+            phases.append(self._copy_phase(fill_out, n, cores, mover))
         return merge_delays(phases)
 
     def _pipeline_fill(self, nbytes: float, cores: int | None) -> float:
@@ -302,14 +316,15 @@ class LibraryModel:
         slots = self.kernel_cores(cores) * self.cfg.comm_buffer_MiB * MiB / chunks
         return min(nbytes / chunks, slots)
 
-    def _copy_phase(self, nbytes: float, n: int, cores: int | None = None) -> Phase:
+    def _copy_phase(self, nbytes: float, n: int, cores: int | None = None,
+                    mover: MoverModel | None = None) -> Phase:
         """Device-to-device copy between a user buffer and a comm buffer (read + write HBM) on the
         engine that does it: SDMA memcpy tasks for an SDMA mover (HCCL's AI_CPU executor issues
         LocalCopy tasks), the comm kernel's vector cores for a vector-core mover (AIV kernels copy
         in-kernel), which it holds meanwhile."""
         fab = self.fabric
         min_t = nbytes / (self.cfg.copy_GBps * 1e9) if self.cfg.copy_GBps > 0 else 0.0
-        extra, holds = self.mover_model.copy_resources(nbytes, cores)
+        extra, holds = (mover or self.mover_model).copy_resources(nbytes, cores)
         return Phase("copy", loads=(("all", R["hbm"], 2 * nbytes / fab.hbm_Bps), *extra), holds=holds,
                      min_time_s=min_t, hbm_bytes=2 * nbytes * n, copy_bytes=nbytes * n)
 
@@ -383,7 +398,8 @@ class LibraryModel:
         return ports, rx, pace, switch
 
     def _transfer_phases(self, plan: alg.WirePlan, n: int, overlapped_copy: float = 0.0,
-                         cores: int | None = None, sync_s: float = 0.0, agent_running: bool = False) -> list[Phase]:
+                         cores: int | None = None, sync_s: float = 0.0, agent_running: bool = False,
+                         mover: MoverModel | None = None) -> list[Phase]:
         """[SDMA start] → the algorithm's synchronised steps (`sync_s`) → the wire phase.
         `agent_running`: a later stage of a hierarchical plan, whose submitting agent (the AI CPU
         kernel expanding the whole operator, or the AIV kernel) is already launched."""
@@ -398,7 +414,7 @@ class LibraryModel:
         hbm = plan.send_bytes + plan.recv_bytes + 2 * plan.reduce_bytes + 2 * overlapped_copy
         loads.append(("all", R["hbm"], hbm / fab.hbm_Bps))
         phases: list[Phase] = []
-        holds, min_t = self.mover_model.transfer(plan, loads, cores, phases, sync_s, agent_running)
+        holds, min_t = (mover or self.mover_model).transfer(plan, loads, cores, phases, sync_s, agent_running)
         phases.append(Phase("wire", loads=tuple(loads), holds=holds, min_time_s=max(min_t, pace, plan.floor_s),
                             wire_bytes=plan.group_wire_bytes, hbm_bytes=hbm * n,
                             copy_bytes=overlapped_copy * n))
