@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from stratacl.metrics import SIZE_BANDS, band_range
+
 Better = Literal["higher", "lower"] | None
 
 # Mechanism names the report groups metrics under (the accounting's categories, stratacl/accounting.py)
@@ -30,6 +32,7 @@ class MetricInfo:
     pinned: bool = False  # fixed by the offered load in an open-loop run
     tie: float = 0.02  # relative change within which two libraries tie (ASSUMPTION: run noise)
     per: str | None = None  # the whole a mechanism's time is part of (its change as a share of it)
+    short: str = ""  # the name a verdict line gives the metric (default: label)
 
 
 def _m(better: Better, unit: str, label: str, **kw: object) -> MetricInfo:
@@ -65,6 +68,12 @@ EXACT: dict[str, MetricInfo] = {
     "decode_die_busy_fraction": _m(None, "fraction", "decode die stepping (time, not load)"),
     "decode_batch_fraction": _m(None, "fraction", "decode batch / TPOT-feasible batch"),
     "load_fraction": _m(None, "fraction", "served rate / layout's analytic capacity"),
+    "offered_load_fraction": _m(None, "fraction", "offered rate / layout's analytic capacity"),
+    "offered_req_per_s": _m(None, "req/s", "offered rate (arrivals in the window)"),
+    "served_fraction": _m(None, "fraction", "share of the arrival rate served (backlog floor)"),
+    "prefill_served_fraction": _m(None, "fraction", "share of the prompt-token arrival rate prefilled"),
+    "decode_served_fraction": _m(None, "fraction", "share of decode arrivals admitted"),
+    "backlog_growth_req_per_s": _m(None, "req/s", "backlog growth (arrival rate not served)"),
     "prefill_load_fraction": _m(None, "fraction", "served rate / prefill capacity"),
     "decode_load_fraction": _m(None, "fraction", "served rate / decode capacity"),
     "prefill_capacity_req_per_s": _m("higher", "req/s", "prefill capacity (analytic)"),
@@ -158,6 +167,10 @@ EXACT: dict[str, MetricInfo] = {
     # collectives
     "busbw_GBps_mean": _m("higher", "GB/s", "busbw, mean over sizes"),
     "time_s_total": _m("lower", "s", "operator time, summed over sizes"),
+    # the collectives verdict: operator time per size band, geometric mean over the band's sizes
+    **{f"{band}_op_time_s": _m("lower", "s", f"operator time, {band} ({band_range(band)}), geomean over sizes",
+                               short=f"{band} ({band_range(band)})")
+       for band, _, _ in SIZE_BANDS},
     # per-iteration accounting the report adds from a run's rows (stratacl/verdict.py accounting)
     **{f"{phase}_iter_time_s": _m("lower", "s", f"{phase} iteration") for phase in ("decode", "prefill")},
     **{f"{phase}_iter_{key}": _m("lower", "s", f"{what} per {phase} iteration", mechanism=mech,
@@ -169,6 +182,9 @@ EXACT: dict[str, MetricInfo] = {
        for key, mech in (("wire_s", WIRE), ("copy_s", COPY), ("sync_s", SYNC), ("register_s", REGISTER),
                          ("launch_s", LAUNCH))},
 }
+
+BANDS = "|".join(band for band, _, _ in SIZE_BANDS)
+BAND_PART = re.compile(rf"^(\w+)_({BANDS})_op_time_s$")  # one collective's operator time in a band
 
 PATTERNS: list[tuple[re.Pattern[str], MetricInfo]] = [
     (re.compile(r"_p\d+_s$"), _m("lower", "s", "", tie=P99_TIE)),  # latency percentiles
@@ -194,13 +210,22 @@ HEADLINES: dict[str, tuple[str, ...]] = {
     "llm_infer": ("goodput_per_die", "fixed_layout_goodput_per_die", "tpot_p99_s", "e2e_p99_s",
                   "saturation_throughput_tok_per_s", "slo_capacity_req_per_s",
                   "ttft_p99_s", "decode_tok_per_s_per_npu", "decode_tpot_s", "prefill_tok_per_s_per_npu"),
-    "collectives": ("busbw_GBps_mean", "time_s_total"),
+    "collectives": tuple(f"{band}_op_time_s" for band, _, _ in SIZE_BANDS),
     "moe": ("dispatch_ht_time_us", "combine_ht_time_us", "dispatch_ll_time_us", "combine_ll_time_us"),
     "llm_train": ("iteration_time_s", "iteration_time_s_last"),
     "dlrm_train": ("iteration_time_s",),
-    "interference": ("overlapped_s", "concurrent_compute_slowdown"),
+    "interference": ("overlapped_s",),
 }
 DEFAULT_HEADLINES = ("iteration_time_s", "time_s", "makespan_s", "time_s_total")
+
+# Metrics a verdict shows beside its headlines, never judged: what explains or qualifies them
+# (interference: how much the compute itself slowed under the overlap; collectives: the
+# whole-sweep aggregates, which hide the size regimes the bands separate).
+HEADLINE_CONTEXT: dict[str, tuple[str, ...]] = {
+    "collectives": ("time_s_total", "busbw_GBps_mean"),
+    "interference": ("concurrent_compute_slowdown", "compute_slowdown", "fwd_compute_slowdown",
+                     "bwd_compute_slowdown"),
+}
 
 
 def info(metric: str) -> MetricInfo:
@@ -210,14 +235,21 @@ def info(metric: str) -> MetricInfo:
         found = next((m for pat, m in PATTERNS if pat.search(metric)), UNKNOWN)
     if not found.label:
         found = replace(found, label=_label(metric))
+    part = BAND_PART.fullmatch(metric)
+    if part and not found.short:
+        found = replace(found, short=part.group(1))
     return found
 
 
 def _label(metric: str) -> str:
-    """`tpot_p99_s` -> "TPOT p99"; other names with underscores as spaces, unit suffix dropped."""
+    """`tpot_p99_s` -> "TPOT p99"; `allreduce_large_op_time_s` -> "allreduce, large (≥ 16 MiB)";
+    other names with underscores as spaces, unit suffix dropped."""
     m = re.fullmatch(r"(ttft|tpot|e2e)_p(\d+)_s", metric)
     if m:
         return f"{m.group(1).upper()} p{m.group(2)}"
+    m = BAND_PART.fullmatch(metric)
+    if m:
+        return f"{m.group(1)}, {m.group(2)} ({band_range(m.group(2))})"
     return re.sub(r"_(s|us|GBps)$", "", metric).replace("_", " ")
 
 
@@ -225,6 +257,26 @@ def headlines(workload: str, available: set[str] | list[str]) -> list[str]:
     """The workload's headline metrics present in `available`, lead first."""
     names = HEADLINES.get(workload, DEFAULT_HEADLINES)
     return [m for m in names if m in available]
+
+
+def parts(metric: str, available: set[str] | list[str]) -> list[str]:
+    """The metrics whose judgements decide a headline's outcome (a size band: each collective's
+    operator time in it), in `available`'s order; [] for a headline judged on its own value."""
+    m = re.fullmatch(rf"({BANDS})_op_time_s", metric)
+    if not m:
+        return []
+    return [a for a in available if (p := BAND_PART.fullmatch(a)) and p.group(2) == m.group(1)]
+
+
+def context(workload: str, available: set[str] | list[str]) -> list[str]:
+    """The workload's context metrics present in `available`."""
+    return [m for m in HEADLINE_CONTEXT.get(workload, ()) if m in available]
+
+
+def short(metric: str) -> str:
+    """What a verdict line calls the metric."""
+    i = info(metric)
+    return i.short or i.label
 
 
 def arrow(better: Better) -> str:

@@ -1,8 +1,20 @@
-"""Metric conventions shared by workloads: nccl-tests bus bandwidth, percentiles, interval unions."""
+"""Metric conventions shared by workloads: nccl-tests bus bandwidth, operator size bands,
+percentiles, interval unions."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+MiB = 1 << 20
+
+# Size bands of an operator sweep (per-rank payload, nccl-tests convention), the collectives
+# verdict's unit of judgement. Measurement choice: the edges are the regimes REFERENCE §5 reports —
+# below 1 MiB latency-bound (full-mesh ≈ 2× ring), ring ahead above ≈ 16 MiB, between them the
+# crossover. Each band: (name, lowest size in it, first size above it).
+SIZE_BANDS: tuple[tuple[str, int, float], ...] = (
+    ("small", 0, 1 * MiB), ("medium", 1 * MiB, 16 * MiB), ("large", 16 * MiB, math.inf))
 
 
 def busbw_factor(coll: str, n: int) -> float:
@@ -14,6 +26,39 @@ def busbw_factor(coll: str, n: int) -> float:
     if coll in ("broadcast", "reduce", "p2p", "sendrecv"):
         return 1.0
     raise ValueError(f"no busbw convention for {coll}")
+
+
+def human_bytes(n: float) -> str:
+    """1048576 -> "1 MiB"."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:g} {unit}"
+        n /= 1024
+    return f"{n:g} TiB"
+
+
+def size_band(nbytes: float) -> str:
+    """The SIZE_BANDS name a payload falls in."""
+    return next(name for name, lo, hi in SIZE_BANDS if lo <= nbytes < hi)
+
+
+def band_range(name: str) -> str:
+    """"< 1 MiB", "1 MiB – 16 MiB", "≥ 16 MiB"."""
+    lo, hi = next((lo, hi) for n, lo, hi in SIZE_BANDS if n == name)
+    if lo == 0:
+        return f"< {human_bytes(hi)}"
+    return f"≥ {human_bytes(lo)}" if math.isinf(hi) else f"{human_bytes(lo)} – {human_bytes(hi)}"
+
+
+def bands_text() -> str:
+    """The band edges as one phrase, for output and docs."""
+    return ", ".join(f"{name} {band_range(name)}" for name, _, _ in SIZE_BANDS)
+
+
+def geomean(values: np.ndarray) -> float:
+    """Geometric mean of positive values (NaN if any is not positive or there are none)."""
+    v = np.asarray(values, dtype=float)
+    return float(np.exp(np.log(v).mean())) if v.size and (v > 0).all() else float("nan")
 
 
 def algbw(size_bytes: float, seconds: float) -> float:

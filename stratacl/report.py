@@ -57,6 +57,73 @@ def _change(j: dict) -> str:
     return f"{fmt_ratio(j['ratio'])} ({pct:.0f} % {word})" if pct >= 0.5 else f"{fmt_ratio(j['ratio'])}"
 
 
+def _tag(j: dict) -> str:
+    info = d.info(j["metric"])
+    return {"tie": f"tie within ±{info.tie:.0%}"}.get(j["outcome"], j["outcome"])
+
+
+def _word(j: dict) -> str:
+    """better / worse, faster / slower for a time."""
+    if j["outcome"] not in ("better", "worse") or d.info(j["metric"]).unit not in ("s", "µs", "ms"):
+        return j["outcome"]
+    return {"better": "faster", "worse": "slower"}[j["outcome"]]
+
+
+def _speedup(j: dict) -> float | None:
+    """How many times better (> 1) or worse (< 1) a judged value is, whatever its direction."""
+    r = j["ratio"]
+    if r is None or not math.isfinite(r) or r == 0:
+        return None
+    return r if j["better"] == "higher" else 1 / r
+
+
+def _factor(j: dict) -> str:
+    """"2.41×" in the judgement's direction (better or worse), the raw ratio for a tie."""
+    s = _speedup(j)
+    if s is None:
+        return ""
+    if j["outcome"] == "tie":
+        return f"{j['ratio']:.3f}×, within ±{d.info(j['metric']).tie:.0%}"
+    return f"{max(s, 1 / s):.2f}×"
+
+
+def _phrase(j: dict) -> str:
+    """"faster on small (< 1 MiB) (3.30×)"; a mixed headline: its own value's factor, then its
+    decisive parts grouped by outcome."""
+    if j["outcome"] != "mixed":
+        by = _factor(j)
+        return f"{_word(j)} on {d.short(j['metric'])}" + (f" ({by})" if by else "")
+    s, items = _speedup(j), []
+    if s is not None:
+        word = _word({**j, "outcome": "better" if s >= 1 else "worse"})
+        items.append(f"{max(s, 1 / s):.2f}× {word} overall")
+    groups: dict[str, list[str]] = {}
+    for p in j.get("parts", []):
+        if p["outcome"] in ("better", "worse"):
+            groups.setdefault(_word(p), []).append(f"{d.short(p['metric'])} {_factor(p)}")
+    items += [f"{w} {', '.join(names)}" for w, names in groups.items()]
+    return f"mixed on {d.short(j['metric'])} ({'; '.join(items)})"
+
+
+def _head(v: Mapping) -> str:
+    """The outcome and what it rests on: for a headline set with parts, a mixed or a tied verdict,
+    every judged headline's phrase; otherwise the lead headline's factor and values."""
+    head = v["outcome"].upper()
+    judged = [j for j in v["headlines"] if j["outcome"] != "missing"]
+    if judged and v["outcome"] == "tie":
+        return f"{head} — " + ", ".join(f"{d.short(j['metric'])} ({_factor(j)})" for j in judged)
+    if judged and (v["outcome"] == "mixed" or any("parts" in j for j in judged)):
+        return f"{head} — {', '.join(_phrase(j) for j in judged)}"
+    if v["outcome"] in ("faster", "slower") and v["lead_speedup"]:
+        s = v["lead_speedup"]
+        by = f"{s:.2f}× better" if s >= 1 else f"{1 / s:.2f}× worse"
+        lead = next(j for j in v["headlines"] if j["metric"] == v["lead_metric"])
+        head += (f" — {by} on {d.info(lead['metric']).label} "
+                 f"({_scaled(lead['metric'], lead['baseline'], lead['baseline'])} → "
+                 f"{_scaled(lead['metric'], lead['value'], lead['baseline'])})")
+    return head
+
+
 def verdict_lines(block: Mapping) -> list[str]:
     """One line per library (who won, by how much, on which metric) and one `why:` line."""
     base = block["baseline"]
@@ -67,18 +134,18 @@ def verdict_lines(block: Mapping) -> list[str]:
             info = d.info(j["metric"])
             if j["outcome"] == "missing":
                 continue
-            tag = {"tie": f"tie within ±{info.tie:.0%}", "better": "better", "worse": "worse"}.get(j["outcome"], "")
-            parts.append(f"{info.label}: {_change(j)}, {info.better} is better → {tag}")
-        head = v["outcome"].upper()
-        if v["outcome"] in ("faster", "slower", "mixed") and v["lead_speedup"]:
-            s = v["lead_speedup"]
-            by = f"{s:.2f}× better" if s >= 1 else f"{1 / s:.2f}× worse"
-            lead = next(j for j in v["headlines"] if j["metric"] == v["lead_metric"])
-            head += (f" — {by} on {d.info(lead['metric']).label} "
-                     f"({_scaled(lead['metric'], lead['baseline'], lead['baseline'])} → "
-                     f"{_scaled(lead['metric'], lead['value'], lead['baseline'])})")
-        lines.append(f"  {lib}: {head}")
+            parts.append(f"{info.label}: {_change(j)}, {info.better} is better → {_tag(j)}")
+            cells = [f"{d.short(p['metric'])} {fmt_ratio(p['ratio'])} {_tag(p)}" for p in j.get("parts", [])
+                     if p["outcome"] != "missing"]
+            if cells:
+                parts.append(f"    {', '.join(cells)}")
+        lines.append(f"  {lib}: {_head(v)}")
         lines += [f"      {p}" for p in parts]
+        context = [f"{d.info(j['metric']).label} {_scaled(j['metric'], j['baseline'], j['baseline'])} → "
+                   f"{_scaled(j['metric'], j['value'], j['baseline'])}" for j in v.get("context", [])
+                   if j["value"] is not None]
+        if context:
+            lines.append(f"      context (not judged): {'; '.join(context)}")
         if v["missing"]:
             lines.append(f"      missing (not judged): {', '.join(v['missing'])}")
         why = why_text(v["mechanisms"])

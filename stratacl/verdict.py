@@ -2,8 +2,12 @@
 
 For each non-baseline library the workload's headline metrics (`directions.HEADLINES`) are judged
 with their direction: a change within the metric's tie band counts as a tie, a missing or
-undefined value as missing. The outcome is "faster" or "slower" when every decisive headline
-agrees, "mixed" when they disagree, "tie" when none is decisive, "no verdict" when none is present.
+undefined value as missing. A headline with parts (a collectives size band: each collective's
+operator time in it, `directions.parts`) takes its outcome from them: better or worse when every
+decisive part agrees, mixed when they disagree, tie when none is decisive. The outcome is
+"faster" or "slower" when every decisive headline agrees, "mixed" when they disagree (or one is
+mixed), "tie" when none is decisive, "no verdict" when none is present. Context metrics
+(`directions.HEADLINE_CONTEXT`) are shown beside the headlines, never judged.
 The mechanisms are the metrics the accounting gives (exposed communication, copies, registration,
 launch, memory → batch) that differ from the baseline beyond their tie band, largest change first.
 Everything here is computed from the metrics alone: a verdict never feeds back into a result.
@@ -101,6 +105,32 @@ def _weight(j: dict) -> tuple[int, float]:
     return 0, min(abs(j["change"]), 1.0) if j["change"] is not None else 1.0
 
 
+DECISIVE = ("better", "worse", "mixed")
+
+
+def _agreement(judged: list[dict]) -> str:
+    """better / worse when every decisive judgement agrees, mixed when they disagree, tie when
+    none is decisive (missing when none is judged)."""
+    outcomes = {j["outcome"] for j in judged if j["outcome"] != "missing"}
+    decisive = outcomes & set(DECISIVE)
+    if not outcomes:
+        return "missing"
+    if not decisive:
+        return "tie" if "tie" in outcomes else "context"
+    return decisive.pop() if len(decisive) == 1 else "mixed"
+
+
+def judge_headline(metric: str, base: Mapping[str, float | None], lib: Mapping[str, float | None],
+                   present: set[str] | list[str]) -> dict:
+    """A headline judged on its value, or — with parts — its value shown and its outcome theirs."""
+    j = judge(metric, base.get(metric), lib.get(metric))
+    names = d.parts(metric, present)
+    if not names or j["outcome"] == "missing":
+        return j
+    j["parts"] = [judge(m, base.get(m), lib.get(m)) for m in names]
+    return {**j, "outcome": _agreement(j["parts"])}
+
+
 def verdict(workload: str, metrics: Metrics, baseline: str) -> dict:
     """The verdict block (JSON-safe) for every non-baseline library."""
     if baseline not in metrics:
@@ -109,23 +139,24 @@ def verdict(workload: str, metrics: Metrics, baseline: str) -> dict:
     for lib in metrics:
         if lib == baseline:
             continue
-        present = set(metrics[baseline]) | set(metrics[lib])
-        heads = [judge(m, metrics[baseline].get(m), metrics[lib].get(m)) for m in d.headlines(workload, present)]
-        decisive = [j for j in heads if j["outcome"] in ("better", "worse")]
+        present = list(dict.fromkeys([*metrics[baseline], *metrics[lib]]))
+        heads = [judge_headline(m, metrics[baseline], metrics[lib], present) for m in d.headlines(workload, present)]
+        decisive = [j for j in heads if j["outcome"] in DECISIVE]
         judged = [j for j in heads if j["outcome"] != "missing"]
+        agreed = _agreement(heads)
         if not judged:
             outcome, lead = "no verdict", None
         elif not decisive:
             outcome, lead = "tie", judged[0]
-        elif len({j["outcome"] for j in decisive}) > 1:
-            outcome, lead = "mixed", decisive[0]
         else:
-            outcome, lead = ("faster" if decisive[0]["outcome"] == "better" else "slower"), decisive[0]
+            outcome, lead = {"better": "faster", "worse": "slower"}.get(agreed, "mixed"), decisive[0]
         libs[lib] = {"outcome": outcome,
                      "lead_metric": lead["metric"] if lead else None,
                      "lead_speedup": _speedup(lead) if lead else None,
                      "headlines": heads,
                      "missing": [j["metric"] for j in heads if j["outcome"] == "missing"],
+                     "context": [{**judge(m, metrics[baseline].get(m), metrics[lib].get(m)), "outcome": "context"}
+                                 for m in d.context(workload, present)],
                      "mechanisms": _mechanisms(metrics, lib, baseline)}
     return {"baseline": baseline, "libraries": libs}
 

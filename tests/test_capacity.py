@@ -111,3 +111,39 @@ def test_slo_search_on_the_simulated_system_is_monotone_and_tight(env: Env) -> N
     ok = by_rate["meets_slo"].to_numpy()
     assert (ok[:-1] >= ok[1:]).all()  # meeting the SLO is monotone in the rate over the points tried
     assert meets(w.capacity, by_rate.loc[r, "ttft_p99_s"], by_rate.loc[r, "tpot_p99_s"])
+
+
+def test_the_regime_note_calls_an_offered_rate_beyond_capacity_overload_and_names_the_model(env: Env) -> None:
+    """The tiny deployment served at 3× its analytic capacity: the queue grows (a share of the
+    arrival rate well under the keep-up bar), the note says overload with that growth and names
+    the model; at a third of capacity it keeps up and is not overload."""
+    from workloads.common.model import model_name
+    from workloads.llm_infer.deployment import load_metrics, regime
+    from workloads.llm_infer.requests import generate, pool
+    from workloads.llm_infer.workload import queue_metrics, summarise
+
+    w, sample = env.w, pool(env.w.requests, 0, 1000)
+
+    def served_at(rate: float) -> dict[str, float]:
+        sim, _ = env.serve("hccl", generate(w.requests, seed=3, rate=rate))
+        m = summarise(sim, w.warmup_s, w.requests.duration_s)
+        m.update(queue_metrics(sim, w.warmup_s, w.requests.duration_s))
+        m.update(load_metrics(env.serving, "hccl", m, sample))
+        return m
+
+    probe = served_at(1.0)
+    cap = min(probe["prefill_capacity_req_per_s"], probe["decode_capacity_req_per_s"])
+    name = model_name(w.model, env.mc.cfg.model_type)
+    assert name == "deepseek_v3 + 17 overridden fields"
+    keep_up = w.search.min_served_fraction
+    over = served_at(3 * cap)
+    assert over["offered_load_fraction"] == pytest.approx(over["offered_req_per_s"] / cap)
+    assert over["offered_load_fraction"] > 2 and over["served_fraction"] < keep_up
+    assert over["backlog_growth_req_per_s"] > 0.3 * over["offered_req_per_s"]
+    note = regime("hccl", over, name, keep_up)
+    # short prompts, long outputs: decode binds, and its admission queue is the one growing
+    assert note.startswith(f"hccl regime, model {name}: overload, decode-bound — ")
+    assert "the decode queue grows" in note and "E2E p99" in note
+    light = served_at(cap / 3)
+    assert light["served_fraction"] >= keep_up and light["offered_load_fraction"] < 0.5
+    assert ": under-load, " in regime("hccl", light, name, keep_up)

@@ -163,7 +163,14 @@ def test_every_row_and_metric_is_its_closed_form_on_a_zero_copy_ring() -> None:
         assert m[f"{coll}_busbw_GBps_mean"] == pytest.approx(sum(busbw[coll]) / 3, rel=1e-9)
         assert m[f"{coll}_busbw_GBps_peak"] == pytest.approx(busbw[coll][-1], rel=1e-9)  # the largest size
     assert m["busbw_GBps_mean"] == pytest.approx(sum(map(sum, busbw.values())) / 18, rel=1e-9)
-    assert list(res.table.columns) == ["collective", "size", "hccl_zerocopy"]
+    # the verdict's size bands: all three sizes are small (< 1 MiB); geometric means of the times
+    times = {coll: [_closed_form(coll, s) for s in sizes] for coll in BUSBW_16}
+    for coll, t in times.items():
+        assert m[f"{coll}_small_op_time_s"] == pytest.approx(np.prod(t) ** (1 / 3), rel=1e-9)
+    assert m["small_op_time_s"] == pytest.approx(np.prod(sum(times.values(), [])) ** (1 / 18), rel=1e-9)
+    assert not any(k.startswith(("medium", "large")) or "_medium_" in k or "_large_" in k for k in m)
+    assert list(res.table.columns) == ["collective", "size", "band", "hccl_zerocopy"]
+    assert set(res.table["band"]) == {"small"}
     assert list(res.table["size"][:3]) == ["64 KiB", "128 KiB", "256 KiB"]
 
 

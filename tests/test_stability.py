@@ -5,11 +5,18 @@ and a burst at the window's end, which the two-ends count reads as a shortfall o
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workloads.llm_infer.stability import backlog, served_rate_fraction, window_served_fraction
+from workloads.llm_infer.deployment import load_word, regime
+from workloads.llm_infer.stability import (
+    backlog,
+    served_fractions,
+    served_rate_fraction,
+    window_served_fraction,
+)
 
 T0, T1, RATE = 10.0, 70.0, 20.0  # a 60 s window at 20 items/s
 
@@ -87,3 +94,51 @@ def test_backlog_counts_what_entered_and_has_not_left(items: list, times: list) 
     t = np.array(times)
     brute = [sum(wi for e, lv, wi in zip(enter, leave, w, strict=True) if e <= tt and not (lv <= tt)) for tt in t]
     assert backlog(enter, leave, w, t) == pytest.approx(brute)
+
+
+# ------------------------------------------------------------------ the regime note's queue reading
+def _frame(enter: np.ndarray, first: np.ndarray) -> pd.DataFrame:
+    """A request frame: prompts of 100 tokens, one output token (decode never queues)."""
+    return pd.DataFrame({"arrival_s": enter, "first_token_s": first, "input_tokens": np.full(len(enter), 100.0),
+                         "output_tokens": np.ones(len(enter)), "decode_start_s": first})
+
+
+def test_served_fractions_read_the_queue_a_run_leaves() -> None:
+    enter = np.arange(0.0, T1 + 20, 1 / RATE)
+    steady_fr = served_fractions(_frame(enter, enter + 0.4), T0, T1)
+    assert steady_fr["served_fraction"] == pytest.approx(1.0, abs=2e-3)
+    # prefill served FIFO at 40 % of the arrival rate: the backlog floor rises at 0.6 λ
+    slow = served_fractions(_frame(enter, 0.4 + np.arange(len(enter)) / (RATE * 0.4)), T0, T1)
+    assert slow["prefill_served_fraction"] == pytest.approx(0.4, abs=5e-3)
+    assert slow["served_fraction"] == slow["prefill_served_fraction"]
+    assert np.isnan(slow["decode_served_fraction"])  # no request decodes: no decode queue, not a shortfall
+
+
+@pytest.mark.parametrize("offered, served, word", [
+    (0.2, 1.0, "under-load"), (0.6, 1.0, "moderate load"), (0.9, 0.99, "near capacity"),
+    (3.4, 0.3, "overload"),  # offered beyond the analytic capacity
+    (0.7, 0.8, "overload"),  # below it on paper, but the measured backlog grows
+    (1.2, float("nan"), "overload"),  # no backlog reading: the analytic side decides
+    (0.4, float("nan"), "under-load"),
+])
+def test_the_regime_word_is_judged_from_the_offered_rate_and_the_queue(offered: float, served: float,
+                                                                       word: str) -> None:
+    assert load_word(offered, served, 0.95) == word
+
+
+def test_an_overloaded_run_is_named_overload_with_its_backlog_and_its_model() -> None:
+    """A run like issue 32's Qwen3-235B-A22B one: 15 req/s offered on a 4.4 req/s layout that completes
+    3.5 req/s in its window (79 % of capacity, "moderate load" when judged by the completed rate)."""
+    m = {"prefill_capacity_req_per_s": 4.43, "decode_capacity_req_per_s": 16.3, "offered_req_per_s": 15.0,
+         "offered_load_fraction": 15.0 / 4.43, "requests_per_s": 3.5, "served_fraction": 0.31,
+         "backlog_growth_req_per_s": 15.0 * 0.69, "ttft_p99_s": 121.0, "prefill_die_busy_fraction": 0.97,
+         "mean_decode_batch_per_die": 1.0, "decode_batch_fraction": 0.52, "decode_slo_batch_per_die": 2.0,
+         "prefill_served_fraction": 0.31, "decode_served_fraction": 1.0}
+    note = regime("hccl", m, "Qwen3-235B-A22B (qwen3_moe, /m/Qwen3-235B-A22B/config.json)", 0.95)
+    assert note.startswith("hccl regime, model Qwen3-235B-A22B (qwen3_moe, /m/Qwen3-235B-A22B/config.json): "
+                           "overload, prefill-bound — 15 req/s offered is 339% of the layout's analytic capacity")
+    assert "the prefill queue grows: the run serves 31% of the arrival rate, the backlog growing by 10.3 req/s" in note
+    assert "TTFT p99 121 s" in note and "moderate" not in note
+    kept = regime("hccl", {**m, "offered_req_per_s": 2.0, "offered_load_fraction": 2.0 / 4.43,
+                           "served_fraction": 1.0}, "x", 0.95)
+    assert ": under-load, prefill-bound" in kept and "the queue keeps up" in kept

@@ -12,7 +12,7 @@ import yaml
 from helpers import run_cli
 
 from stratacl import directions as d
-from stratacl.report import fmt, report_lines, table_lines
+from stratacl.report import fmt, report_lines, table_lines, verdict_lines
 from stratacl.verdict import accounting, judge, merge_accounting, verdict
 
 
@@ -177,3 +177,80 @@ def test_a_rate_is_never_judged_as_a_time() -> None:
             assert info(name).unit != "s" and info(name).better != "lower", name
     assert info("slo_capacity_ceiling_req_per_s").better is None
     assert info("goodput_req_per_s").better == "higher"
+
+
+# ------------------------------------------------------------------ collectives: size bands
+def _bands(**cells: tuple[float, float]) -> dict[str, dict[str, float]]:
+    """Two libraries' collectives metrics from {"<coll>_<band>": (baseline time, library time)};
+    a band's own value is the geometric mean of its cells, as workloads/collectives.py computes it."""
+    out: dict[str, dict[str, float]] = {"hccl": {}, "x": {}}
+    for key, pair in cells.items():
+        for lib, t in zip(out, pair, strict=True):
+            out[lib][f"{key}_op_time_s"] = t
+    for band in ("small", "medium", "large"):
+        for k, lib in enumerate(out):
+            vals = [p[k] for c, p in cells.items() if c.endswith(f"_{band}")]
+            if vals:
+                out[lib][f"{band}_op_time_s"] = float(pd.Series(vals).prod() ** (1 / len(vals)))
+    # a mean busbw that favours x overall: context, never the verdict
+    out["hccl"]["busbw_GBps_mean"], out["x"]["busbw_GBps_mean"] = 85.0, 106.0
+    return out
+
+
+def test_a_slower_band_makes_the_collectives_verdict_mixed_not_faster():
+    m = _bands(allreduce_small=(1.0, 0.3), allgather_small=(1.0, 0.4), allreduce_medium=(1.0, 1.01),
+               allgather_medium=(1.0, 0.99), allreduce_large=(1.0, 1.24), allgather_large=(1.0, 1.20))
+    v = verdict("collectives", m, "hccl")["libraries"]["x"]
+    assert v["outcome"] == "mixed"
+    bands = {j["metric"]: j["outcome"] for j in v["headlines"]}
+    assert bands == {"small_op_time_s": "better", "medium_op_time_s": "tie", "large_op_time_s": "worse"}
+    assert [c["metric"] for c in v["headlines"][2]["parts"]] == ["allreduce_large_op_time_s", "allgather_large_op_time_s"]
+    assert [c["metric"] for c in v["context"]] == ["busbw_GBps_mean"]  # shown, not judged
+    head = verdict_lines(verdict("collectives", m, "hccl"))[1]
+    assert head.startswith("  x: MIXED — faster on small (< 1 MiB) (2.89×), tie on medium (1 MiB – 16 MiB) (1.000×")
+    assert "slower on large (≥ 16 MiB) (1.22×)" in head and "FASTER" not in head
+
+
+def test_a_band_whose_collectives_disagree_is_mixed_and_names_the_slower_ones():
+    m = _bands(allreduce_large=(1.0, 1.14), allgather_large=(1.0, 1.12), alltoall_large=(1.0, 0.66))
+    v = verdict("collectives", m, "hccl")["libraries"]["x"]
+    (large,) = v["headlines"]
+    assert large["outcome"] == "mixed" and v["outcome"] == "mixed"
+    assert large["ratio"] < 1  # faster over the band: the geometric mean hides the two slower collectives
+    head = verdict_lines(verdict("collectives", m, "hccl"))[1]
+    assert "mixed on large (≥ 16 MiB) (" in head
+    assert "slower allreduce 1.14×, allgather 1.12×; faster alltoall 1.52×" in head
+
+
+def test_every_band_within_its_tie_band_reads_tie_and_every_band_faster_reads_faster():
+    tie = _bands(allreduce_small=(1.0, 1.015), allreduce_large=(1.0, 0.985))
+    v = verdict("collectives", tie, "hccl")["libraries"]["x"]
+    assert v["outcome"] == "tie" and {j["outcome"] for j in v["headlines"]} == {"tie"}
+    assert verdict_lines(verdict("collectives", tie, "hccl"))[1].startswith("  x: TIE — small (< 1 MiB) (1.015×, within ±2%)")
+    # just beyond the band: decisive
+    assert judge("allreduce_small_op_time_s", 1.0, 1.021)["outcome"] == "worse"
+    fast = _bands(allreduce_small=(1.0, 0.5), allreduce_large=(1.0, 0.9))
+    assert verdict("collectives", fast, "hccl")["libraries"]["x"]["outcome"] == "faster"
+    assert "faster on large (≥ 16 MiB) (1.11×)" in verdict_lines(verdict("collectives", fast, "hccl"))[1]
+
+
+# ------------------------------------------------------------------ interference: the overlapped step
+def _interference(step: float, slowdown: float) -> dict[str, float]:
+    return {"overlapped_s": step, "concurrent_compute_slowdown": slowdown, "compute_slowdown": slowdown / 5,
+            "comm_hbm_GB_per_die": 10.0}
+
+
+def test_interference_headline_is_the_overlapped_step_and_slowdowns_are_context():
+    # the step ties (0.996×) while the compute slowdown vanishes: a tie, not FASTER
+    m = {"hccl": _interference(0.08428, 0.0202), "x": _interference(0.08398, 0.0)}
+    block = verdict("interference", m, "hccl")
+    v = block["libraries"]["x"]
+    assert [j["metric"] for j in v["headlines"]] == ["overlapped_s"]
+    assert v["outcome"] == "tie" and v["lead_metric"] == "overlapped_s"
+    assert {j["outcome"] for j in v["context"]} == {"context"}
+    lines = verdict_lines(block)
+    assert lines[1] == "  x: TIE — overlapped step (0.996×, within ±2%)"
+    assert any(ln.strip().startswith("context (not judged): concurrent compute slowdown 2.020 % → 0 %") for ln in lines)
+    # a slower step is SLOWER whatever the slowdown does
+    slow = {"hccl": _interference(0.080, 0.02), "x": _interference(0.090, 0.0)}
+    assert verdict("interference", slow, "hccl")["libraries"]["x"]["outcome"] == "slower"

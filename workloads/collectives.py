@@ -6,6 +6,11 @@ otherwise idle fabric; like nccl-tests, first-use costs (registration) fall in t
 `p2p` is a send/recv between rank i and rank i + n/2 of each group (across the group's halves). With `group_size` <
 `ranks`, every op runs on all groups of the family at once (they contend only where they share
 dies, which contiguous groups do not).
+
+The verdict judges operator time per size band (`stratacl.metrics.SIZE_BANDS`): per band, and per
+collective in it, the geometric mean of the operator time over the band's sizes — whose ratio
+between two libraries is the geometric mean of their per-size time ratios, every size weighing
+the same (a sum would be the band's largest size alone).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import pandas as pd
 from stratacl.compare import pivot_table
 from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
-from stratacl.metrics import algbw, busbw_factor
+from stratacl.metrics import algbw, bands_text, busbw_factor, geomean, human_bytes, size_band
 from stratacl.schemas.collectives import CollectivesConfig
 from stratacl.trace import COLLECTIVES, Trace
 from stratacl.workload_api import RunContext, WorkloadResult
@@ -101,26 +106,33 @@ def run(ctx: RunContext) -> WorkloadResult:
         ops["busbw_GBps"] = [a * busbw_factor(c, n) for a, c in zip(ops["algbw_GBps"], ops["collective"], strict=True)]
         ops["iters"] = cfg.iters
         ops["group_size"] = n
+        ops["band"] = [size_band(s) for s in ops["size_bytes"]]
         frames.append(ops)
-        m: dict[str, float] = {}
-        for coll, sub in ops.groupby("collective", sort=False):
-            m[f"{coll}_busbw_GBps_mean"] = float(sub["busbw_GBps"].mean())
-            m[f"{coll}_busbw_GBps_peak"] = float(sub["busbw_GBps"].max())
-            m[f"{coll}_time_s_total"] = float(sub["time_s"].sum())
-        m["busbw_GBps_mean"] = float(ops["busbw_GBps"].mean())
-        m["time_s_total"] = float(ops["time_s"].sum())
-        metrics[lib] = m
+        metrics[lib] = _metrics(ops)
         timelines[lib] = (trace, res)
     rows = pd.concat(frames, ignore_index=True)
     wide = pivot_table(rows, ["collective", "size_bytes"], "busbw_GBps", list(ctx.libraries), ctx.baseline)
-    wide.insert(1, "size", [_human(s) for s in wide["size_bytes"]])
+    wide.insert(1, "size", [human_bytes(s) for s in wide["size_bytes"]])
+    wide.insert(2, "band", [size_band(s) for s in wide["size_bytes"]])
     wide = wide.drop(columns="size_bytes")
-    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=wide)
+    note = (f"verdict per size band (REFERENCE §5 size regimes): {bands_text()}; a band's operator time is "
+            "the geometric mean over its sizes, judged per collective (a band is mixed when they disagree)")
+    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=wide, notes=[note])
 
 
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:g} {unit}"
-        n /= 1024
-    return f"{n:g} TiB"
+def _metrics(ops: pd.DataFrame) -> dict[str, float]:
+    """One library's summary: busbw and summed time per collective and overall, and the operator
+    time per size band (`<band>_op_time_s`) and per collective in each band
+    (`<collective>_<band>_op_time_s`), geometric means over the band's sizes."""
+    m: dict[str, float] = {}
+    for coll, sub in ops.groupby("collective", sort=False):
+        m[f"{coll}_busbw_GBps_mean"] = float(sub["busbw_GBps"].mean())
+        m[f"{coll}_busbw_GBps_peak"] = float(sub["busbw_GBps"].max())
+        m[f"{coll}_time_s_total"] = float(sub["time_s"].sum())
+    m["busbw_GBps_mean"] = float(ops["busbw_GBps"].mean())
+    m["time_s_total"] = float(ops["time_s"].sum())
+    for band, sub in ops.groupby("band", sort=False):
+        m[f"{band}_op_time_s"] = geomean(sub["time_s"])
+        for coll, cell in sub.groupby("collective", sort=False):
+            m[f"{coll}_{band}_op_time_s"] = geomean(cell["time_s"])
+    return m

@@ -48,6 +48,28 @@ def hf_config(ref: ModelRef, *, field: str = "workload.model",
         raise ConfigError(field, str(exc), FIX) from None
 
 
+def model_name(ref: ModelRef, model_type: str = "") -> str:
+    """What a note calls the model: its preset, its config.json (the checkpoint folder's name when
+    the file is a folder's config.json, as downloaded) or its transformers model_type; then the
+    model_type (`model_type`: the loaded config's) when it is not the name, and any overridden fields."""
+    kind = ref.model_type or model_type
+    if ref.preset:
+        name = ref.preset
+    elif ref.config_json:
+        path = Path(ref.config_json)
+        folder = path.parent.name if path.name == "config.json" else ""
+        name = f"{folder or path.stem} ({kind + ', ' if kind else ''}{ref.config_json})"
+        kind = ""
+    else:
+        name, kind = kind or "unnamed model", ""
+    if kind and kind != name:
+        name += f" ({kind})"
+    if ref.overrides:
+        keys = sorted(map(str, ref.overrides))
+        name += f" + overrides {', '.join(keys)}" if len(keys) <= 3 else f" + {len(keys)} overridden fields"
+    return name
+
+
 def model_costs(ref: ModelRef, cache_dir: str = "", routing: RoutingModel | None = None, *,
                 field: str = "workload.model", preset_field: str = "workload.model.preset",
                 quant_field: str = "workload.model.quant") -> ModelCosts:

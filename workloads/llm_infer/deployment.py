@@ -342,21 +342,49 @@ def load_metrics(serving: Serving, library: str, m: dict[str, float], sample: Re
     cp, cd = prefill_capacity(o, library, p, lengths, slo), decode_capacity(o, library, d, lengths, slo)
     pc, dc = n_p * cp.rate, n_d * cd.rate
     rate = m["requests_per_s"]
-    return {"prefill_capacity_req_per_s": pc, "decode_capacity_req_per_s": dc,
+    offered = {"offered_load_fraction": m["offered_req_per_s"] / max(min(pc, dc), 1e-12)} if "offered_req_per_s" in m else {}
+    return {"prefill_capacity_req_per_s": pc, "decode_capacity_req_per_s": dc, **offered,
             "load_fraction": rate / max(min(pc, dc), 1e-12), "prefill_load_fraction": rate / max(pc, 1e-12),
             "decode_load_fraction": rate / max(dc, 1e-12), "decode_slo_batch_per_die": float(cd.batch),
             # the decode batch a die runs as a share of the batch the TPOT SLO allows it
             "decode_batch_fraction": m["mean_decode_batch_per_die"] / max(cd.batch, 1)}
 
 
-def regime(library: str, m: dict[str, float]) -> str:
-    """One line: where the run sits against its layout's capacity, and which side binds."""
+# ASSUMPTION (display): the regime words below capacity — under half of it "under-load", above
+# 85 % "near capacity" (an M/M/1 time in system is 1 / (1 − load) service times: ~7 at 85 %)
+UNDER_LOAD, NEAR_CAPACITY = 0.5, 0.85
+
+
+def load_word(offered_fraction: float, served_fraction: float, keep_up: float) -> str:
+    """The regime from the offered rate against the layout's analytic capacity: overload when it
+    exceeds the capacity, or when the run serves less than `keep_up` of the arrival rate (its
+    backlog grows: the analytic capacity is an estimate); below it by the share of capacity."""
+    if offered_fraction > 1 or served_fraction < keep_up:  # NaN served: no reading, the analytic side decides
+        return "overload"
+    if offered_fraction >= NEAR_CAPACITY:
+        return "near capacity"
+    return "moderate load" if offered_fraction >= UNDER_LOAD else "under-load"
+
+
+def regime(library: str, m: dict[str, float], model: str, keep_up: float) -> str:
+    """One line: the model, where the offered rate sits against the layout's capacity, which side
+    binds, and whether the queue keeps up (an overload is named with its backlog growth)."""
     side = "prefill" if m["prefill_capacity_req_per_s"] <= m["decode_capacity_req_per_s"] else "decode"
-    load = m["load_fraction"]
-    word = "light load" if load < 0.5 else ("moderate load" if load < 0.85 else "near or past saturation")
-    return (f"{library} regime: {word}, {side}-bound — {m['requests_per_s']:.3g} req/s served is {load:.0%} of the "
-            f"layout's analytic capacity ({min(m['prefill_capacity_req_per_s'], m['decode_capacity_req_per_s']):.3g} "
-            f"req/s; prefill {m['prefill_capacity_req_per_s']:.3g}, decode {m['decode_capacity_req_per_s']:.3g} req/s "
-            f"at the TPOT SLO); prefill dies {m['prefill_die_busy_fraction']:.0%} busy; decode "
-            f"{m['mean_decode_batch_per_die']:.1f} sequences per die, {m['decode_batch_fraction']:.1%} of the "
-            f"{m['decode_slo_batch_per_die']:.0f} the TPOT SLO allows")
+    cap = min(m["prefill_capacity_req_per_s"], m["decode_capacity_req_per_s"])
+    served = m["served_fraction"]
+    word = load_word(m["offered_load_fraction"], served, keep_up)
+    if not np.isfinite(served):
+        queue = "the backlog was not measured (no arrivals in the window)"
+    elif served < keep_up:
+        role = "prefill" if m.get("prefill_served_fraction", served) <= m.get("decode_served_fraction", np.inf) else "decode"
+        latency = "ttft_p99_s" if role == "prefill" else "e2e_p99_s"
+        queue = (f"the {role} queue grows: the run serves {served:.0%} of the arrival rate, the backlog growing by "
+                 f"{m['backlog_growth_req_per_s']:.3g} req/s; {latency[:-6].upper()} p99 {m[latency]:.3g} s")
+    else:
+        queue = f"the queue keeps up (serves {min(served, 1.0):.0%} of the arrival rate)"
+    return (f"{library} regime, model {model}: {word}, {side}-bound — {m['offered_req_per_s']:.3g} req/s offered is "
+            f"{m['offered_load_fraction']:.0%} of the layout's analytic capacity ({cap:.3g} req/s; prefill "
+            f"{m['prefill_capacity_req_per_s']:.3g}, decode {m['decode_capacity_req_per_s']:.3g} req/s at the TPOT "
+            f"SLO); {queue}; {m['requests_per_s']:.3g} req/s completed in the window; prefill dies "
+            f"{m['prefill_die_busy_fraction']:.0%} busy; decode {m['mean_decode_batch_per_die']:.1f} sequences per die, "
+            f"{m['decode_batch_fraction']:.1%} of the {m['decode_slo_batch_per_die']:.0f} the TPOT SLO allows")

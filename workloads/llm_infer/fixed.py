@@ -26,6 +26,7 @@ from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.common.model import model_name
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import IterationModel
@@ -90,6 +91,6 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
     table = metric_table(metrics, ctx.baseline, KEYS)
     shapes = (f"decode batch {f.decode_batch_per_die}/die, context {f.context}; prefill "
               f"{f.prefill_tokens_per_die} tokens/die in {f.prompt_tokens}-token prompts")
-    notes = [f"fixed shapes (workload.fixed), each priced exactly by its own trace: {shapes}; MTP acceptance {per_step - 1:g}; model {cfg.model.preset or cfg.model.model_type} "
+    notes = [f"fixed shapes (workload.fixed), each priced exactly by its own trace: {shapes}; MTP acceptance {per_step - 1:g}; model {model_name(cfg.model)} "
              f"quant '{cfg.model.quant or 'native'}'; KV {kv_tok:.0f} B/token; {iters.simulated} traces simulated"]
     return WorkloadResult(rows=pd.DataFrame(rows), metrics=metrics, table=table, notes=notes)

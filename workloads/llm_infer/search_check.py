@@ -17,7 +17,7 @@ from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.prefill_context import prefill_context
 from workloads.llm_infer.requests import generate
 from workloads.llm_infer.search import DecodeRole, Layout, PrefillRole
-from workloads.llm_infer.stability import served_rate_fraction, window_served_fraction
+from workloads.llm_infer.stability import served_fractions
 from workloads.llm_infer.workload import Serving, serving_costs
 from workloads.modelcost import ModelCosts
 
@@ -131,21 +131,9 @@ class IterationOracle:
         t0, t1 = cfg.warmup_s, cfg.requests.duration_s
         w = df[df["arrival_s"] >= t0]
         ttft, tpot = w["ttft_s"].to_numpy(float), w["tpot_s"].to_numpy(float)
-        # prefill: prompt tokens from arrival to first token; decode: a decoding request from its
-        # first token (then its KV) to a decode slot — a full decode side admits only as sequences complete
-        dec = df[df["output_tokens"] > 1]
-        queues = {"prefill": (df["arrival_s"], df["first_token_s"], df["input_tokens"]),
-                  "decode": (dec["first_token_s"], dec["decode_start_s"], np.ones(len(dec)))}
-        fr = {}
-        for role, (enter, leave, weight) in queues.items():
-            args = (enter.to_numpy(float), np.asarray(leave, float), np.asarray(weight, float), t0, t1)
-            fr[f"{role}_served_fraction"] = served_rate_fraction(*args)
-            fr[f"{role}_window_served_fraction"] = window_served_fraction(*args)
-        both = [fr["prefill_served_fraction"], fr["decode_served_fraction"]]
         return {"ttft": ttft, "tpot": tpot, "ttft_p99_s": float(np.percentile(ttft, 99)) if len(ttft) else np.nan,
                 "tpot_p99_s": float(np.nanpercentile(tpot, 99)) if np.isfinite(tpot).any() else np.nan,
-                **fr, "served_fraction": float(np.nanmin(both)) if np.isfinite(both).any() else np.nan,
-                **self._prefill_gap(library, lay, sim.iteration_frame(), w, t0, t1)}
+                **served_fractions(df, t0, t1), **self._prefill_gap(library, lay, sim.iteration_frame(), w, t0, t1)}
 
     def _prefill_gap(self, library: str, lay: Layout, it: pd.DataFrame, req: pd.DataFrame, t0: float,
                      t1: float) -> dict[str, float]:

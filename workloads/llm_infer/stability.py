@@ -17,6 +17,7 @@ of SAMPLES_PER_S samples a second.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 SAMPLES_PER_S = 4  # backlog samples per second of the window (finer than a prefill iteration)
 
@@ -56,3 +57,22 @@ def window_served_fraction(enter_s: np.ndarray, leave_s: np.ndarray, weight: np.
     arrived = weight[(enter_s >= t0) & (enter_s < t1)].sum()
     left = weight[(leave_s >= t0) & (leave_s < t1)].sum()
     return float(left / arrived) if arrived else float("nan")
+
+
+def served_fractions(req: pd.DataFrame, t0: float, t1: float) -> dict[str, float]:
+    """A served run's two queues over [t0, t1) from its request frame: prefill's (prompt tokens
+    from arrival to first token) and decode's (a decoding request from its first token to a decode
+    slot — a full decode side admits only as sequences complete), each read both ways
+    (`<role>_served_fraction`, `<role>_window_served_fraction`), and `served_fraction`, the lesser
+    of the two floor readings (NaN: neither queue had arrivals)."""
+    dec = req[req["output_tokens"] > 1]
+    queues = {"prefill": (req["arrival_s"], req["first_token_s"], req["input_tokens"]),
+              "decode": (dec["first_token_s"], dec["decode_start_s"], np.ones(len(dec)))}
+    out = {}
+    for role, (enter, leave, weight) in queues.items():
+        args = (np.asarray(enter, float), np.asarray(leave, float), np.asarray(weight, float), t0, t1)
+        out[f"{role}_served_fraction"] = served_rate_fraction(*args)
+        out[f"{role}_window_served_fraction"] = window_served_fraction(*args)
+    both = [out["prefill_served_fraction"], out["decode_served_fraction"]]
+    out["served_fraction"] = float(np.nanmin(both)) if np.isfinite(both).any() else float("nan")
+    return out

@@ -13,7 +13,7 @@ from stratacl.limits import RunSize
 from stratacl.metrics import percentile
 from stratacl.schemas.llm_infer import LlmInferConfig, ServingMode
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.common.model import model_costs
+from workloads.common.model import model_costs, model_name
 from workloads.common.routing import expert_weights
 from workloads.llm_infer.capacity import population, slo_capacity
 from workloads.llm_infer.costs import ServingCosts
@@ -30,6 +30,7 @@ from workloads.llm_infer.prefix_trace import BLOCK_TOKENS, BUNDLES
 from workloads.llm_infer.requests import Requests, describe, generate, pool
 from workloads.llm_infer.scheduling import decode_batch_cap, emitted_tokens_per_step
 from workloads.llm_infer.serving import ServingSim
+from workloads.llm_infer.stability import served_fractions
 from workloads.modelcost import ModelCosts
 
 GiB = 2**30
@@ -199,7 +200,7 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
     inside that window ÷ its length (steady state, not diluted by the drain after arrivals stop);
     iteration statistics (decode batch, KV utilisation, prefill busy time) over the same window."""
     req = sim.request_frame()
-    t0 = warmup_s if warmup_s < end_s and (req["arrival_s"] >= warmup_s).any() else 0.0
+    t0 = _window_start(req, warmup_s, end_s)
     m = req[req["arrival_s"] >= t0]
     span = max(end_s - t0, 1e-9)
     it = sim.iteration_frame()
@@ -242,6 +243,26 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
         for q in (50, 90, 99):
             out[f"{name}_p{q}_s"] = percentile(vals, q)
     return out
+
+
+def _window_start(req: pd.DataFrame, warmup_s: float, end_s: float) -> float:
+    """The measured window's start: the warm-up's end, or 0 when no request arrives after it."""
+    return warmup_s if warmup_s < end_s and (req["arrival_s"] >= warmup_s).any() else 0.0
+
+
+def queue_metrics(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float]:
+    """The offered rate (requests arriving in the measured window ÷ its length) and whether the run
+    keeps up with it: the share of the arrival rate served, from the rise of each queue's backlog
+    floor (stability.py), and the backlog growth it leaves (offered × the unserved share)."""
+    req = sim.request_frame()
+    t0 = _window_start(req, warmup_s, end_s)
+    arrived = float(((req["arrival_s"] >= t0) & (req["arrival_s"] < end_s)).sum())
+    offered = arrived / max(end_s - t0, 1e-9)
+    fr = served_fractions(req, t0, end_s)
+    return {"offered_req_per_s": offered, "served_fraction": fr["served_fraction"],
+            "prefill_served_fraction": fr["prefill_served_fraction"],
+            "decode_served_fraction": fr["decode_served_fraction"],
+            "backlog_growth_req_per_s": offered * max(0.0, 1.0 - fr["served_fraction"])}
 
 
 def _die_busy(it: pd.DataFrame, span: float, instances: int, dp: int, per_row: float) -> float:
@@ -327,8 +348,9 @@ def run(ctx: RunContext) -> WorkloadResult:
         if sim.prefix is not None:
             m.update(prefix_metrics(sim.request_frame(), kv_tok))
         from workloads.llm_infer.deployment import load_metrics, regime  # imports this module
+        m.update(queue_metrics(sim, cfg.warmup_s, cfg.requests.duration_s))
         m.update(load_metrics(serving, library, m, pool(cfg.requests, ctx.seed, 10_000)))
-        notes.append(regime(library, m))
+        notes.append(regime(library, m, model_name(cfg.model, mc.cfg.model_type), cfg.search.min_served_fraction))
         if cfg.capacity.saturation:
             sat, sat_notes = saturation(serving, library)
             m.update(sat)
@@ -354,7 +376,7 @@ def run(ctx: RunContext) -> WorkloadResult:
     table = metric_table(metrics, ctx.baseline, keys)
     notes.insert(0, f"{describe(reqs, cfg.requests, cfg.requests.duration_s)} "
                     f"(statistics after {cfg.warmup_s} s); {iters.simulated} iteration traces simulated; "
-                    f"KV {kv_tok:.0f} B/token; model {cfg.model.preset or cfg.model.model_type}")
+                    f"KV {kv_tok:.0f} B/token; model {model_name(cfg.model, mc.cfg.model_type)}")
     extra = {"iterations": pd.concat(iter_frames, ignore_index=True)}
     if slo_frames:
         extra["slo_search"] = pd.concat(slo_frames, ignore_index=True)
