@@ -477,21 +477,39 @@ def beyond_die_planes(fab: FabricConfig) -> list[str]:
     return _names({t.plane for name, t in fab.tiers.items() if name != "die"})
 
 
+def preset_plane(name: str) -> str | None:
+    """The `plane` of library preset `name` in conf/library (own or inherited from a
+    `<parent>@_here_` default); None when no such preset file exists."""
+    path = CONF / "library" / f"{name}.yaml"
+    if not path.is_file():
+        return None
+    raw = yaml.safe_load(path.read_text()) or {}
+    if "plane" in raw:
+        return str(raw["plane"])
+    parents = [d.removesuffix("@_here_") for d in raw.get("defaults", [])
+               if isinstance(d, str) and d.endswith("@_here_")]
+    return preset_plane(parents[0]) if parents else str(LibraryConfig.plane)
+
+
 def presets_on_planes(planes: Iterable[str]) -> list[str]:
-    """The library presets in conf/library whose `plane` (own or inherited from a `<parent>@_here_`
-    default) is one of `planes`: the presets a fabric with those planes can run."""
-    libdir = CONF / "library"
-
-    def plane(name: str) -> str:
-        raw = yaml.safe_load((libdir / f"{name}.yaml").read_text()) or {}
-        if "plane" in raw:
-            return str(raw["plane"])
-        parents = [d.removesuffix("@_here_") for d in raw.get("defaults", [])
-                   if isinstance(d, str) and d.endswith("@_here_")]
-        return plane(parents[0]) if parents else str(LibraryConfig.plane)
-
+    """The library presets in conf/library whose `plane` is one of `planes`: the presets a fabric
+    with those planes can run."""
     wanted = set(planes)
-    return [p.stem for p in sorted(libdir.glob("*.yaml")) if plane(p.stem) in wanted]
+    return [p.stem for p in sorted((CONF / "library").glob("*.yaml")) if preset_plane(p.stem) in wanted]
+
+
+def moved_preset_notes(libraries: dict[str, LibraryConfig], fab: FabricConfig) -> list[str]:
+    """A note per preset whose plane was overridden onto a fabric its own plane is not on: its other
+    knobs (movers, launch costs, core counts) are still facts of the machine it was made for."""
+    planes = beyond_die_planes(fab)
+    notes = []
+    for name, lib in libraries.items():
+        own = preset_plane(name)
+        if own is not None and own != lib.plane and own not in planes:
+            notes.append(f"library '{name}' is a preset for '{own}' fabrics run on {fab.name} with "
+                         f"plane={lib.plane}: its other knobs are not {fab.name} facts; presets made "
+                         f"for {lib.plane}: {', '.join(presets_on_planes([lib.plane]))}")
+    return notes
 
 
 def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:

@@ -31,7 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 from stratacl import limits
 from stratacl.comm.library import LibraryModel
 from stratacl.compare import ratios
-from stratacl.config import RunConfig, to_object, validate_run
+from stratacl.config import RunConfig, moved_preset_notes, to_object, validate_run
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError, HarnessError
 from stratacl.fabric import Fabric
@@ -101,6 +101,7 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
         progress.close(failed=True)
         raise
     progress.close()
+    result.notes[:0] = moved_preset_notes(cfg.library, cfg.fabric)
     for note in result.notes:
         log.info("note: %s", note)
     summary = {

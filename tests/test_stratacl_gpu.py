@@ -112,3 +112,18 @@ def test_a_gpu_preset_on_cloudmatrix_names_the_ascend_presets(tmp_path: Path) ->
     fix = line.split("fix:")[1]
     assert "'library.stratacl_gpu.plane'" in line and "hccl" in fix and " stratacl," in fix
     assert "nccl" not in fix and "stratacl_gpu" not in fix
+
+
+def test_a_preset_moved_onto_a_foreign_plane_is_named_in_a_note() -> None:
+    """The Ascend preset with its plane overridden onto NVLink runs, but the run says what it is and
+    names the presets made for that plane; a preset on its own fabric gets no such note."""
+    from stratacl.config import moved_preset_notes
+
+    moved = compose_run(["fabric=hgx_h100", "library=[nccl,stratacl]", "baseline=nccl",
+                         "library.stratacl.plane=nvlink"])
+    (note,) = moved_preset_notes(moved.library, moved.fabric)
+    assert "'stratacl' is a preset for 'ub' fabrics" in note and "stratacl_gpu" in note
+    own = compose_run(["fabric=hgx_h100", "library=[nccl,stratacl_gpu]", "baseline=nccl"])
+    assert moved_preset_notes(own.library, own.fabric) == []
+    ascend = compose_run([])
+    assert moved_preset_notes(ascend.library, ascend.fabric) == []
