@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -94,3 +95,51 @@ def test_utilisation_series_written_on_request(tmp_path) -> None:  # noqa: ANN00
     assert {"time_s", "resource", "utilisation", "library"} <= set(util.columns)
     assert set(util["library"]) == {"hccl", "stratacl"}
     assert util["utilisation"].max() <= 1 + 1e-9 and util["utilisation"].max() > 0.5  # ports get busy
+
+
+def _one_error_line(proc) -> str:  # noqa: ANN001
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, field, quoted", [
+    (["hydra.run.dir={d}/my", "runs/x"], "hydra.run.dir", "'hydra.run.dir=\"{d}/my runs/x\"'"),  # shell-split space
+    (["hydra.run.dir={d}/é/x"], "hydra.run.dir", "'hydra.run.dir=\"{d}/é/x\"'"),                 # non-ASCII
+    (["workload=replay", "workload.trace={d}/é/t.parquet"], "workload.trace", "'workload.trace=\"{d}/é/t.parquet\"'"),
+    (["workload=llm_infer", "workload.requests.csv={d}/a", "b.csv"], "workload.requests.csv",
+     "'workload.requests.csv=\"{d}/a b.csv\"'"),
+])
+def test_unquoted_path_says_how_to_quote_and_writes_nothing(tmp_path, args, field, quoted) -> None:  # noqa: ANN001
+    d = tmp_path / "out"
+    proc = run_cli([a.format(d=d) for a in args], tmp_path)
+    line = _one_error_line(proc)
+    assert f"config field '{field}'" in line and quoted.format(d=d) in line, line
+    assert not d.exists()  # Hydra's grammar error used to come after the run directory was made
+    assert not (tmp_path / "runs").exists()
+
+
+def test_quoted_paths_with_spaces_and_non_ascii_run(tmp_path) -> None:  # noqa: ANN001
+    src = tmp_path / "trace dir é"
+    src.mkdir()
+    trace = src / "t é.parquet"
+    trace.write_bytes((Path(__file__).parent / "data" / "replay_small.parquet").read_bytes())
+    out = tmp_path / "my runs" / "ré x"
+    proc = run_cli(["workload=replay", f'workload.trace="{trace}"', f'hydra.run.dir="{out}"'], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "summary.json").read_text())["workload"] == "replay"
+    assert str(trace) in proc.stdout  # the replay note names the file it read
+
+
+@pytest.mark.parametrize("args, key", [
+    (["library.hccl.launch_us=1", "library.hccl.launch_us=2"], "library.hccl.launch_us"),
+    (["workload=moe", "workload=collectives"], "workload"),
+    (["--multirun", "workload.ranks=16", "workload.ranks=32"], "workload.ranks"),
+])
+def test_a_key_given_twice_is_refused(tmp_path, args, key) -> None:  # noqa: ANN001
+    out = tmp_path / "run"
+    proc = run_cli([*args, f"hydra.run.dir={out}", f"hydra.sweep.dir={out}", *SMALL], tmp_path)
+    line = _one_error_line(proc)
+    assert f"config field '{key}'" in line and "given twice" in line, line
+    assert not out.exists()
