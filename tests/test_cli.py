@@ -143,3 +143,29 @@ def test_a_key_given_twice_is_refused(tmp_path, args, key) -> None:  # noqa: ANN
     line = _one_error_line(proc)
     assert f"config field '{key}'" in line and "given twice" in line, line
     assert not out.exists()
+
+
+def test_a_batch_no_die_can_hold_is_refused_before_measuring(tmp_path) -> None:  # noqa: ANN001
+    out = tmp_path / "run"
+    proc = run_cli(["workload=llm_train", "workload.global_batch=1000000000", f"hydra.run.dir={out}"], tmp_path)
+    line = _one_error_line(proc)
+    assert "config field 'workload.global_batch'" in line and "HBM" in line and "global_batch ≤ " in line, line
+    assert not out.exists()
+
+
+def test_the_batch_bound_is_where_hidden_states_fill_hbm() -> None:
+    from helpers import compose_run
+
+    from stratacl.errors import ConfigError
+    from workloads.llm_train.model import check_batch
+
+    cfg = compose_run(["workload=llm_train"])
+    check_batch(cfg.workload, cfg.fabric.die.hbm_GB)  # the paper's layout passes
+    # DeepSeek-V3.2: hidden 7168, bf16; 4096-token sequences over fsdp 128 × tp 4 → 58.7 MB a sequence-share
+    per_seq = 4096 * 7168 * 2 / (128 * 4)
+    fit = int(cfg.fabric.die.hbm_GB * 1e9 // per_seq)
+    cfg.workload.global_batch = fit
+    check_batch(cfg.workload, cfg.fabric.die.hbm_GB)
+    cfg.workload.global_batch = fit + 1
+    with pytest.raises(ConfigError, match=f"global_batch ≤ {fit:,}"):
+        check_batch(cfg.workload, cfg.fabric.die.hbm_GB)
