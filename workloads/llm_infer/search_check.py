@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from stratacl.errors import ConfigError
+from stratacl.metrics import latency_percentiles
 from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
 from stratacl.workload_api import RunContext
 from workloads.llm_infer import scheduling as rules
@@ -142,8 +143,8 @@ class IterationOracle:
             fr[f"{role}_served_fraction"] = served_rate_fraction(*args)
             fr[f"{role}_window_served_fraction"] = window_served_fraction(*args)
         both = [fr["prefill_served_fraction"], fr["decode_served_fraction"]]
-        return {"ttft": ttft, "tpot": tpot, "ttft_p99_s": float(np.percentile(ttft, 99)) if len(ttft) else np.nan,
-                "tpot_p99_s": float(np.nanpercentile(tpot, 99)) if np.isfinite(tpot).any() else np.nan,
+        p = latency_percentiles(w, t0, t1) if len(w) else {"ttft_p99_s": np.nan, "tpot_p99_s": np.nan}
+        return {"ttft": ttft, "tpot": tpot, "ttft_p99_s": p["ttft_p99_s"], "tpot_p99_s": p["tpot_p99_s"],
                 **fr, "served_fraction": float(np.nanmin(both)) if np.isfinite(both).any() else np.nan,
                 **self._prefill_gap(library, lay, sim.iteration_frame(), w, t0, t1)}
 
