@@ -31,6 +31,7 @@ def test_default_run_writes_the_run_directory(tmp_path) -> None:  # noqa: ANN001
     assert xs and all(e["dur"] >= 0 for e in xs)
     assert (out / ".hydra" / "config.yaml").exists()
     assert "stratacl/hccl" in proc.stdout  # side-by-side table printed
+    assert "hccl [GB/s]" in proc.stdout and "stratacl/hccl [×]" in proc.stdout  # with its units
 
 
 def test_same_seed_gives_byte_identical_summary(tmp_path) -> None:  # noqa: ANN001
