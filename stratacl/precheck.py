@@ -166,8 +166,12 @@ def _grammar_error(args: list[str], i: int, exc: OverrideParseException) -> tupl
     clean = value.strip().strip("'\"")
     if not value.isascii():
         detail = "a non-ASCII character outside quotes"
+    if value.isascii() and not set(value) & set(" ='\"\\$&;|<>()*?!#"):  # not a quoting problem: a list, a brace
+        return (key.lstrip("+~"), f"cannot parse '{arg}' ({detail})",
+                "check its syntax: key=value, a list as key=[a,b] (Hydra's override grammar)")
+    quoted = f"'{key}=\"{clean}\"'" if "'" not in clean else f'"{key}=\\"{clean}\\""'
     return (key.lstrip("+~"), f"cannot parse '{arg}' ({detail})",
-            QUOTE_FIX + f"'{key}=\"{clean}\"' (a path with spaces the same: 'key=\"/path/with space\"')")
+            QUOTE_FIX + f"{quoted} (a path with spaces the same: 'key=\"/path/with space\"')")
 
 
 def _refuse(field: str, problem: str, fix: str) -> None:

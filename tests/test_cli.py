@@ -170,3 +170,9 @@ def test_the_batch_bound_is_where_hidden_states_fill_hbm() -> None:
     cfg.workload.global_batch = fit + 1
     with pytest.raises(ConfigError, match=f"global_batch ≤ {fit:,}"):
         check_batch(cfg.workload, cfg.fabric.die.hbm_GB)
+
+
+def test_a_broken_list_is_a_syntax_hint_not_a_quoting_one(tmp_path) -> None:  # noqa: ANN001
+    line = _one_error_line(run_cli(["workload.collectives=[allreduce", f"hydra.run.dir={tmp_path / 'r'}"], tmp_path))
+    assert "config field 'workload.collectives'" in line and "key=[a,b]" in line and "quote" not in line, line
+    assert not (tmp_path / "r").exists()
