@@ -146,7 +146,7 @@ def check_grammar(args: list[str]) -> None:
         except OverrideParseException as exc:
             _refuse(*_grammar_error(args, i, exc))
         key = (override.key_or_group, override.package)
-        if key in seen:
+        if key in seen and seen[key] != arg:  # the same override repeated means one thing
             _refuse(override.key_or_group, f"given twice ('{seen[key]}' and '{arg}'): which one is meant?",
                     "give each key once (a sweep lists its values in one override: key=a,b with --multirun)")
         seen[key] = arg

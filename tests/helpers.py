@@ -86,6 +86,16 @@ def non_root_user() -> tuple[int, int]:
     return who.pw_uid, who.pw_gid
 
 
+def merged(*groups: Sequence[str]) -> list[str]:
+    """Override lists joined, a later group's value of a key replacing an earlier one's (the CLI
+    refuses a key given twice with different values)."""
+    out: dict[str, str] = {}
+    for group in groups:
+        for ov in group:
+            out[ov.partition("=")[0].lstrip("+")] = ov
+    return list(out.values())
+
+
 def load_script(path: Path) -> ModuleType:
     """Import a file outside the packages (benchmarks/, analysis/) by path, leaving sys.path alone."""
     spec = importlib.util.spec_from_file_location(f"_script_{path.stem}", path)

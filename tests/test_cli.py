@@ -176,3 +176,10 @@ def test_a_broken_list_is_a_syntax_hint_not_a_quoting_one(tmp_path) -> None:  # 
     line = _one_error_line(run_cli(["workload.collectives=[allreduce", f"hydra.run.dir={tmp_path / 'r'}"], tmp_path))
     assert "config field 'workload.collectives'" in line and "key=[a,b]" in line and "quote" not in line, line
     assert not (tmp_path / "r").exists()
+
+
+def test_the_same_override_repeated_is_one_override(tmp_path) -> None:  # noqa: ANN001
+    out = tmp_path / "run"
+    proc = run_cli(["seed=3", "seed=3", f"hydra.run.dir={out}", *SMALL], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((out / "summary.json").read_text())["seed"] == 3
