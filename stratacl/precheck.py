@@ -5,7 +5,9 @@ message with exit code 1, and lists schema nodes (`*_schema`) among the options.
 (not `--multirun`, `--cfg`, `--help`) is composed here first with the same overrides and checked
 with `validate_run` (ranges, cross-field meaning); a failure becomes `error: config field '<key>':
 <problem> — fix: <options>` and exit code 2, before Hydra creates the run directory, so a bad
-config writes nothing.
+config writes nothing. Before that, a run's or a sweep's overrides are parsed with Hydra's own
+grammar (`check_grammar`: how to quote a path, a key given two values) and the default run
+directory's parent is checked for write permission.
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ QUOTE_FIX = "quote the value, shell quotes outside Hydra's: "
 def check_grammar(args: list[str]) -> None:
     """Hydra's override grammar refuses a value the shell split at a space (`k=/a b` unquoted),
     non-ASCII characters and `=` outside quotes, with a multi-line message and exit 1, after the
-    run directory exists; refuse them here first, saying how to quote. A key given twice is
+    run directory exists; refuse them here first, saying how to quote. A key given two values is
     refused too: Hydra would keep the last one silently."""
     parser = OverridesParser.create()
     seen: dict[tuple[str, str | None], str] = {}
