@@ -26,6 +26,7 @@ COLL = ["workload.max_bytes=1048576"]
 INF = ["workload=llm_infer", "workload.requests.duration_s=5", "workload.capacity.saturation=false", "workload.warmup_s=1"]
 DLRM = ["workload=dlrm_train", "workload.iterations=2", "workload.ranks=16"]
 TRAIN = ["workload=llm_train", "workload.num_layers=2", "workload.iterations=[0]"]
+NONROOT = "as-non-root"  # a case's first argument: run in a directory of its own, as a non-root user
 
 
 def cases(tmp: Path) -> list[tuple[str, list[str]]]:
@@ -109,6 +110,23 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
     c.append(("directories", [*INF, "workload.cache_dir=/proc/nope"]))
     c.append(("directories", [f"hydra.run.dir={ro}/run", *COLL]))
     c.append(("directories", ["hydra.run.dir=/proc/run", *COLL]))
+    # issue #32 bad inputs: permissions as a non-root user, a batch no die holds, path quoting, a key twice
+    nonroot = tmp / "nonroot_cwd"  # a working directory whose runs/ this user may not write
+    (nonroot / "runs").mkdir(parents=True, exist_ok=True)
+    os.chmod(tmp, 0o755)
+    os.chmod(nonroot, 0o755)
+    os.chmod(nonroot / "runs", 0o555)
+    c.append(("non-root: unwritable runs/", [NONROOT, *COLL]))
+    c.append(("non-root: unwritable runs/", [NONROOT, "hydra.run.dir=runs/mine", *COLL]))
+    c.append(("huge global_batch", [*TRAIN, "workload.global_batch=1000000000"]))
+    c.append(("huge global_batch", ["workload=llm_train", "workload.global_batch=1000000000"]))
+    c.append(("unquoted path with space", [f"hydra.run.dir={tmp}/my", "runs/x", *COLL]))
+    c.append(("unquoted path with space", [*INF, "workload.requests.arrival=csv", f"workload.requests.csv={tmp}/a",
+                                           "b.csv"]))
+    c.append(("non-ASCII path", ["workload=replay", f"workload.trace={tmp}/é/t.parquet"]))
+    c.append(("non-ASCII path", [f"hydra.run.dir={tmp}/é/x", *COLL]))
+    c.append(("duplicate key", ["library.hccl.launch_us=1", "library.hccl.launch_us=2", *COLL]))
+    c.append(("duplicate key", ["--multirun", "workload.ranks=16", "workload.ranks=32", *COLL]))
     # presets in every workload
     for preset in ("llama3_8b", "mixtral_8x7b", "qwen3_moe", "deepseek_v3", "deepseek_v32"):
         c.append(("model presets", [*INF, f"workload.model.preset={preset}"]))
@@ -137,16 +155,41 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))  # a runaway dies instead of swapping
 
 
+def _non_root() -> tuple[int, int]:
+    """(uid, gid) permissions apply to: this user's, or `nobody`'s when run as root."""
+    if os.geteuid() != 0:
+        return os.getuid(), os.getgid()
+    import pwd
+
+    who = pwd.getpwnam("nobody")
+    return who.pw_uid, who.pw_gid
+
+
+def _as(uid: int, gid: int):  # noqa: ANN202 - a preexec_fn
+    def start() -> None:
+        _limit_memory()
+        if os.geteuid() == 0:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+    return start
+
+
 def classify(args: list[str], tmp: Path, timeout: float) -> tuple[str, str]:
     out = tmp / f"run{time.perf_counter_ns()}"
+    cwd, env, start = ROOT, None, _limit_memory
+    if args[0] == NONROOT:  # in a directory of its own, as a user file permissions apply to
+        args, cwd, start = args[1:], tmp / "nonroot_cwd", _as(*_non_root())
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp)}
     if args[0] == "chakra":
         cmd = [sys.executable, "-m", "stratacl.chakra", *args[1:]]
     else:
-        cmd = [sys.executable, "-m", "stratacl.run", *args, *FAST]
-        if not any(a.startswith("hydra.run.dir") for a in args):
+        keys = {a.partition("=")[0] for a in args}  # a case's own value of a FAST key wins (no key twice)
+        cmd = [sys.executable, "-m", "stratacl.run", *args, *(f for f in FAST if f.partition("=")[0] not in keys)]
+        if not any(a.startswith("hydra.run.dir") for a in args) and cwd == ROOT:
             cmd.append(f"hydra.run.dir={out}")
     try:
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, preexec_fn=_limit_memory)
+        p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=start)
     except subprocess.TimeoutExpired:
         return "runaway", f"> {timeout:.0f} s"
     err = p.stderr.strip()

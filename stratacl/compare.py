@@ -53,4 +53,6 @@ def pivot_table(rows: pd.DataFrame, index: list[str], value: str, libraries: lis
     """Long rows (one per key × library) → one `value` column per library plus ratios."""
     wide = rows.pivot_table(index=index, columns="library", values=value, sort=False)[libraries]
     wide.columns.name = None
-    return side_by_side(wide.reset_index(), libraries, baseline)
+    out = side_by_side(wide.reset_index(), libraries, baseline)
+    out.attrs["value"] = value  # what the library columns hold: the report prints its unit (report.py)
+    return out

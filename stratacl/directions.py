@@ -189,7 +189,7 @@ BAND_PART = re.compile(rf"^(\w+)_({BANDS})_op_time_s$")  # one collective's oper
 PATTERNS: list[tuple[re.Pattern[str], MetricInfo]] = [
     (re.compile(r"_p\d+_s$"), _m("lower", "s", "", tie=P99_TIE)),  # latency percentiles
     (re.compile(r"_busbw_GBps(_mean|_peak)?$"), _m("higher", "GB/s", "")),
-    (re.compile(r"_time_us$"), _m("lower", "µs", "")),
+    (re.compile(r"(^|_)time_us$"), _m("lower", "µs", "")),
     (re.compile(r"_time_s(_total)?$"), _m("lower", "s", "")),
     (re.compile(r"_tok_per_s"), _m("higher", "tok/s", "")),
     (re.compile(r"_GBps"), _m("higher", "GB/s", "")),
@@ -228,8 +228,21 @@ HEADLINE_CONTEXT: dict[str, tuple[str, ...]] = {
 }
 
 
+# The unit of a metric no entry above names, read off its name (first match); a name with none of
+# these is a dimensionless count or ratio: unit "1". Every printed table shows a unit.
+NAME_UNITS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"(fraction|share|_hit_rate|_hit_rate_(blocks|tokens)|_utilisation)$"), "fraction"),
+    (re.compile(r"_ms$"), "ms"), (re.compile(r"_us$"), "µs"), (re.compile(r"_s$"), "s"),
+    (re.compile(r"_GiB(_per_die)?$"), "GiB"), (re.compile(r"_GB(_per_die)?$"), "GB"),
+    (re.compile(r"_bytes$"), "B"), (re.compile(r"_GBps"), "GB/s"), (re.compile(r"_per_s$"), "1/s"),
+    (re.compile(r"tokens?(_budget)?$"), "tokens"), (re.compile(r"batch(_per_die)?$"), "seq"),
+    (re.compile(r"^(mtp|tbo|cloudmatrix_streams|expandable_segments)$"), "flag"),
+    (re.compile(r"(_dp|_ep|_tp|^dies_used|^die_budget)$"), "dies"), (re.compile(r"_instances$"), "instances"),
+]
+
+
 def info(metric: str) -> MetricInfo:
-    """The metric's direction, unit and label (label defaults to the name)."""
+    """The metric's direction, unit and label (label defaults to the name, unit to `NAME_UNITS`)."""
     found = EXACT.get(metric)
     if found is None:
         found = next((m for pat, m in PATTERNS if pat.search(metric)), UNKNOWN)
@@ -238,6 +251,8 @@ def info(metric: str) -> MetricInfo:
     part = BAND_PART.fullmatch(metric)
     if part and not found.short:
         found = replace(found, short=part.group(1))
+    if not found.unit:
+        found = replace(found, unit=next((u for pat, u in NAME_UNITS if pat.search(metric)), "1"))
     return found
 
 

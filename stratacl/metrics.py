@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 MiB = 1 << 20
 
@@ -69,6 +70,29 @@ def algbw(size_bytes: float, seconds: float) -> float:
 def percentile(values: np.ndarray, q: float) -> float:
     values = np.asarray(values, dtype=float)
     return float(np.percentile(values, q)) if values.size else float("nan")
+
+
+# Serving latency percentiles: one definition for the CLI table, summary.json and the notebooks.
+LATENCY_QUANTILES = (50, 90, 99)
+LATENCY_DEFINITION = ("TTFT/TPOT/E2E p50/p90/p99: over the requests arriving in the measured window "
+                      "[warmup_s, duration_s) (after the warm-up), linear-interpolated percentiles; TPOT of "
+                      "requests with more than one output token")
+
+
+def measured_requests(requests: pd.DataFrame, warmup_s: float, end_s: float) -> pd.DataFrame:
+    """The requests arriving in the measured window [warmup_s, end_s); all of them when none
+    does (a warm-up as long as the run): a percentile is then still defined, over the whole run."""
+    arrival = requests["arrival_s"]
+    inside = (arrival >= warmup_s) & (arrival < end_s)
+    return requests[inside] if warmup_s < end_s and inside.any() else requests
+
+
+def latency_percentiles(requests: pd.DataFrame, warmup_s: float, end_s: float) -> dict[str, float]:
+    """`ttft_p99_s`, ... (LATENCY_DEFINITION) from per-request `ttft_s`, `tpot_s`, `e2e_s` rows
+    (a serving run's results.parquet, one library and run)."""
+    m = measured_requests(requests, warmup_s, end_s)
+    return {f"{name}_p{q}_s": percentile(m[f"{name}_s"].dropna().to_numpy(), q)
+            for name in ("ttft", "tpot", "e2e") for q in LATENCY_QUANTILES}
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:

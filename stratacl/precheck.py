@@ -5,17 +5,22 @@ message with exit code 1, and lists schema nodes (`*_schema`) among the options.
 (not `--multirun`, `--cfg`, `--help`) is composed here first with the same overrides and checked
 with `validate_run` (ranges, cross-field meaning); a failure becomes `error: config field '<key>':
 <problem> — fix: <options>` and exit code 2, before Hydra creates the run directory, so a bad
-config writes nothing.
+config writes nothing. Before that, a run's or a sweep's overrides are parsed with Hydra's own
+grammar (`check_grammar`: how to quote a path, a key given two values) and the default run
+directory's parent is checked for write permission.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from hydra.errors import HydraException
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, OverrideParseException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -23,6 +28,9 @@ from stratacl.config import RENAMED_KNOBS, selected_libraries, to_object, valida
 from stratacl.errors import ConfigError
 from stratacl.paths import CONF
 
+# flags whose value is the next argument (not an override)
+_VALUE_FLAGS = {"-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-p", "--package",
+                "--experimental-rerun", "-sc", "--shell-completion"}
 # flags after which Hydra does something other than one run (sweeps, printing, help)
 _OTHER_MODES = {"-m", "--multirun", "-c", "--cfg", "-h", "--help", "--hydra-help", "-i", "--info",
                 "--shell-completion", "-sc", "-cp", "--config-path", "-cn", "--config-name", "-cd",
@@ -111,6 +119,63 @@ def _dir_override(argv: list[str], key: str) -> str | None:
     return found
 
 
+def override_args(argv: list[str]) -> list[str]:
+    """The arguments Hydra reads as overrides: not flags, not a flag's value."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a.startswith("-"):
+            skip = a in _VALUE_FLAGS
+        else:
+            out.append(a)
+    return out
+
+
+QUOTE_FIX = "quote the value, shell quotes outside Hydra's: "
+
+
+def check_grammar(args: list[str]) -> None:
+    """Hydra's override grammar refuses a value the shell split at a space (`k=/a b` unquoted),
+    non-ASCII characters and `=` outside quotes, with a multi-line message and exit 1, after the
+    run directory exists; refuse them here first, saying how to quote. A key given two values is
+    refused too: Hydra would keep the last one silently."""
+    parser = OverridesParser.create()
+    seen: dict[tuple[str, str | None], str] = {}
+    for i, arg in enumerate(args):
+        try:
+            override = parser.parse_overrides([arg])[0]
+        except OverrideParseException as exc:
+            _refuse(*_grammar_error(args, i, exc))
+        key = (override.key_or_group, override.package)
+        if key in seen and seen[key] != arg:  # the same override repeated means one thing
+            _refuse(override.key_or_group, f"given twice ('{seen[key]}' and '{arg}'): which one is meant?",
+                    "give each key once (a sweep lists its values in one override: key=a,b with --multirun)")
+        seen[key] = arg
+
+
+def _grammar_error(args: list[str], i: int, exc: OverrideParseException) -> tuple[str, str, str]:
+    arg = args[i]
+    key, eq, value = arg.partition("=")
+    if not eq:  # a word without '=': most often the rest of a value the shell split at a space
+        prev_key, prev_eq, prev_value = args[i - 1].partition("=") if i else ("", "", "")
+        if prev_eq:
+            joined = f"{prev_value} {arg}".strip().strip("'\"")
+            return (prev_key.lstrip("+~"), f"'{arg}' is not key=value: the shell split the value "
+                    f"'{prev_value} {arg}' at a space", QUOTE_FIX + f"'{prev_key}=\"{joined}\"'")
+        return ("config", f"'{arg}' is not key=value", "give overrides as key=value")
+    detail = str(exc).splitlines()[0].split(": ", 1)[-1] if "Lexer" not in str(exc) else "character Hydra cannot read"
+    clean = value.strip().strip("'\"")
+    if not value.isascii():
+        detail = "a non-ASCII character outside quotes"
+    if value.isascii() and not set(value) & set(" ='\"\\$&;|<>()*?!#"):  # not a quoting problem: a list, a brace
+        return (key.lstrip("+~"), f"cannot parse '{arg}' ({detail})",
+                "check its syntax: key=value, a list as key=[a,b] (Hydra's override grammar)")
+    quoted = f"'{key}=\"{clean}\"'" if "'" not in clean else f'"{key}=\\"{clean}\\""'
+    return (key.lstrip("+~"), f"cannot parse '{arg}' ({detail})",
+            QUOTE_FIX + f"{quoted} (a path with spaces the same: 'key=\"/path/with space\"')")
+
+
 def _refuse(field: str, problem: str, fix: str) -> None:
     print(f"error: {ConfigError(field, problem, fix)}", file=sys.stderr)
     sys.exit(2)
@@ -131,6 +196,7 @@ def _check_run_dir(argv: list[str]) -> None:
     run's config, and an unwritable one in Hydra's traceback — so check both first."""
     value = _dir_override(argv, "hydra.run.dir")
     if not value:
+        _check_default_dir()
         return
     held = [f for f in HELD if (Path(value) / f).exists()]
     if held:
@@ -143,6 +209,31 @@ def _check_run_dir(argv: list[str]) -> None:
         probe.unlink()
     except OSError as exc:
         _refuse("hydra.run.dir", f"cannot write '{value}': {exc.strerror or exc}", "a writable directory")
+
+
+def _check_default_dir() -> None:
+    """The default run directory (conf/config.yaml: runs/<date>/...) is created by the `fresh_dir`
+    resolver inside Hydra, where a permission error is a traceback: check that its nearest
+    existing ancestor lets this user create it."""
+    parent = default_run_parent()
+    ancestor = parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor.is_dir() and os.access(ancestor, os.W_OK | os.X_OK):
+        return
+    _refuse("hydra.run.dir", f"cannot create the default run directory under '{parent}': '{ancestor}' "
+            "is not writable by this user", "run from a directory where you may write runs/, or pass "
+            "hydra.run.dir=<a writable directory>")
+
+
+def default_run_parent() -> Path:
+    """The directory the default hydra.run.dir is created in, today: `runs/<date>` (its
+    interpolations up to the first one only a run can resolve)."""
+    raw = str(OmegaConf.load(CONF / "config.yaml").hydra.run._get_node("dir")._value())
+    raw = re.sub(r"^\$\{fresh_dir:(.*)\}$", r"\1", raw)
+    raw = re.sub(r"\$\{now:([^}]*)\}", lambda m: time.strftime(m.group(1)), raw)
+    static = raw.split("${", 1)[0]
+    return Path(static if static.endswith("/") else os.path.dirname(static) or ".")
 
 
 # what marks a directory as holding a run's results (the CLI's outputs; summary.json last)
@@ -175,6 +266,8 @@ def precheck(argv: list[str]) -> None:
     if any(a in ("-h", "--help") for a in argv):
         print_help(argv)
     multirun = any(a in ("-m", "--multirun") for a in argv)
+    if not any(a.split("=")[0] in _OTHER_MODES - {"-m", "--multirun"} for a in argv):  # a run or a sweep
+        check_grammar(override_args(argv))
     check_dirs(argv, multirun)
     if any(a in _OTHER_MODES or a.split("=")[0] in _OTHER_MODES for a in argv):
         return

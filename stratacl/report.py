@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+import pandas as pd
+
 from stratacl import directions as d
 
 # display scale per unit: seconds below 1 s print as ms, fractions as %
@@ -245,6 +247,26 @@ def reference_lines(reference: Mapping | None, metrics: Mapping[str, Mapping[str
     return [*lines, *[f"  source: {s}" for s in sources], *([f"  note: {note}"] if note else [])]
 
 
+def with_units(detail: pd.DataFrame, libraries: list[str]) -> pd.DataFrame:
+    """A workload's side-by-side table (compare.pivot_table) with units in its headers: each
+    library's column as `<lib> [<unit>]` of the value it holds (`attrs["value"]`, e.g. busbw_GBps →
+    GB/s), ratio columns `<lib>/<baseline> [×]`, key columns by their name's unit suffix."""
+    value = detail.attrs.get("value")
+    names = {}
+    for col in detail.columns:
+        if col in libraries and value:
+            names[col] = f"{col} [{_unit_label(value)}]"
+        elif "/" in col and col.split("/")[0] in libraries:
+            names[col] = f"{col} [×]"
+        elif col not in libraries and d.info(col).unit not in ("1", ""):
+            names[col] = f"{col} [{_unit_label(col)}]"
+    return detail.rename(columns=names)
+
+
+def _unit_label(metric: str) -> str:
+    return d.info(metric).unit  # the table's values are not rescaled (a fraction stays 0–1)
+
+
 def report_lines(workload: str, summary: Mapping, accounted: Mapping[str, Mapping[str, float]] | None = None,
                  reference: Mapping | None = None, detail: object = None) -> list[str]:
     """The whole main-job report: verdict, why, the one table, reference sources.
@@ -257,7 +279,11 @@ def report_lines(workload: str, summary: Mapping, accounted: Mapping[str, Mappin
     metrics = merge_accounting(summary["libraries"], accounted)
     lines = []
     if detail is not None and not getattr(detail, "empty", True) and "metric" not in detail.columns:
-        lines += [detail.to_string(index=False, float_format=fmt, na_rep="–"), ""]
+        if detail.attrs.get("value"):
+            lines.append(f"{detail.attrs['value']} per library [{_unit_label(detail.attrs['value'])}], "
+                         "ratio vs the baseline [×]:")
+        lines += [with_units(detail, list(summary["libraries"])).to_string(index=False, float_format=fmt, na_rep="–"),
+                  ""]
     lines += table_lines(metrics, summary["baseline"], workload)
     if reference:
         lines += ["", *reference_lines(reference, metrics)]

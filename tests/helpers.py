@@ -46,13 +46,54 @@ def make_library(fabric: Fabric, preset: str = "hccl", **knobs: object) -> Libra
 
 
 def run_cli(args: Sequence[str], cwd: Path, timeout: float = 300,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+            env: dict[str, str] | None = None, user: tuple[int, int] | None = None) -> subprocess.CompletedProcess:
     """`python -m stratacl.run *args` in `cwd`, on this checkout's code (not whichever copy is
-    pip-installed): the child's PYTHONPATH starts with the repository root."""
+    pip-installed): the child's PYTHONPATH starts with the repository root. `user`: (uid, gid)
+    the child runs as (from `non_root_user`)."""
     base = {**os.environ, **(env or {})}
     base["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), base.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-m", "stratacl.run", *args], cwd=cwd, env=base,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=_become(*user) if user and os.geteuid() == 0 else None)
+
+
+def _become(uid: int, gid: int):  # noqa: ANN202 - a preexec_fn
+    def drop() -> None:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    return drop
+
+
+def non_root_user() -> tuple[int, int]:
+    """(uid, gid) of a user file permissions apply to: this process's own when it is not root;
+    as root (CI), `nobody`, if it can run this interpreter and import the harness — else the
+    calling test skips (permissions cannot be exercised here)."""
+    if os.geteuid() != 0:
+        return os.getuid(), os.getgid()
+    import pwd
+
+    import pytest
+
+    try:
+        who = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no non-root user (nobody) to run the CLI as")
+    probe = subprocess.run([sys.executable, "-c", "import stratacl.run"], cwd="/", capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_become(who.pw_uid, who.pw_gid))
+    if probe.returncode != 0:
+        pytest.skip(f"user nobody cannot run {sys.executable} with the harness: {probe.stderr.strip()[-200:]}")
+    return who.pw_uid, who.pw_gid
+
+
+def merged(*groups: Sequence[str]) -> list[str]:
+    """Override lists joined, a later group's value of a key replacing an earlier one's (the CLI
+    refuses a key given twice with different values)."""
+    out: dict[str, str] = {}
+    for group in groups:
+        for ov in group:
+            out[ov.partition("=")[0].lstrip("+")] = ov
+    return list(out.values())
 
 
 def load_script(path: Path) -> ModuleType:

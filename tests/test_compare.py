@@ -40,3 +40,35 @@ def test_side_by_side_ratio_is_undefined_where_the_baseline_is_zero() -> None:
                      "base").set_index("metric")
     assert math.isnan(t.loc["x", "new/base"]) and math.isnan(t.loc["z", "new/base"])
     assert t.loc["y", "new/base"] == pytest.approx(0.5)
+
+
+def test_printed_side_by_side_tables_carry_units() -> None:
+    """The per-size / per-op / per-iteration table the CLI prints before the metric table says
+    what its numbers are in: the pivoted value's unit on every library column, × on ratios."""
+    from stratacl.report import report_lines
+
+    rows = pd.DataFrame({"iteration": [0, 0, 100, 100], "library": ["hccl", "stratacl"] * 2,
+                         "iteration_time_s": [2.0, 1.0, 2.2, 1.1]})
+    t = pivot_table(rows, ["iteration"], "iteration_time_s", ["hccl", "stratacl"], "hccl")
+    summary = {"libraries": {"hccl": {"iteration_time_s": 2.1}, "stratacl": {"iteration_time_s": 1.05}},
+               "baseline": "hccl"}
+    lines = report_lines("llm_train", summary, detail=t)
+    assert lines[0].startswith("iteration_time_s per library [s]")
+    assert lines[1].splitlines()[0].split() == ["iteration", "hccl", "[s]", "stratacl", "[s]", "stratacl/hccl", "[×]"]
+    bw = pivot_table(rows.rename(columns={"iteration_time_s": "busbw_GBps"}), ["iteration"], "busbw_GBps",
+                     ["hccl", "stratacl"], "hccl")
+    assert "hccl [GB/s]" in report_lines("collectives", summary, detail=bw)[1].splitlines()[0]
+
+
+def test_every_metric_row_has_a_unit() -> None:
+    """Names no direction entry lists still print a unit: read off the name, else 1 (a count)."""
+    from stratacl.report import table_lines
+
+    names = ["iteration_time_s", "prefix_hit_rate_blocks", "decode_dp", "mtp", "prefill_token_budget",
+             "decode_max_batch", "ep_imbalance", "served_fraction", "some_new_bytes", "wait_ms"]
+    metrics = {"a": dict.fromkeys(names, 1.0), "b": dict.fromkeys(names, 2.0)}
+    body = table_lines(metrics, "a", "llm_train")[2:-1]  # header and rule first, legend last
+    units = {ln.split()[0]: ln.split()[1] for ln in body}
+    assert units == {"iteration_time_s": "s", "prefix_hit_rate_blocks": "%", "decode_dp": "dies", "mtp": "flag",
+                     "prefill_token_budget": "tokens", "decode_max_batch": "seq", "ep_imbalance": "1",
+                     "served_fraction": "%", "some_new_bytes": "B", "wait_ms": "ms"}

@@ -18,6 +18,7 @@ from helpers import compose_run, run_cli
 from stratacl.comm.library import LibraryModel
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
+from stratacl.metrics import latency_percentiles, measured_requests
 from stratacl.workload_api import RunContext
 from workloads.common.kernels import emit_gemms
 from workloads.common.model import model_costs
@@ -142,6 +143,23 @@ def test_workload_serves_every_library_the_requests_of_its_seed(env: Env, monkey
     n = min(len(a), len(b))
     for col, name in enumerate(cols):  # every column is drawn from the seed
         assert not np.array_equal(a[:n, col], b[:n, col]), name
+
+
+def test_reported_percentiles_are_the_measured_windows(env: Env, monkeypatch) -> None:  # noqa: ANN001
+    """summary.json's ttft/tpot/e2e percentiles are `latency_percentiles` of the run's own request
+    rows (results.parquet) over [warmup_s, duration_s): what the notebooks recompute or read."""
+    monkeypatch.setattr(serving_workload, "model_costs", lambda ref, cache_dir: env.mc)
+    cfg = copy.deepcopy(env.cfg)
+    cfg.workload.requests.duration_s, cfg.workload.warmup_s = 6.0, 2.0
+    ctx = RunContext(cfg=cfg, fabric=env.ctx.fabric, libraries={"hccl": env.ctx.libraries["hccl"]},
+                     baseline="hccl", seed=0)
+    res = serving_workload.run(ctx)
+    rows = res.rows[res.rows["library"] == "hccl"]
+    assert (rows["arrival_s"] < 2.0).any()  # the warm-up had requests: the window excludes them
+    expected = latency_percentiles(rows, 2.0, 6.0)
+    assert {k: res.metrics["hccl"][k] for k in expected} == pytest.approx(expected)
+    before = rows[rows["arrival_s"] < 2.0]["ttft_s"]
+    assert len(measured_requests(rows, 2.0, 6.0)) == len(rows) - len(before)
 
 
 def test_shape_grid_brackets_every_shape_without_clamping() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-from helpers import run_cli
+from helpers import merged, run_cli
 
 SMALL = ["workload=llm_train", "workload.num_layers=4", "workload.dies=16", "workload.fsdp=4",
          "workload.ep=8", "workload.global_batch=4", "workload.seq_len=512", "workload.iterations=[0,1000]",
@@ -44,7 +44,7 @@ def test_cli_bad_pipeline_layouts_name_the_field(tmp_path) -> None:  # noqa: ANN
              "workload.microbatches"),  # DualPipeV: 4 stages need ≥ 4 micro-batches
             (["workload.saved_activations=deepseek_v3"], "workload.saved_activations")]):  # tp 4
         out = tmp_path / f"run{n}"
-        proc = run_cli([*SMALL, *pipe, *extra, f"hydra.run.dir={out}"], tmp_path)
+        proc = run_cli([*merged(SMALL, pipe, extra), f"hydra.run.dir={out}"], tmp_path)
         assert proc.returncode == 2, proc.stderr
         assert f"'{field}'" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
         assert not (out / "summary.json").exists()

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import run_cli
 
+from stratacl.metrics import LATENCY_DEFINITION
+
 ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
 REPO = ANALYSIS.parent
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -21,7 +23,8 @@ NOTEBOOKS = {
     "moe": (["moe_busbw_vs_paper"], ["dispatch HT", "harness/paper"]),
     "inference": (["inference_vs_rate", "inference_ttft_cdf"],
                   ["throughput_tok_per_s", "TTFT quantiles", "closed-loop saturation", "2 seed(s) per point",
-                   "experiment ['inference_rates']"]),
+                   "experiment ['inference_rates']", f"latency percentiles: {LATENCY_DEFINITION}",
+                   "ttft_p99_ms"]),
     "training": (["training_llm_iterations", "training_dlrm_cache_batch"], ["iteration time (ms)"]),
     "ablation": (["ablation_inference_step_split", "ablation_inference_metrics", "ablation_operators_split"],
                  ["stratacl_no_partition", "P99 TTFT"]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
@@ -47,6 +48,12 @@ class TrainStepConfig(WorkloadConfig):
     sequence_parallel: bool = True
     flash_attention: bool = True  # fused kernels: no S×S scores, no fp32 upcast copies kept for backward
     saved_activations: SavedActivations = SavedActivations.autograd
+
+    def check_run(self, run: Any) -> None:  # noqa: ANN401 - RunConfig (validate_run calls it)
+        """The batch must fit a die: checked before the run directory exists."""
+        from workloads.llm_train.model import check_batch  # needs the model's config (transformers)
+
+        check_batch(self, run.fabric.die.hbm_GB)
 
 
 class PpScheduleName(StrEnum):

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from stratacl.errors import ConfigError
+from stratacl.metrics import latency_percentiles
 from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
 from stratacl.workload_api import RunContext
 from workloads.llm_infer import scheduling as rules
@@ -131,8 +132,8 @@ class IterationOracle:
         t0, t1 = cfg.warmup_s, cfg.requests.duration_s
         w = df[df["arrival_s"] >= t0]
         ttft, tpot = w["ttft_s"].to_numpy(float), w["tpot_s"].to_numpy(float)
-        return {"ttft": ttft, "tpot": tpot, "ttft_p99_s": float(np.percentile(ttft, 99)) if len(ttft) else np.nan,
-                "tpot_p99_s": float(np.nanpercentile(tpot, 99)) if np.isfinite(tpot).any() else np.nan,
+        p = latency_percentiles(w, t0, t1) if len(w) else {"ttft_p99_s": np.nan, "tpot_p99_s": np.nan}
+        return {"ttft": ttft, "tpot": tpot, "ttft_p99_s": p["ttft_p99_s"], "tpot_p99_s": p["tpot_p99_s"],
                 **served_fractions(df, t0, t1), **self._prefill_gap(library, lay, sim.iteration_frame(), w, t0, t1)}
 
     def _prefill_gap(self, library: str, lay: Layout, it: pd.DataFrame, req: pd.DataFrame, t0: float,

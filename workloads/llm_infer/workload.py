@@ -10,7 +10,7 @@ import pandas as pd
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
-from stratacl.metrics import percentile
+from stratacl.metrics import LATENCY_DEFINITION, latency_percentiles
 from stratacl.schemas.llm_infer import LlmInferConfig, ServingMode
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.model import model_costs, model_name
@@ -196,12 +196,12 @@ def registration_metrics(sim: ServingSim, warmup_s: float) -> dict[str, float]:
 
 
 def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float]:
-    """Latency percentiles over requests arriving in [warmup, end); throughput = tokens produced
+    """Latency percentiles over requests arriving in [warmup, end) (stratacl.metrics
+    LATENCY_DEFINITION); throughput = tokens produced
     inside that window ÷ its length (steady state, not diluted by the drain after arrivals stop);
     iteration statistics (decode batch, KV utilisation, prefill busy time) over the same window."""
     req = sim.request_frame()
     t0 = _window_start(req, warmup_s, end_s)
-    m = req[req["arrival_s"] >= t0]
     span = max(end_s - t0, 1e-9)
     it = sim.iteration_frame()
     it_end = it["start_s"] + it["time_s"]
@@ -238,10 +238,7 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
         "decode_die_busy_fraction": _die_busy(clipped[clipped["phase"] == "decode"], span, sim.layout.decode_instances,
                                               sim.layout.decode_dp, emitted_tokens_per_step(sim.sched)),
     }
-    for name, col in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s")):
-        vals = m[col].dropna().to_numpy()
-        for q in (50, 90, 99):
-            out[f"{name}_p{q}_s"] = percentile(vals, q)
+    out.update(latency_percentiles(req, t0, end_s))
     return out
 
 
@@ -377,6 +374,8 @@ def run(ctx: RunContext) -> WorkloadResult:
     notes.insert(0, f"{describe(reqs, cfg.requests, cfg.requests.duration_s)} "
                     f"(statistics after {cfg.warmup_s} s); {iters.simulated} iteration traces simulated; "
                     f"KV {kv_tok:.0f} B/token; model {model_name(cfg.model, mc.cfg.model_type)}")
+    notes.insert(1, f"latency percentiles (ttft/tpot/e2e_pNN_s): {LATENCY_DEFINITION}; here "
+                    f"[{cfg.warmup_s:g}, {cfg.requests.duration_s:g}) s")
     extra = {"iterations": pd.concat(iter_frames, ignore_index=True)}
     if slo_frames:
         extra["slo_search"] = pd.concat(slo_frames, ignore_index=True)

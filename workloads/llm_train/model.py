@@ -10,11 +10,13 @@ two routings (uniform and a Zipf probe) separates router + shared experts from t
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from stratacl.errors import ConfigError
 from stratacl.schemas.llm_train import SavedActivations, TrainStepConfig
 from stratacl.schemas.model import ModelRef
+from workloads.common.model import hf_config
 from workloads.common.model import model_costs as load_model_costs
 from workloads.common.routing import RoutingModel
 from workloads.modelcost import ATTENTION_CORE_FORMAT, CostInputError, ModelCosts
@@ -48,6 +50,27 @@ def tokens_per_tp_group(cfg: TrainStepConfig) -> int:
     if tokens % cfg.tp:
         raise ConfigError("workload.seq_len", f"{tokens} tokens per TP group do not split over tp={cfg.tp}")
     return tokens
+
+
+INT64_MAX = 2**63 - 1  # torch's element count: the MoE cost is measured as one rank_tokens-long sequence
+
+
+def check_batch(cfg: TrainStepConfig, hbm_GB: float) -> None:
+    """Refuse a batch no die can hold before the model is measured at it (a billion sequences
+    would overflow torch's element count there): one micro-batch's hidden states alone, the die's
+    share of tokens/tp (sequence parallel) × hidden_size × dtype_bytes, must fit the die's HBM."""
+    microbatches = getattr(cfg, "microbatches", 1)
+    per_seq = cfg.seq_len * int(hf_config(model_ref(cfg)).hidden_size) * cfg.model.dtype_bytes
+    shards = cfg.fsdp * microbatches * cfg.tp  # a sequence's tokens are spread over tp ranks
+    need = cfg.global_batch * per_seq / shards
+    rank_tokens = cfg.global_batch * cfg.seq_len // shards
+    if need <= hbm_GB * 1e9 and rank_tokens**2 <= INT64_MAX:
+        return
+    fit = max(1, min(int(hbm_GB * 1e9 * shards // per_seq), math.isqrt(INT64_MAX) * shards // cfg.seq_len))
+    raise ConfigError("workload.global_batch", f"{cfg.global_batch:,} sequences of {cfg.seq_len} tokens put "
+                      f"{rank_tokens:,} tokens on each die per micro-batch, whose hidden states alone "
+                      f"({need / 1e9:,.1f} GB) exceed the die's {hbm_GB:g} GB of HBM",
+                      f"use global_batch ≤ {fit:,} (or more fsdp / microbatches, a shorter seq_len)")
 
 
 def build_plan(cfg: TrainStepConfig, layout: Layout) -> ModelPlan:
