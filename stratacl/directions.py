@@ -69,6 +69,7 @@ EXACT: dict[str, MetricInfo] = {
     "decode_batch_fraction": _m(None, "fraction", "decode batch / TPOT-feasible batch"),
     "load_fraction": _m(None, "fraction", "served rate / layout's analytic capacity"),
     "offered_load_fraction": _m(None, "fraction", "offered rate / layout's analytic capacity"),
+    "overloaded": _m(None, "flag", "overloaded (regime note)"),
     "offered_req_per_s": _m(None, "req/s", "offered rate (arrivals in the window)"),
     "served_fraction": _m(None, "fraction", "share of the arrival rate served (backlog floor)"),
     "prefill_served_fraction": _m(None, "fraction", "share of the prompt-token arrival rate prefilled"),
@@ -281,6 +282,21 @@ def parts(metric: str, available: set[str] | list[str]) -> list[str]:
     if not m:
         return []
     return [a for a in available if (p := BAND_PART.fullmatch(a)) and p.group(2) == m.group(1)]
+
+
+# Flags (metric = 1) under which a workload's headlines do not mean what they say on their own: the
+# verdict names the libraries that raise one and why.
+CAVEATS: dict[str, dict[str, str]] = {
+    "llm_infer": {"overloaded": "overloaded (regime note): the queue grows, so latency P99s grow with "
+                                "the run's length, not only with the library; "
+                                "compare at a rate both serve (workload.requests.rate below both capacities, "
+                                "or +experiment=deployment_search)"},
+}
+
+
+def caveats(workload: str) -> dict[str, str]:
+    """The workload's caveat flags and what each means for its verdict."""
+    return CAVEATS.get(workload, {})
 
 
 def context(workload: str, available: set[str] | list[str]) -> list[str]:

@@ -142,6 +142,7 @@ def verdict_lines(block: Mapping) -> list[str]:
             if cells:
                 parts.append(f"    {', '.join(cells)}")
         lines.append(f"  {lib}: {_head(v)}")
+        lines += [f"      caveat: {c}" for c in v.get("caveats", [])]
         lines += [f"      {p}" for p in parts]
         context = [f"{d.info(j['metric']).label} {_scaled(j['metric'], j['baseline'], j['baseline'])} → "
                    f"{_scaled(j['metric'], j['value'], j['baseline'])}" for j in v.get("context", [])

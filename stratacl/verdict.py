@@ -157,8 +157,20 @@ def verdict(workload: str, metrics: Metrics, baseline: str) -> dict:
                      "missing": [j["metric"] for j in heads if j["outcome"] == "missing"],
                      "context": [{**judge(m, metrics[baseline].get(m), metrics[lib].get(m)), "outcome": "context"}
                                  for m in d.context(workload, present)],
+                     "caveats": _caveats(workload, metrics, (baseline, lib)),
                      "mechanisms": _mechanisms(metrics, lib, baseline)}
     return {"baseline": baseline, "libraries": libs}
+
+
+def _caveats(workload: str, metrics: Metrics, libs: tuple[str, ...]) -> list[str]:
+    """"<libraries>: <meaning>" for each caveat flag (directions.CAVEATS) raised by the baseline or the
+    judged library: the verdict stands, read with what it rests on."""
+    out = []
+    for flag, meaning in d.caveats(workload).items():
+        raised = [lib for lib in libs if _num(metrics[lib].get(flag)) == 1.0]
+        if raised:
+            out.append(f"{' and '.join(raised)}: {meaning}")
+    return out
 
 
 def merge_accounting(metrics: Metrics, accounted: Mapping[str, Mapping[str, float]] | None) -> dict[str, dict]:

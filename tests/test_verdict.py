@@ -254,3 +254,18 @@ def test_interference_headline_is_the_overlapped_step_and_slowdowns_are_context(
     # a slower step is SLOWER whatever the slowdown does
     slow = {"hccl": _interference(0.080, 0.02), "x": _interference(0.090, 0.0)}
     assert verdict("interference", slow, "hccl")["libraries"]["x"]["outcome"] == "slower"
+
+
+def test_an_overloaded_serving_run_carries_its_caveat_and_a_served_one_does_not() -> None:
+    def serving(tpot: float, overloaded: float) -> dict[str, float]:
+        return {"tpot_p99_s": tpot, "e2e_p99_s": 100 * tpot, "overloaded": overloaded}
+
+    over = verdict("llm_infer", {"hccl": serving(0.05, 1.0), "x": serving(0.04, 0.0)}, "hccl")["libraries"]["x"]
+    assert over["outcome"] == "faster"  # the verdict stands ...
+    (caveat,) = over["caveats"]  # ... read with what it rests on: the baseline's queue grows
+    assert caveat.startswith("hccl: overloaded (regime note)")
+    lines = verdict_lines(verdict("llm_infer", {"hccl": serving(0.05, 1.0), "x": serving(0.04, 1.0)}, "hccl"))
+    assert any(ln.strip().startswith("caveat: hccl and x: overloaded") for ln in lines)
+    served = verdict("llm_infer", {"hccl": serving(0.05, 0.0), "x": serving(0.04, 0.0)}, "hccl")
+    assert served["libraries"]["x"]["caveats"] == []
+    assert not any("caveat" in ln for ln in verdict_lines(served))

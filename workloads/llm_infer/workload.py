@@ -344,9 +344,12 @@ def run(ctx: RunContext) -> WorkloadResult:
         m.update(registration_metrics(sim, cfg.warmup_s))
         if sim.prefix is not None:
             m.update(prefix_metrics(sim.request_frame(), kv_tok))
-        from workloads.llm_infer.deployment import load_metrics, regime  # imports this module
+        # deployment.py imports this module: imported here, not at the top
+        from workloads.llm_infer.deployment import load_metrics, load_word, regime
         m.update(queue_metrics(sim, cfg.warmup_s, cfg.requests.duration_s))
         m.update(load_metrics(serving, library, m, pool(cfg.requests, ctx.seed, 10_000)))
+        word = load_word(m["offered_load_fraction"], m["served_fraction"], cfg.search.min_served_fraction)
+        m["overloaded"] = float(word == "overload")  # the verdict's caveat: its P99s grow with the window
         notes.append(regime(library, m, model_name(cfg.model, mc.cfg.model_type), cfg.search.min_served_fraction))
         if cfg.capacity.saturation:
             sat, sat_notes = saturation(serving, library)
