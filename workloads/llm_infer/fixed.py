@@ -90,6 +90,6 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
     table = metric_table(metrics, ctx.baseline, KEYS)
     shapes = (f"decode batch {f.decode_batch_per_die}/die, context {f.context}; prefill "
               f"{f.prefill_tokens_per_die} tokens/die in {f.prompt_tokens}-token prompts")
-    notes = [f"fixed shapes (workload.fixed), each priced exactly by its own trace: {shapes}; MTP acceptance {per_step - 1:g}; model {cfg.model.preset or cfg.model.model_type} "
+    notes = [f"fixed shapes (workload.fixed), each priced exactly by its own trace: {shapes}; MTP acceptance {per_step - 1:g}; model {cfg.model.label()} "
              f"quant '{cfg.model.quant or 'native'}'; KV {kv_tok:.0f} B/token; {iters.simulated} traces simulated"]
     return WorkloadResult(rows=pd.DataFrame(rows), metrics=metrics, table=table, notes=notes)

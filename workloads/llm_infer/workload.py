@@ -13,7 +13,7 @@ from stratacl.limits import RunSize
 from stratacl.metrics import percentile
 from stratacl.schemas.llm_infer import LlmInferConfig, ServingMode
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.common.model import model_costs
+from workloads.common.model import describe_model, model_costs
 from workloads.common.routing import expert_weights
 from workloads.llm_infer.capacity import population, slo_capacity
 from workloads.llm_infer.costs import ServingCosts
@@ -354,7 +354,7 @@ def run(ctx: RunContext) -> WorkloadResult:
     table = metric_table(metrics, ctx.baseline, keys)
     notes.insert(0, f"{describe(reqs, cfg.requests, cfg.requests.duration_s)} "
                     f"(statistics after {cfg.warmup_s} s); {iters.simulated} iteration traces simulated; "
-                    f"KV {kv_tok:.0f} B/token; model {cfg.model.preset or cfg.model.model_type}")
+                    f"KV {kv_tok:.0f} B/token; {describe_model(cfg.model, mc)}")
     extra = {"iterations": pd.concat(iter_frames, ignore_index=True)}
     if slo_frames:
         extra["slo_search"] = pd.concat(slo_frames, ignore_index=True)
