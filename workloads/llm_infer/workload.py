@@ -27,7 +27,15 @@ from workloads.llm_infer.memory import (
 )
 from workloads.llm_infer.prefix import PrefixCache, prefix_metrics, tier_blocks
 from workloads.llm_infer.prefix_trace import BLOCK_TOKENS, BUNDLES
-from workloads.llm_infer.requests import Requests, describe, generate, pool
+from workloads.llm_infer.requests import (
+    Requests,
+    describe,
+    generate,
+    pool,
+    window_end,
+    window_note,
+    window_start,
+)
 from workloads.llm_infer.scheduling import decode_batch_cap, emitted_tokens_per_step
 from workloads.llm_infer.serving import ServingSim
 from workloads.modelcost import ModelCosts
@@ -199,7 +207,7 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
     inside that window ÷ its length (steady state, not diluted by the drain after arrivals stop);
     iteration statistics (decode batch, KV utilisation, prefill busy time) over the same window."""
     req = sim.request_frame()
-    t0 = warmup_s if warmup_s < end_s and (req["arrival_s"] >= warmup_s).any() else 0.0
+    t0 = window_start(req["arrival_s"].to_numpy(), warmup_s, end_s)
     m = req[req["arrival_s"] >= t0]
     span = max(end_s - t0, 1e-9)
     it = sim.iteration_frame()
@@ -315,13 +323,17 @@ def run(ctx: RunContext) -> WorkloadResult:
     reqs = generate(cfg.requests, ctx.seed)
     serving = Serving(ctx, cfg, costs, iters, kv_tok)
     req_frames, iter_frames, slo_frames, metrics, timelines, notes = [], [], [], {}, {}, []
+    end_s = window_end(reqs, cfg.requests)
     for library in ctx.libraries:
         sim, dies = serving.serve(library, reqs)
-        m = summarise(sim, cfg.warmup_s, cfg.requests.duration_s)
+        m = summarise(sim, cfg.warmup_s, end_s)
         if not m["throughput_tok_per_s"] > 0:  # latency percentiles beside 0 tok/s would read as a result
-            raise ConfigError("workload.requests.duration_s", f"no output token falls inside the measured window "
-                              f"[{cfg.warmup_s:g}, {cfg.requests.duration_s:g}) s ({len(reqs)} requests, TTFT "
-                              f"p50 {m['ttft_p50_s']:.3g} s)", "a window several times longer than the time to first token")
+            table = cfg.requests.arrival == "csv" and cfg.requests.csv_window == "table"
+            raise ConfigError("workload.warmup_s" if table else "workload.requests.duration_s",
+                              f"no output token falls inside the measured window [{cfg.warmup_s:g}, {end_s:g}) s "
+                              f"({len(reqs)} requests, TTFT p50 {m['ttft_p50_s']:.3g} s)",
+                              "a table spanning several times the time to first token after warmup_s" if table
+                              else "a window several times longer than the time to first token")
         m.update(memory_metrics(dies))
         m.update(registration_metrics(sim, cfg.warmup_s))
         if sim.prefix is not None:
@@ -352,8 +364,8 @@ def run(ctx: RunContext) -> WorkloadResult:
             "decode_die_busy_fraction", "decode_batch_fraction"]
     keys = [k for k in keys if k in next(iter(metrics.values()))]
     table = metric_table(metrics, ctx.baseline, keys)
-    notes.insert(0, f"{describe(reqs, cfg.requests, cfg.requests.duration_s)} "
-                    f"(statistics after {cfg.warmup_s} s); {iters.simulated} iteration traces simulated; "
+    notes.insert(0, f"{describe(reqs, cfg.requests, cfg.requests.duration_s)}; "
+                    f"{window_note(reqs, cfg.requests, cfg.warmup_s)}; {iters.simulated} iteration traces simulated; "
                     f"KV {kv_tok:.0f} B/token; {describe_model(cfg.model, mc)}")
     extra = {"iterations": pd.concat(iter_frames, ignore_index=True)}
     if slo_frames:
