@@ -3,6 +3,8 @@ request tables are refused cell by cell."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,7 +12,14 @@ from helpers import compose_run, run_cli
 
 from stratacl.config import validate_run
 from stratacl.errors import ConfigError
-from workloads.llm_infer.requests import TRACES_DIR, describe, generate, window_end, window_note, window_start
+from workloads.llm_infer.requests import (
+    TRACES_DIR,
+    describe,
+    generate,
+    window_end,
+    window_note,
+    window_start,
+)
 
 
 def _cfg(**kw: object):  # noqa: ANN202
@@ -148,7 +157,5 @@ def test_a_csv_run_reports_its_own_window(tmp_path) -> None:  # noqa: ANN001
     assert proc.returncode == 0, proc.stderr
     assert "statistics over requests arriving in [2, 29.5] s (after the 2 s warm-up, to the table's last arrival)" \
         in proc.stdout
-    import json
-
     rate = json.loads((out / "summary.json").read_text())["libraries"]["hccl"]["requests_per_s"]
     assert rate == pytest.approx(2.0, rel=0.1)
