@@ -148,6 +148,26 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
                  ["fabric=gb200_nvl72", "library=[nccl,hccl]", "baseline=nccl"],
                  ["library=[hccl,stratacl_gpu]"], ["library.stratacl.vector_core_colls=[gather]"]):
         c.append(("plane mismatch (gpu)", [*args, *COLL]))
+    # issue 32, your own model and requests: unsupported families, two models named, tables given wrongly
+    gpt2 = tmp / "byo_gpt2.json"
+    gpt2.write_text('{"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257}')
+    for wl in (INF, TRAIN):
+        c.append(("byo model", [*wl, f"workload.model.config_json={gpt2}"]))
+        c.append(("byo model", [*wl, "workload.model.model_type=gpt9"]))
+        c.append(("byo model", [*wl, "workload.model.preset=llama3_8b", f"workload.model.config_json={ROOT}/workloads/"
+                                "modelcost/examples/Meta-Llama-3-70B/config.json"]))
+    ok = tmp / "byo_ok.csv"
+    ok.write_text("arrival_s,input_tokens,output_tokens\n" + "".join(f"{i * 0.5},256,8\n" for i in range(20)))
+    short = tmp / "byo_short.csv"
+    short.write_text("arrival_s,input_tokens,output_tokens\n0,256,8\n0.5,256,8\n")
+    missing = tmp / "byo_missing_column.csv"
+    missing.write_text("arrival_s,input_tokens\n0,256\n1,256\n")
+    corrupt = tmp / "byo_corrupt.csv"
+    corrupt.write_bytes(b"arrival_s,input_tokens,output_tokens\n0,256,8\n\x00\xff\xfe,\x01\n")
+    c.append(("byo requests", [*INF, f"workload.requests.csv={ok}"]))  # a table without arrival=csv
+    c.append(("byo requests", [*INF, "workload.requests.arrival=csv"]))  # arrival=csv without a table
+    for table in (short, missing, corrupt):  # shorter than the 1 s warm-up; a missing column; corrupt bytes
+        c.append(("byo requests", [*INF, "workload.requests.arrival=csv", f"workload.requests.csv={table}"]))
     return c
 
 

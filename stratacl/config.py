@@ -22,6 +22,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from stratacl.errors import ConfigError
 from stratacl.paths import CONF
 from stratacl.schemas.base import check_ranges, knob  # (the package registers the workload schemas)
+from stratacl.schemas.model import ModelRef
 from stratacl.trace import COLLECTIVES, MOE_MODES
 
 # --------------------------------------------------------------------------- fabric
@@ -612,6 +613,9 @@ def validate_run(cfg: RunConfig) -> None:
     """Everything checkable before a simulation: every field's range, then cross-field meaning."""
     check_ranges(cfg)
     cfg.workload.check()  # the workload schema's cross-field checks (e.g. measurement windows)
+    model = getattr(cfg.workload, "model", None)
+    if isinstance(model, ModelRef):  # a model that does not load or is of no supported family
+        model.check("workload.model")
     validate_fabric(cfg.fabric)
     if not cfg.library:
         raise ConfigError("library", "no library selected", "e.g. library=[hccl,stratacl]")

@@ -75,8 +75,8 @@ def percentile(values: np.ndarray, q: float) -> float:
 # Serving latency percentiles: one definition for the CLI table, summary.json and the notebooks.
 LATENCY_QUANTILES = (50, 90, 99)
 LATENCY_DEFINITION = ("TTFT/TPOT/E2E p50/p90/p99: over the requests arriving in the measured window "
-                      "[warmup_s, duration_s) (after the warm-up), linear-interpolated percentiles; TPOT of "
-                      "requests with more than one output token")
+                      "(after warmup_s, to requests.duration_s or a request table's last arrival), "
+                      "linear-interpolated percentiles; TPOT of requests with more than one output token")
 
 
 def measured_requests(requests: pd.DataFrame, warmup_s: float, end_s: float) -> pd.DataFrame:

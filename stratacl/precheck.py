@@ -176,6 +176,23 @@ def _grammar_error(args: list[str], i: int, exc: OverrideParseException) -> tupl
             QUOTE_FIX + f"{quoted} (a path with spaces the same: 'key=\"/path/with space\"')")
 
 
+def check_model_source(argv: list[str]) -> None:
+    """A preset and a config_json / model_type both given on the command line name two models: the
+    run would have to drop one, so refuse rather than guess (a config_json or model_type alone
+    replaces the workload's default preset, stratacl/schemas/model.py)."""
+    given = {}
+    for a in argv:
+        k, eq, value = a.partition("=")
+        key = k.lstrip("+~")
+        if eq and key.startswith("workload.model.") and value.strip().strip("'\"").strip() not in ("", "null"):
+            given[key.removeprefix("workload.model.")] = value
+    own = [k for k in ("config_json", "model_type") if k in given]
+    if "preset" in given and own:
+        _refuse("workload.model.preset", f"preset '{given['preset']}' and {own[0]} '{given[own[0]]}' both "
+                "name the model", f"drop workload.model.preset (a {own[0]} replaces the preset) or drop "
+                f"workload.model.{own[0]}")
+
+
 def _refuse(field: str, problem: str, fix: str) -> None:
     print(f"error: {ConfigError(field, problem, fix)}", file=sys.stderr)
     sys.exit(2)
@@ -269,6 +286,7 @@ def precheck(argv: list[str]) -> None:
     if not any(a.split("=")[0] in _OTHER_MODES - {"-m", "--multirun"} for a in argv):  # a run or a sweep
         check_grammar(override_args(argv))
     check_dirs(argv, multirun)
+    check_model_source(argv)
     if any(a in _OTHER_MODES or a.split("=")[0] in _OTHER_MODES for a in argv):
         return
     overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]

@@ -41,7 +41,7 @@ def test_llm_train_num_layers_cuts_its_model_reference() -> None:
 @pytest.mark.parametrize(("ref", "field"), [
     (ModelRef(preset="nosuch"), "workload.model.preset"),
     (ModelRef(preset="llama3_8b", overrides={"hiden_size": 1}), "workload.model"),
-    (ModelRef(preset="", model_type="no_such_type"), "workload.model"),
+    (ModelRef(preset="", model_type="no_such_type"), "workload.model.model_type"),  # names the supported families
 ])
 def test_bad_references_name_their_field(ref: ModelRef, field: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -219,3 +219,104 @@ def test_ctrl_c_of_a_sweep_prints_one_resume_line(tmp_path) -> None:  # noqa: AN
                     f"--multirun workload=llm_infer seed=0,1 output.timeline=false "
                     f"hydra.sweep.dir={sweep} resume=true")
     assert not list(sweep.glob("*/summary.json"))  # interrupted points wrote no summary
+
+
+# --------------------------------------------------------------------------- 10. your own model
+
+EXAMPLES = ROOT / "workloads" / "modelcost" / "examples"
+LLAMA_70B = EXAMPLES / "Meta-Llama-3-70B" / "config.json"
+QWEN3_30B = EXAMPLES / "Qwen3-30B-A3B" / "config.json"
+GPT2 = '{"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257}'
+
+
+@pytest.mark.parametrize("workload", ["llm_train", "llm_infer"])
+def test_a_config_json_replaces_the_default_preset(workload: str) -> None:
+    from workloads.common.model import hf_config
+
+    ref = compose_run([f"workload={workload}", f"workload.model.config_json={LLAMA_70B}"]).workload.model
+    assert ref.preset == ""  # the workload's default preset is not used
+    hf = hf_config(ref)
+    assert (hf.model_type, hf.num_hidden_layers, hf.hidden_size, hf.intermediate_size) == ("llama", 80, 8192, 28672)
+    assert str(LLAMA_70B) in ref.label()
+    ref = compose_run([f"workload={workload}", "workload.model.model_type=qwen3_moe"]).workload.model
+    assert ref.preset == "" and hf_config(ref).model_type == "qwen3_moe"
+
+
+def test_a_config_json_gives_every_model_quantity() -> None:
+    """Parameters, depth and experts of the run come from the user's config.json (public totals:
+    Llama-3-70B 70.6 B, Qwen3-30B-A3B 30.5 B parameters, the model cards)."""
+    from workloads.common.model import describe_model, hf_config
+    from workloads.llm_train import estimate
+    from workloads.modelcost import ModelCosts
+
+    for path, params, layers, experts in ((LLAMA_70B, 70.6e9, 80, 0), (QWEN3_30B, 30.5e9, 48, 128)):
+        ref = compose_run(["workload=llm_infer", f"workload.model.config_json={path}"]).workload.model
+        mc = ModelCosts(hf_config(ref))
+        assert mc.total_params() == pytest.approx(params, rel=0.01)
+        assert mc.moe_info()["n_routed_experts"] == experts and len(mc.layer_plan()) == layers
+        assert f"{layers} layers" in describe_model(ref, mc)
+    train = compose_run(["workload=llm_train", f"workload.model.config_json={LLAMA_70B}"]).workload
+    default = compose_run(["workload=llm_train"]).workload  # DeepSeek-V3.2: 61 layers
+    assert estimate(train).trace_ops - 64 == 40 * 80 and estimate(default).trace_ops - 64 == 40 * 61
+
+
+def test_a_preset_and_a_config_json_both_given_are_refused(tmp_path) -> None:  # noqa: ANN001
+    out = tmp_path / "run"
+    proc = run_cli(["workload=llm_train", "workload.model.preset=llama3_8b", f"workload.model.config_json={LLAMA_70B}",
+                    f"hydra.run.dir={out}"], tmp_path)
+    _one_line_refusal(proc, "workload.model.preset")
+    assert "drop workload.model.preset" in proc.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("args, field, named", [
+    (["workload.model.config_json={gpt2}"], "workload.model.config_json", "'gpt2'"),
+    (["workload.model.model_type=gpt9"], "workload.model.model_type", "'gpt9'"),
+    (["workload.model.model_type=gpt_neox"], "workload.model.model_type", "'gpt_neox'"),
+])
+@pytest.mark.parametrize("workload", ["llm_train", "llm_infer"])
+def test_an_unsupported_model_family_is_refused_naming_the_supported(tmp_path, workload, args, field,  # noqa: ANN001
+                                                                     named) -> None:  # noqa: ANN001
+    from workloads.modelcost.config import SUPPORTED_FAMILIES
+
+    gpt2 = tmp_path / "config.json"
+    gpt2.write_text(GPT2)
+    with pytest.raises(ConfigError) as err:
+        validate_run(compose_run([f"workload={workload}", *(a.format(gpt2=gpt2) for a in args)]))
+    assert err.value.field == field and named in err.value.problem
+    assert all(f in err.value.problem for f in SUPPORTED_FAMILIES)
+
+
+def test_a_gpt2_config_on_the_cli_is_one_line_and_writes_nothing(tmp_path) -> None:  # noqa: ANN001
+    gpt2 = tmp_path / "config.json"
+    gpt2.write_text(GPT2)
+    out = tmp_path / "run"
+    proc = run_cli(["workload=llm_train", f"workload.model.config_json={gpt2}", f"hydra.run.dir={out}"], tmp_path)
+    _one_line_refusal(proc, "workload.model.config_json")
+    assert "Traceback" not in proc.stderr and "llama" in proc.stderr and not out.exists()
+
+
+TINY_FAMILY = dict(num_hidden_layers=2, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=1000)
+
+
+MEASURED_HERE = ["llama", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v32", "deepseek_v4"]
+
+
+def test_every_supported_family_has_a_measurement_test() -> None:
+    from workloads.modelcost.config import SUPPORTED_FAMILIES
+
+    assert {*MEASURED_HERE, "deepseek_v3"} == set(SUPPORTED_FAMILIES)  # deepseek_v3: tests/test_llm_infer.py
+
+
+@pytest.mark.parametrize("family", MEASURED_HERE)
+def test_every_supported_family_is_measured_at_every_phase(family: str) -> None:
+    """What SUPPORTED_FAMILIES promises: the real modules measured at a tiny size, every phase."""
+    from workloads.modelcost import ModelCosts, load_model_config
+    from workloads.modelcost.config import CONFIG_MAPPING, _valid_keys
+
+    keys = _valid_keys(CONFIG_MAPPING[family])
+    mc = ModelCosts(load_model_config(family, {k: v for k, v in TINY_FAMILY.items() if k in keys}))
+    for phase, tokens, ctx in (("prefill", 64, 0), ("decode", 8, 64), ("train_fwd", 64, 0), ("train_bwd", 64, 0)):
+        costs = mc.costs_for_shape(tokens, context=ctx, phase=phase, seq_len=64 if phase != "decode" else None)
+        assert sum(c.flops for c in costs.values()) > 0, phase
+    assert mc.kv_bytes_per_token() > 0 and mc.total_params() > 0

@@ -39,6 +39,13 @@ class TraceTiming(StrEnum):
     recorded = "recorded"  # arrival times as recorded (requests.rate unused)
 
 
+class CsvWindow(StrEnum):
+    """The measured window of a user's request table (arrival=csv); it starts at warmup_s."""
+
+    table = "table"  # to the table's last arrival: every row is served and measured after the warm-up
+    duration = "duration"  # to requests.duration_s: rows arriving from duration_s on are not served
+
+
 class LengthDist(StrEnum):
     """Distribution of prompt / output lengths, clipped to [min, max]."""
 
@@ -57,7 +64,8 @@ class RequestsConfig:
     arrival: Arrival = Arrival.trace
     rate: float = knob(15.0, gt=0)  # requests/s
     burstiness: float = knob(1.0, gt=0)  # gamma shape⁻¹: 1 = Poisson, > 1 burstier
-    csv: str = ""  # arrival_s,input_tokens,output_tokens (arrival=csv)
+    csv: str = ""  # arrival_s,input_tokens,output_tokens (arrival=csv; README "Your own requests")
+    csv_window: CsvWindow = CsvWindow.table  # arrival=csv: measure to the table's last arrival, or to duration_s
     trace: PublicTrace = PublicTrace.mooncake_conv  # arrival=trace: which bundled trace
     trace_timing: TraceTiming = TraceTiming.scaled  # arrival=trace: scale to `rate`, or as recorded
     duration_s: float = knob(60.0, gt=0)  # arrivals are generated over this window
@@ -223,6 +231,17 @@ class LlmInferConfig(WorkloadConfig):
         if self.mode == ServingMode.fixed:
             return  # fixed shapes: no arrivals, no window
         r = self.requests
+        if r.csv and r.arrival != Arrival.csv:
+            raise ConfigError(f"{prefix}.requests.csv", f"a request table is given but requests.arrival is "
+                              f"'{r.arrival}', so the table would not be read",
+                              f"add {prefix}.requests.arrival=csv (or drop {prefix}.requests.csv)")
+        if r.arrival == Arrival.csv and r.csv_window == CsvWindow.table:
+            from workloads.llm_infer.requests import (
+                check_table,  # reads the table: before anything is written
+            )
+
+            check_table(r, self.warmup_s, prefix)
+            return  # the table's own arrivals bound the window (duration_s is not read)
         if self.warmup_s >= r.duration_s:
             raise ConfigError(f"{prefix}.warmup_s",
                               f"{self.warmup_s:g} s is not shorter than requests.duration_s ({r.duration_s:g} s): "
@@ -235,6 +254,10 @@ class LlmInferConfig(WorkloadConfig):
                               f"the measured window [{self.warmup_s:g}, {r.duration_s:g}) s at {r.rate:g} req/s "
                               f"expects {expected:.3g} arrivals, fewer than {MIN_MEASURED_ARRIVALS}",
                               f"a duration_s of at least {self.warmup_s + MIN_MEASURED_ARRIVALS / r.rate:.3g} s")
+        if r.arrival == Arrival.csv:
+            from workloads.llm_infer.requests import check_table
+
+            check_table(r, self.warmup_s, prefix)
 
 
 ConfigStore.instance().store(group="workload", name="llm_infer_schema", node=LlmInferConfig)

@@ -42,11 +42,14 @@ class TensorClass(StrEnum):
 
 @dataclass
 class ModelRef:
-    """A transformers model: a conf/model/<name>.yaml preset, or a type/config.json + overrides."""
+    """A transformers model: a conf/model/<name>.yaml preset, or a type/config.json + overrides.
 
-    preset: str = "deepseek_v4_flash"  # conf/model/<preset>.yaml ("" = use model_type/config_json)
-    model_type: str = ""
-    config_json: str = ""
+    A given `config_json` or `model_type` replaces the preset (the workload's default model);
+    naming a preset as well on the command line is refused (stratacl/precheck.py)."""
+
+    preset: str = "deepseek_v4_flash"  # conf/model/<preset>.yaml (ignored when model_type/config_json is set)
+    model_type: str = ""  # a transformers model type (workloads/modelcost/config.py SUPPORTED_FAMILIES)
+    config_json: str = ""  # a Hugging Face config.json path (its model_type names the family)
     overrides: dict[str, Any] = field(default_factory=dict)  # transformers config fields (it checks them)
     dtype_bytes: int = knob(2, ge=1)  # weights / KV / activations (bf16)
     attention: AttentionKernels = AttentionKernels.production
@@ -54,3 +57,20 @@ class ModelRef:
     # dtype_bytes, dispatch int8 + scales) and per-class overrides
     quant: QuantPreset | None = None
     formats: dict[TensorClass, NumericFormat] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.config_json or self.model_type:  # the user's own model wins over the default preset
+            self.preset = ""
+
+    def label(self) -> str:
+        """The model as a run's notes name it: the preset, or the type and config.json."""
+        if self.preset:
+            return self.preset
+        return " ".join(x for x in (self.model_type, f"config_json {self.config_json}" if self.config_json else "") if x)
+
+    def check(self, field: str = "workload.model") -> None:
+        """The referenced config loads and is of a family the cost model measures (before a run
+        directory exists); transformers is imported here only, by workloads that use a model."""
+        from workloads.common.model import hf_config
+
+        hf_config(self, field=field, preset_field=f"{field}.preset")

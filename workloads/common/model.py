@@ -20,7 +20,12 @@ from stratacl.schemas.model import ModelRef
 from workloads.common.quant import resolve
 from workloads.common.routing import RoutingModel
 from workloads.modelcost import ModelCosts, load_model_config
-from workloads.modelcost.config import CONF_MODEL_DIR, config_from_node
+from workloads.modelcost.config import (
+    CONF_MODEL_DIR,
+    SUPPORTED_FAMILIES,
+    UnsupportedFamilyError,
+    config_from_node,
+)
 
 FIX = "use a conf/model preset, a transformers model_type or a config.json path, with overrides its config has"
 
@@ -43,7 +48,11 @@ def hf_config(ref: ModelRef, *, field: str = "workload.model",
             node = OmegaConf.to_container(OmegaConf.load(preset_path(ref.preset, preset_field)), resolve=True)
             node["overrides"] = {**(node.get("overrides") or {}), **overrides}
             return config_from_node(node, where=f"conf/model/{ref.preset}.yaml")
-        return load_model_config(ref.model_type or None, overrides or None, ref.config_json or None)
+        return load_model_config(ref.model_type or None, overrides or None, ref.config_json or None,
+                                 families=SUPPORTED_FAMILIES)
+    except UnsupportedFamilyError as exc:
+        raise ConfigError(f"{field}.{exc.key}", str(exc), "a config.json or model_type of a supported "
+                          "family, or a conf/model preset (workload.model.preset=<name>)") from None
     except (FileNotFoundError, ValueError) as exc:  # ModelConfigError is a ValueError
         raise ConfigError(field, str(exc), FIX) from None
 
@@ -93,3 +102,11 @@ def _model_costs(key: str, cache_dir: str, routing: RoutingModel, field: str, pr
                           attention=str(ref.attention), formats=formats)
     except ValueError as exc:  # CostInputError
         raise ConfigError(field, str(exc), FIX) from None
+
+
+def describe_model(ref: ModelRef, mc: ModelCosts) -> str:
+    """The model a run measured, as its notes say it: source, size and shape (from its config)."""
+    cfg, moe = mc.cfg, mc.moe_info()
+    experts = f"{moe['n_routed_experts']} routed experts (top-{moe['top_k']})" if moe["n_routed_experts"] else "dense"
+    return (f"model {ref.label()} ({cfg.model_type}): {mc.total_params() / 1e9:.2f} B parameters, "
+            f"{cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, {experts}")

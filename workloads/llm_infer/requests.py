@@ -48,7 +48,7 @@ def _lengths(rng: np.random.Generator, n: int, dist: str, mean: int, lo: int, hi
 def generate(cfg: RequestsConfig, seed: int, rate: float | None = None) -> Requests:
     rate = cfg.rate if rate is None else rate
     if cfg.arrival == "csv":
-        return _from_csv(cfg.csv)
+        return _served_rows(_from_csv(cfg.csv), cfg)
     if cfg.arrival == "trace":
         return from_trace(cfg, rate)
     if not rate > 0:
@@ -129,11 +129,64 @@ def describe(reqs: Requests, cfg: RequestsConfig, duration_s: float) -> str:
     """What the run really served: source, count, the effective rate and the mean lengths."""
     source = {"csv": f"table {cfg.csv}", "trace": f"trace {cfg.trace} ({cfg.trace_timing})"}.get(
         str(cfg.arrival), f"{cfg.arrival} arrivals")
+    if cfg.arrival == "csv" and cfg.csv_window == "duration":
+        source += f" (its rows arriving before duration_s = {cfg.duration_s:g} s)"
     # generated arrivals span the configured window; a user's table spans its own arrivals
     span = float(np.ptp(reqs.arrival_s)) if cfg.arrival == "csv" else duration_s
     rate = f"{len(reqs) / span:.2f} req/s" if span > 0 else "all at once"
     return (f"{len(reqs)} requests from {source} over {span:.1f} s = {rate}; "
             f"mean input {reqs.input_tokens.mean():.0f} / output {reqs.output_tokens.mean():.0f} tokens")
+
+
+def _served_rows(full: Requests, cfg: RequestsConfig) -> Requests:
+    """A table's rows the run serves: all of them, or those arriving before duration_s
+    (csv_window=duration, as generated arrivals stop at duration_s)."""
+    if cfg.csv_window != "duration":
+        return full
+    keep = full.arrival_s < cfg.duration_s
+    return Requests(full.arrival_s[keep], full.input_tokens[keep], full.output_tokens[keep])
+
+
+def window_end(reqs: Requests, cfg: RequestsConfig) -> float:
+    """End of the measured window: a user's table's last arrival (csv_window=table), otherwise
+    duration_s (the window arrivals are generated or cut to)."""
+    if cfg.arrival == "csv" and cfg.csv_window == "table":  # just past the last arrival: [t0, end) holds it
+        return float(np.nextafter(reqs.arrival_s.max(initial=0.0), np.inf))
+    return cfg.duration_s
+
+
+def window_start(arrival_s: np.ndarray, warmup_s: float, end_s: float) -> float:
+    """Start of the measured window: warmup_s, or 0 when no request arrives after the warm-up
+    inside the window (a run's notes say which)."""
+    return warmup_s if warmup_s < end_s and bool((np.asarray(arrival_s) >= warmup_s).any()) else 0.0
+
+
+def window_note(reqs: Requests, cfg: RequestsConfig, warmup_s: float) -> str:
+    """The window a run's statistics cover, in words."""
+    end = window_end(reqs, cfg)
+    t0 = window_start(reqs.arrival_s, warmup_s, end)
+    table = cfg.arrival == "csv" and cfg.csv_window == "table"
+    until = "the table's last arrival" if table else "requests.duration_s"
+    after = f"after the {warmup_s:g} s warm-up" if t0 == warmup_s else \
+        f"from 0 s: no request arrives after the {warmup_s:g} s warm-up"
+    return f"statistics over requests arriving in [{t0:g}, {end:g}{']' if table else ')'} s ({after}, to {until})"
+
+
+def check_table(cfg: RequestsConfig, warmup_s: float, prefix: str = "workload") -> None:
+    """A request table readable, and with requests arriving inside its measured window."""
+    if not cfg.csv:
+        raise ConfigError(f"{prefix}.requests.csv", "arrival=csv but no table is given",
+                          "workload.requests.csv=<path> (columns arrival_s,input_tokens,output_tokens)")
+    full = _from_csv(cfg.csv)
+    last = float(full.arrival_s.max())
+    if cfg.csv_window == "table" and not warmup_s < last:
+        raise ConfigError(f"{prefix}.warmup_s", f"{warmup_s:g} s is not shorter than the table's span: its last "
+                          f"request arrives at {last:g} s, so none would arrive inside the measured window",
+                          f"a warmup_s below {last:g} s (e.g. {prefix}.warmup_s=0), or a longer table")
+    if cfg.csv_window == "duration" and not ((full.arrival_s >= warmup_s) & (full.arrival_s < cfg.duration_s)).any():
+        raise ConfigError(f"{prefix}.requests.duration_s", f"no row of '{cfg.csv}' arrives in the measured window "
+                          f"[{warmup_s:g}, {cfg.duration_s:g}) s (its arrivals span {full.arrival_s.min():g} to "
+                          f"{last:g} s)", "requests.csv_window=table, or a window over the table's arrivals")
 
 
 def _from_csv(path: str) -> Requests:

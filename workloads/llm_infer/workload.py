@@ -13,7 +13,7 @@ from stratacl.limits import RunSize
 from stratacl.metrics import LATENCY_DEFINITION, latency_percentiles
 from stratacl.schemas.llm_infer import LlmInferConfig, ServingMode
 from stratacl.workload_api import RunContext, WorkloadResult
-from workloads.common.model import model_costs, model_name
+from workloads.common.model import describe_model, model_costs, model_name
 from workloads.common.routing import expert_weights
 from workloads.llm_infer.capacity import population, slo_capacity
 from workloads.llm_infer.costs import ServingCosts
@@ -27,7 +27,15 @@ from workloads.llm_infer.memory import (
 )
 from workloads.llm_infer.prefix import PrefixCache, prefix_metrics, tier_blocks
 from workloads.llm_infer.prefix_trace import BLOCK_TOKENS, BUNDLES
-from workloads.llm_infer.requests import Requests, describe, generate, pool
+from workloads.llm_infer.requests import (
+    Requests,
+    describe,
+    generate,
+    pool,
+    window_end,
+    window_note,
+    window_start,
+)
 from workloads.llm_infer.scheduling import decode_batch_cap, emitted_tokens_per_step
 from workloads.llm_infer.serving import ServingSim
 from workloads.llm_infer.stability import served_fractions
@@ -201,7 +209,7 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
     inside that window ÷ its length (steady state, not diluted by the drain after arrivals stop);
     iteration statistics (decode batch, KV utilisation, prefill busy time) over the same window."""
     req = sim.request_frame()
-    t0 = _window_start(req, warmup_s, end_s)
+    t0 = window_start(req["arrival_s"].to_numpy(), warmup_s, end_s)
     span = max(end_s - t0, 1e-9)
     it = sim.iteration_frame()
     it_end = it["start_s"] + it["time_s"]
@@ -242,17 +250,12 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
     return out
 
 
-def _window_start(req: pd.DataFrame, warmup_s: float, end_s: float) -> float:
-    """The measured window's start: the warm-up's end, or 0 when no request arrives after it."""
-    return warmup_s if warmup_s < end_s and (req["arrival_s"] >= warmup_s).any() else 0.0
-
-
 def queue_metrics(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float]:
     """The offered rate (requests arriving in the measured window ÷ its length) and whether the run
     keeps up with it: the share of the arrival rate served, from the rise of each queue's backlog
     floor (stability.py), and the backlog growth it leaves (offered × the unserved share)."""
     req = sim.request_frame()
-    t0 = _window_start(req, warmup_s, end_s)
+    t0 = window_start(req["arrival_s"].to_numpy(), warmup_s, end_s)
     arrived = float(((req["arrival_s"] >= t0) & (req["arrival_s"] < end_s)).sum())
     offered = arrived / max(end_s - t0, 1e-9)
     fr = served_fractions(req, t0, end_s)
@@ -333,20 +336,24 @@ def run(ctx: RunContext) -> WorkloadResult:
     reqs = generate(cfg.requests, ctx.seed)
     serving = Serving(ctx, cfg, costs, iters, kv_tok)
     req_frames, iter_frames, slo_frames, metrics, timelines, notes = [], [], [], {}, {}, []
+    end_s = window_end(reqs, cfg.requests)
     for library in ctx.libraries:
         sim, dies = serving.serve(library, reqs)
-        m = summarise(sim, cfg.warmup_s, cfg.requests.duration_s)
+        m = summarise(sim, cfg.warmup_s, end_s)
         if not m["throughput_tok_per_s"] > 0:  # latency percentiles beside 0 tok/s would read as a result
-            raise ConfigError("workload.requests.duration_s", f"no output token falls inside the measured window "
-                              f"[{cfg.warmup_s:g}, {cfg.requests.duration_s:g}) s ({len(reqs)} requests, TTFT "
-                              f"p50 {m['ttft_p50_s']:.3g} s)", "a window several times longer than the time to first token")
+            table = cfg.requests.arrival == "csv" and cfg.requests.csv_window == "table"
+            raise ConfigError("workload.warmup_s" if table else "workload.requests.duration_s",
+                              f"no output token falls inside the measured window [{cfg.warmup_s:g}, {end_s:g}) s "
+                              f"({len(reqs)} requests, TTFT p50 {m['ttft_p50_s']:.3g} s)",
+                              "a table spanning several times the time to first token after warmup_s" if table
+                              else "a window several times longer than the time to first token")
         m.update(memory_metrics(dies))
         m.update(registration_metrics(sim, cfg.warmup_s))
         if sim.prefix is not None:
             m.update(prefix_metrics(sim.request_frame(), kv_tok))
         # deployment.py imports this module: imported here, not at the top
         from workloads.llm_infer.deployment import load_metrics, load_word, regime
-        m.update(queue_metrics(sim, cfg.warmup_s, cfg.requests.duration_s))
+        m.update(queue_metrics(sim, cfg.warmup_s, end_s))
         m.update(load_metrics(serving, library, m, pool(cfg.requests, ctx.seed, 10_000)))
         word = load_word(m["offered_load_fraction"], m["served_fraction"], cfg.search.min_served_fraction)
         m["overloaded"] = float(word == "overload")  # the verdict's caveat: its P99s grow with the window
@@ -374,11 +381,10 @@ def run(ctx: RunContext) -> WorkloadResult:
             "decode_die_busy_fraction", "decode_batch_fraction"]
     keys = [k for k in keys if k in next(iter(metrics.values()))]
     table = metric_table(metrics, ctx.baseline, keys)
-    notes.insert(0, f"{describe(reqs, cfg.requests, cfg.requests.duration_s)} "
-                    f"(statistics after {cfg.warmup_s} s); {iters.simulated} iteration traces simulated; "
-                    f"KV {kv_tok:.0f} B/token; model {model_name(cfg.model, mc.cfg.model_type)}")
-    notes.insert(1, f"latency percentiles (ttft/tpot/e2e_pNN_s): {LATENCY_DEFINITION}; here "
-                    f"[{cfg.warmup_s:g}, {cfg.requests.duration_s:g}) s")
+    notes.insert(0, f"{describe(reqs, cfg.requests, cfg.requests.duration_s)}; "
+                    f"{window_note(reqs, cfg.requests, cfg.warmup_s)}; {iters.simulated} iteration traces simulated; "
+                    f"KV {kv_tok:.0f} B/token; {describe_model(cfg.model, mc)}")
+    notes.insert(1, f"latency percentiles (ttft/tpot/e2e_pNN_s): {LATENCY_DEFINITION}")
     extra = {"iterations": pd.concat(iter_frames, ignore_index=True)}
     if slo_frames:
         extra["slo_search"] = pd.concat(slo_frames, ignore_index=True)

@@ -18,6 +18,7 @@ from stratacl.limits import RunSize
 from stratacl.schemas.llm_train import LlmTrainConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import Library, RunContext, WorkloadResult
+from workloads.common.model import describe_model, hf_config
 from workloads.common.routing import (
     EpRouting,
     ep_routing,
@@ -30,7 +31,7 @@ from .allocation import allocator_peak
 from .blocks import ModelPlan
 from .layout import Layout
 from .memory import check_fits, memory_breakdown
-from .model import build_plan, model_costs
+from .model import build_plan, model_costs, model_ref
 from .pipeline import Pipe, build_pipeline, chunk_units, stage_figures
 from .pp_memory import pipeline_breakdown, pipeline_peak
 from .pp_schedules import PpSchedule, check, stages_per_rank
@@ -96,11 +97,16 @@ OPS_PER_LAYER = 40  # measured: 2118 ops for DeepSeek-V3.2's 61 layers (≈ 35),
 
 def estimate(cfg: LlmTrainConfig) -> RunSize:
     """One trace per sampled iteration, each ≈ OPS_PER_LAYER ops per transformer layer."""
-    layers = cfg.num_layers or int(cfg.model.overrides.get("num_hidden_layers", MAX_MODEL_LAYERS))
+    layers = cfg.num_layers or _model_depth(cfg)
     # a pipeline runs every layer once per micro-batch (the zero-bubble schedules add weight passes)
     split = 1.5 if cfg.pp_schedule in ("interleaved_zb", "zbv", "dualpipev") else 1.0
     per_trace = int(OPS_PER_LAYER * layers * cfg.microbatches * split) + 64 * cfg.pp
     return RunSize(trace_ops=per_trace, replayed_ops=per_trace * len(cfg.iterations))
+
+
+def _model_depth(cfg: LlmTrainConfig) -> int:
+    """The configured model's decoder layers (its preset, config.json or overrides)."""
+    return int(getattr(hf_config(cfg.model), "num_hidden_layers", MAX_MODEL_LAYERS) or MAX_MODEL_LAYERS)
 
 
 def routing_for(prep: Prepared, iteration: int, seed: int) -> tuple[dict[int, EpRouting], float, float]:
@@ -200,6 +206,7 @@ def run(ctx: RunContext) -> WorkloadResult:
         notes = [f"mesh: pp {cfg.pp} × fsdp {cfg.fsdp} × tp {cfg.tp} = {cfg.dies} dies; ep {cfg.ep} inside each "
                  f"{prep.layout.stage_dies}-die stage; schedule {pipe.schedule.value}, {pipe.n_stages(cfg.pp)} "
                  f"stages, {pipe.microbatches} micro-batches; ZeRO-{pipe.zero}"]
+    notes.insert(0, describe_model(model_ref(cfg), model_costs(cfg)[0]))
     notes += [f"{lib}: its memory does not fit without activation checkpointing: recompute turned on"
               for lib, c in changes.items() if c == "recompute"]
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, notes=notes,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,23 @@ _LEGACY_KEYS = {
     "deepseek_v4": {"compress_ratios", "compress_rate_csa", "compress_rate_hca", "num_hash_layers",
                     "qk_rope_head_dim"},
 }
+
+
+# Families whose real modules the cost model measures at every phase (prefill, decode, training
+# forward and backward; tests/test_user_loop.py measures each at a tiny size): a causal LM whose
+# decoder layers are `model.model.layers[i].self_attn / .mlp`, dense or MoE. Not listed: GPT-2 /
+# GPT-NeoX / Falcon / Phi (other module trees), sliding-window families (Mistral, Gemma-2/3: their
+# windowed layers' KV per token is not measured yet), DeepSeek-V2.
+SUPPORTED_FAMILIES = ("deepseek_v3", "deepseek_v32", "deepseek_v4", "llama", "mixtral", "qwen2", "qwen2_moe",
+                      "qwen3", "qwen3_moe")
+
+
+class UnsupportedFamilyError(ModelConfigError):
+    """A model type outside the families a caller measures; `key` is the field that named it."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 def known_model_types() -> list[str]:
@@ -69,8 +87,10 @@ def load_model_config(
     model_type: str | None = None,
     overrides: dict[str, Any] | None = None,
     config_json: str | None = None,
+    families: Collection[str] | None = None,
 ) -> PretrainedConfig:
-    """A transformers config from `model_type` (+ `overrides`) or from a `config.json` path.
+    """A transformers config from `model_type` (+ `overrides`) or from a `config.json` path;
+    `families`: the model types accepted (None = any transformers type).
 
     `overrides` may also hold `modelcost_attention: production|reference`, which is not passed
     to transformers but set on the returned config for `ModelCosts`."""
@@ -98,6 +118,12 @@ def load_model_config(
         model_type = model_type or file_type
     if model_type is None:
         raise ModelConfigError("model_type: missing (give model_type or a config_json that names one)")
+    if families is not None and model_type not in families:
+        from_file = config_json is not None and base.get("model_type") == model_type
+        src, key = (f"{config_json} (model_type {model_type!r})", "config_json") if from_file \
+            else (f"model_type {model_type!r}", "model_type")
+        raise UnsupportedFamilyError(f"{src} is not a model family the cost model measures "
+                                     f"(supported: {', '.join(families)})", key)
     if model_type not in CONFIG_MAPPING:
         close = difflib.get_close_matches(model_type, known_model_types(), n=5)
         raise ModelConfigError(
