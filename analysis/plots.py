@@ -203,26 +203,3 @@ def cdf(frame: pd.DataFrame, column: str, hue: str = "library", ax: Axes | None 
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
-
-
-def utilisation_timeline(frame: pd.DataFrame, resources: Sequence[str] | None = None,
-                         ax: Axes | None = None, scale: float = 1e3) -> Figure:
-    """Step plot of the engine's utilisation series (`SimResult.utilisation`, or a run's
-    utilisation.parquet for one library): one line per resource, time × `scale` (ms by default).
-    Resources default to those that are ever busy."""
-    busy = frame.groupby("resource", observed=True)["utilisation"].max()
-    resources = list(resources or [str(r) for r in busy.index if busy[r] > 0])
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(8, 3.6))
-    else:
-        fig = ax.figure
-    for res in resources:
-        sub = frame[frame["resource"] == res].sort_values("time_s")
-        ax.step(sub["time_s"].to_numpy() * scale, sub["utilisation"].to_numpy(), where="post", label=res)
-    ax.set_xlabel("time (ms)" if scale == 1e3 else "time")
-    ax.set_ylabel("utilisation (mean over dies)")
-    ax.set_ylim(0, 1.05)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", ncols=2)
-    fig.tight_layout()
-    return fig

@@ -34,9 +34,6 @@ class Exposure:
     exposed_while_s: float = 0.0  # exposed time during which some `while_ops` op is in flight
     host_s: float = 0.0  # device→host round trips the selected operators waited for
 
-    def as_dict(self, prefix: str = "") -> dict[str, float]:
-        return {f"{prefix}{k}": float(v) for k, v in self.__dict__.items()}
-
 
 def _clipped(start: np.ndarray, end: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
     s, e = np.clip(start, lo, hi), np.clip(end, lo, hi)

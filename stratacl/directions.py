@@ -308,7 +308,3 @@ def short(metric: str) -> str:
     """What a verdict line calls the metric."""
     i = info(metric)
     return i.short or i.label
-
-
-def arrow(better: Better) -> str:
-    return {"higher": "↑ higher", "lower": "↓ lower"}.get(better or "", "· context")

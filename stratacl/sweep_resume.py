@@ -32,13 +32,6 @@ def skip_finished(out_dir: Path, resume: bool) -> bool:
     return False
 
 
-def sweep_status(sweep_dir: Path) -> tuple[list[Path], list[Path]]:
-    """(finished, unfinished) point directories of a sweep: a point counts once Hydra created its
-    `.hydra/` directory; unfinished ones are what `resume=true` will run again."""
-    started = sorted(p.parent for p in Path(sweep_dir).glob("**/.hydra"))
-    return [p for p in started if is_finished(p)], [p for p in started if not is_finished(p)]
-
-
 class RememberSweepDir(Callback):
     """Hydra callback (conf/config.yaml `hydra.callbacks`): keeps the resolved sweep directory in
     the driver, so an interrupted sweep can name it in its resume command."""

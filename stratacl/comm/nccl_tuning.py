@@ -164,8 +164,3 @@ def time_parts(c: Comm, algo: str, proto: str, nbytes: float, alg_bw: float) -> 
             and nbytes / (c.channels * c.n) >= 64:
         lat *= RING_PLATEAU
     return lat, alg_bw
-
-
-def algo_time_us(c: Comm, algo: str, proto: str, nbytes: float, alg_bw: float) -> float:
-    lat, bw = time_parts(c, algo, proto, nbytes, alg_bw)
-    return lat + nbytes / (1000.0 * bw)

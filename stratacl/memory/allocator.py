@@ -219,22 +219,6 @@ class AllocatorStats:
         and, with expandable segments, unused parts of mapped pages)."""
         return self.reserved_bytes_peak - self.allocated_bytes_peak
 
-    def memory_stats(self) -> dict[str, int]:
-        """The subset of `torch.cuda.memory_stats()` this model keeps, with PyTorch's keys."""
-        return {
-            "allocated_bytes.all.current": self.allocated_bytes,
-            "allocated_bytes.all.peak": self.allocated_bytes_peak,
-            "requested_bytes.all.current": self.requested_bytes,
-            "requested_bytes.all.peak": self.requested_bytes_peak,
-            "reserved_bytes.all.current": self.reserved_bytes,
-            "reserved_bytes.all.peak": self.reserved_bytes_peak,
-            "segment.all.current": self.segments,
-            "num_device_alloc": self.num_device_alloc,
-            "num_device_free": self.num_device_free,
-            "num_alloc_retries": self.num_alloc_retries,
-            "num_ooms": self.num_ooms,
-        }
-
 
 Listener = Callable[[MemEvent], None]
 
@@ -335,12 +319,6 @@ class CachingAllocator:
                     pool.remove_unmapped(b)  # the whole reservation is unmapped: give the VA back
                     del self._segments[b.seg.id]
                     self.stats.segments -= 1
-
-    def reset_peak_stats(self) -> None:
-        s = self.stats
-        s.allocated_bytes_peak = s.allocated_bytes
-        s.requested_bytes_peak = s.requested_bytes
-        s.reserved_bytes_peak = s.reserved_bytes
 
     # ------------------------------------------------------------------ inspection
 

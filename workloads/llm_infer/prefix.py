@@ -115,17 +115,6 @@ class PrefixCache:
             self.pool.touch(b)
 
 
-def reusable_blocks(lists: list[np.ndarray]) -> int:
-    """Blocks whose id appeared earlier in the trace (an unbounded cache's hits, lists in order)."""
-    seen: set[int] = set()
-    n = 0
-    for ids in lists:
-        for b in ids.tolist():
-            n += b in seen
-            seen.add(b)
-    return n
-
-
 def tier_blocks(kv_per_die: float, dies: int, kv_tok: float, longest_prompt: int, hbm_share: float,
                 pool_bytes: float, block: int) -> tuple[int, int]:
     """(HBM blocks of one prefill instance, DRAM-pool blocks): an instance's `dies` dies each give

@@ -154,11 +154,6 @@ class ModelCosts:
     def attention_plan(self) -> list[str]:
         return list(self._layout.attention)
 
-    def layer_count(self, layer_type: str) -> int:
-        if layer_type in ("embedding", "lm_head"):
-            return 1
-        return self._layout.count(layer_type)
-
     def moe_info(self) -> dict:
         cfg = self.cfg
         moe_layers = [i for i, k in enumerate(self._layout.ffn) if k == "moe"]
