@@ -168,6 +168,10 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
     c.append(("byo requests", [*INF, "workload.requests.arrival=csv"]))  # arrival=csv without a table
     for table in (short, missing, corrupt):  # shorter than the 1 s warm-up; a missing column; corrupt bytes
         c.append(("byo requests", [*INF, "workload.requests.arrival=csv", f"workload.requests.csv={table}"]))
+    # issue #33 fabrics compose: a die piece (conf/gpu) is no fabric and no group of the run
+    c.append(("fabric pieces", ["fabric=b200", *COLL]))
+    c.append(("fabric pieces", ["fabric=../gpu/b200", *COLL]))
+    c.append(("fabric pieces", ["+gpu=b200", *COLL]))
     return c
 
 
