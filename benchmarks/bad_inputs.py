@@ -142,13 +142,13 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
     bad_trace.write_bytes(b"PAR1" + b"\x00" * 64 + b"PAR1")
     c.append(("chakra", ["chakra", "export", str(bad_trace), str(tmp / "etout")]))
     c.append(("chakra", ["chakra", "export", str(bad_trace), str(tmp / "etout"), "--prefix", "../../escape"]))
-    # issue 32, GPU preset: a library whose plane the fabric lacks (Ascend presets on GPU fabrics and
+    # GPU preset: a library whose plane the fabric lacks (Ascend presets on GPU fabrics and
     # back); the error names the presets made for the fabric
     for args in (["fabric=hgx_h100", "library=[nccl,stratacl]", "baseline=nccl"],
                  ["fabric=gb200_nvl72", "library=[nccl,hccl]", "baseline=nccl"],
                  ["library=[hccl,stratacl_gpu]"], ["library.stratacl.vector_core_colls=[gather]"]):
         c.append(("plane mismatch (gpu)", [*args, *COLL]))
-    # issue 32, your own model and requests: unsupported families, two models named, tables given wrongly
+    # your own model and requests: unsupported families, two models named, tables given wrongly
     gpt2 = tmp / "byo_gpt2.json"
     gpt2.write_text('{"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257}')
     for wl in (INF, TRAIN):

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_dlrm.py [--iterations 1] [--batch 1024] [--repeat 3]
 
-Target (issue 7): one 128-die iteration simulated in under 10 s wall per library.
+Target: one 128-die iteration simulated in under 10 s wall per library.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark: DeepSeek-V4-Flash costs for all layer types at 20 shape buckets.
 
-Targets (issue 4): < 20 s cold, < 0.1 s warm (in-process cache), peak RSS < 2 GiB.
+Targets: < 20 s cold, < 0.1 s warm (in-process cache), peak RSS < 2 GiB.
 Run: python benchmarks/bench_modelcost.py
 """
 

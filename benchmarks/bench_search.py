@@ -1,4 +1,4 @@
-"""Wall time of the deployment search (issue 24 speed budget): the analytic search over the
+"""Wall time of the deployment search: the analytic search over the
 default space (+experiment=deployment_search) for two libraries on 192 dies, serve checks off,
 then optionally with them. Prints candidates, wall time and the per-candidate cost.
 

@@ -1,6 +1,6 @@
 """Run every default workload and every named experiment; hash each summary.json.
 
-A refactor that must not move results (issue 20) is checked by running this before and after
+A refactor that must not move results is checked by running this before and after
 and diffing the manifests:
 
     python benchmarks/golden_summaries.py --out /tmp/golden_before

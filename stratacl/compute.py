@@ -33,7 +33,7 @@ Local copies (`memcpy`: device-to-device) run on the SDMA engines when the die h
 memcpy tasks are SDMA tasks (HCCL fault guide: "SDMA memory copy task", taskType Memcpy) — so they
 load the SDMA pool and HBM (read + write) and hold no AI core; without engines, HBM only.
 
-Host transfers (`memcpy` with `peer` "host" / "pool", issue 26) move bytes between the die's HBM
+Host transfers (`memcpy` with `peer` "host" / "pool") move bytes between the die's HBM
 and host DRAM: after the small-op latency (`fabric.host`), one fluid phase loads the die's port
 on the host plane (rx for h2d, tx for d2h: the same port its collectives use), its HBM once, its
 SDMA engines, and the CPU's link (role "cpu": one pseudo-die per CPU, the engine's

@@ -169,7 +169,7 @@ class HostCpu(StrEnum):
 
 @dataclass
 class HostConfig:
-    """A node's host CPUs as fabric endpoints (issue 26): their DRAM and their attachment to the
+    """A node's host CPUs as fabric endpoints: their DRAM and their attachment to the
     dies. Host<->device bytes cross the die's `plane` port (shared with that plane's other traffic)
     and the CPU's own `link_GBps` (shared by the dies attached to it). cpus_per_node=0: no host tier."""
 
@@ -208,7 +208,7 @@ class FabricConfig:
     gpu_arch: GpuArch = GpuArch.none
     nvls: bool = False
     host_cpu: HostCpu = HostCpu.intel
-    host: HostConfig = field(default_factory=HostConfig)  # CPUs and DRAM on the fabric (issue 26)
+    host: HostConfig = field(default_factory=HostConfig)  # CPUs and DRAM on the fabric
 
 
 # --------------------------------------------------------------------------- library

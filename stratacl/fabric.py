@@ -137,7 +137,7 @@ class Fabric:
                               h.read_us * 1e-6, h.write_us * 1e-6, h.remote_read_us * 1e-6,
                               h.remote_write_us * 1e-6, self.dies_per_node,
                               h.dram_channels * h.dram_channel_GBps * 1e9)
-        # the host tier as flat attributes (issue 26 contract: Fabric.host_*); DRAM per CPU / per die
+        # the host tier as flat attributes (contract: Fabric.host_*); DRAM per CPU / per die
         self.host_cpus_per_node, self.host_link_Bps = self.host.cpus_per_node, self.host.link_Bps
         self.host_dram_bytes = self.host.dram_bytes
         self.host_dram_bytes_per_die = self.host.dram_bytes / self.host.dies_per_cpu if h.cpus_per_node else 0.0

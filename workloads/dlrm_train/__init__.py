@@ -1,4 +1,4 @@
-"""DLRM training, TorchRec-style (issue 7): model-parallel embeddings behind an HBM cache,
+"""DLRM training, TorchRec-style: model-parallel embeddings behind an HBM cache,
 data-parallel dense part, one trace per library because library memory shrinks the cache.
 
 Modules: `model` (torch DLRM + measured dense costs), `tables` (Criteo-like tables), `planner`

@@ -1,5 +1,5 @@
 """Row popularity of the embedding tables: Zipf, with its exponent derived from a published skew
-figure instead of assumed (issue 26).
+figure instead of assumed.
 
 Source: Bagpipe (Agarwal et al., SOSP'23; arXiv 2202.12429v4, abstract): "embedding accesses are
 heavily skewed, with around 1% of embeddings representing more than 92% of total accesses". The

@@ -1,4 +1,4 @@
-"""Deployment search: the goodput-optimal serving layout of one library under an SLO (issue 24).
+"""Deployment search: the goodput-optimal serving layout of one library under an SLO.
 
 Goodput as DistServe defines it (Zhong et al., OSDI 2024, arXiv 2401.09670 §2): the highest
 request rate at which the SLO attainment — the share of requests whose TTFT and TPOT both meet

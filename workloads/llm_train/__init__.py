@@ -1,4 +1,4 @@
-"""LLM training workload (issue 6): TorchTitan-style FSDP × TP × EP training of a MoE model.
+"""LLM training workload: TorchTitan-style FSDP × TP × EP training of a MoE model.
 
 One trace per sampled iteration (the routing skew changes over training); each is replayed once
 per library. See layout.py for the mesh, schedule.py for the iteration, model.py for costs.

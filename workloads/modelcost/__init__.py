@@ -1,4 +1,4 @@
-"""Model costs from real transformers model definitions (issue 4).
+"""Model costs from real transformers model definitions.
 
 Configs are built offline from transformers' config classes; per-layer FLOPs and bytes are
 measured by running the real modules on fake tensors under a dispatch counter; sizes come
