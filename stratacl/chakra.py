@@ -68,6 +68,8 @@ as before:
 | `kernel` (kernel class, picks the kernel model) | node `stratacl_kernel` (string) | "" (generic; schema ≤ 3) |
 | `gemms` (per-rank matmul shapes (m, n, k, count)) | node `stratacl_gemms` (int64 list, 4 per matmul) | () (schema ≤ 3) |
 | `Trace.stream_cores` (per-stream AIC, AIV limits) | GlobalMetadata `stratacl_stream_cores` (JSON) | none |
+| `Trace.moe` (the MoE layer's `MoeShape`) | GlobalMetadata `stratacl_moe` (JSON) | none (schema ≤ 4: a dispatch / combine then fails validation) |
+| `group_tokens` (dispatch / combine (token, block) counts) | node `stratacl_group_tokens` (double list, the member's row of each block matrix) | () (schema ≤ 4) |
 
 Documented losses:
 - FLOPs, HBM bytes and per-pair p2p bytes are written as integers (rounded);
