@@ -44,6 +44,7 @@ from stratacl.config import (
     Algorithm,
     ExpansionMode,
     LibraryConfig,
+    MoeLlWindows,
     Mover,
     Partitioning,
     RegistrationMechanism,
@@ -152,7 +153,7 @@ class LibraryModel:
             plan = self._plan(coll, size, len(group), tidx.tobytes(), flows, Algorithm.fullmesh.value)
             return replace(plan, algorithm=ep.ALGORITHM)
         plan = self._plan(coll, size, len(group), tidx.tobytes(), peer_bytes, algo)
-        if moe and plan.peer_work:
+        if moe and plan.peer_work and self.cfg.moe_ll_windows == MoeLlWindows.per_expert:
             plan = replace(plan, peer_copies=moe_windows(plan, *moe[:3]))
         return plan
 
