@@ -168,11 +168,26 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
     c.append(("byo requests", [*INF, "workload.requests.arrival=csv"]))  # arrival=csv without a table
     for table in (short, missing, corrupt):  # shorter than the 1 s warm-up; a missing column; corrupt bytes
         c.append(("byo requests", [*INF, "workload.requests.arrival=csv", f"workload.requests.csv={table}"]))
-    # issue #33 fabrics compose: a die piece (conf/gpu) is no fabric and no group of the run
+    # fabric pieces: a die piece (conf/gpu) is no fabric and no group of the run
     c.append(("fabric pieces", ["fabric=b200", *COLL]))
     c.append(("fabric pieces", ["fabric=../gpu/b200", *COLL]))
     c.append(("fabric pieces", ["+gpu=b200", *COLL]))
+    # the MoE shape: a replayed trace whose dispatch has no MoeShape, or a bad one
+    for name, moe in (("moe_missing", None), ("moe_bad", {"dispatch_bytes_per_copy": 7168.0,
+                      "combine_bytes_per_copy": 14336.0, "experts_per_rank": 0, "top_k": 8})):
+        c.append(("moe shape (replay)", ["workload=replay", f"workload.trace={_moe_trace(tmp / f'{name}.parquet', moe)}"]))
     return c
+
+
+def _moe_trace(path: Path, moe: dict | None) -> Path:
+    """A 4-rank LL dispatch saved with the MoeShape `moe` (None: without one); saving does not validate."""
+    sys.path.insert(0, str(ROOT))  # this checkout's stratacl, not an installed one
+    from stratacl.trace import MoeShape, Trace
+
+    tr = Trace(world_size=4, moe=MoeShape.from_json(moe) if moe else None)
+    tr.add_family("ep", [range(4)])
+    tr.collective("dispatch", "ep", 65536.0, peer_bytes=[[0, 1, 2, 3]] * 4, moe_mode="ll", name="L0.dispatch")
+    return tr.save(path)
 
 
 def _limit_memory() -> None:

@@ -68,6 +68,8 @@ as before:
 | `kernel` (kernel class, picks the kernel model) | node `stratacl_kernel` (string) | "" (generic; schema ≤ 3) |
 | `gemms` (per-rank matmul shapes (m, n, k, count)) | node `stratacl_gemms` (int64 list, 4 per matmul) | () (schema ≤ 3) |
 | `Trace.stream_cores` (per-stream AIC, AIV limits) | GlobalMetadata `stratacl_stream_cores` (JSON) | none |
+| `Trace.moe` (the MoE layer's `MoeShape`) | GlobalMetadata `stratacl_moe` (JSON) | none (schema ≤ 4: a dispatch / combine then fails validation) |
+| `group_tokens` (dispatch / combine (token, block) counts) | node `stratacl_group_tokens` (double list, the member's row of each block matrix) | () (schema ≤ 4) |
 
 Documented losses:
 - FLOPs, HBM bytes and per-pair p2p bytes are written as integers (rounded);
@@ -119,6 +121,7 @@ from stratacl.chakra_export import (  # noqa: F401 - SCHEMA, comm_size, export_c
     check_prefix,
     comm_size,
     export_chakra,
+    group_tokens_from_rows,
     harness_nbytes,
     node_attrs,
     pg_ids,
@@ -126,7 +129,7 @@ from stratacl.chakra_export import (  # noqa: F401 - SCHEMA, comm_size, export_c
 )
 from stratacl.errors import HarnessError, TraceError
 from stratacl.run_traces import replay_times, saved_traces
-from stratacl.trace import Op, Trace
+from stratacl.trace import MoeShape, Op, Trace
 
 # --------------------------------------------------------------------------- import
 
@@ -271,6 +274,16 @@ def _comm_groups(et_file: Path) -> dict[str, tuple[int, ...]]:
     return groups
 
 
+def _moe_shape(meta: dict[str, object]) -> MoeShape | None:
+    """The export's MoeShape (schema ≥ 5); a malformed one raises TraceError."""
+    if "stratacl_moe" not in meta:
+        return None
+    try:
+        return MoeShape.from_json(json.loads(str(meta["stratacl_moe"])))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise TraceError(f"stratacl_moe metadata is malformed: {exc}") from None
+
+
 def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) -> Trace:
     """Rebuild a harness export from its `stratacl_*` attributes (ops keep their ids)."""
     comms = {k: tuple(v) for k, v in json.loads(str(meta["stratacl_communicators"])).items()}
@@ -278,7 +291,8 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
                   meta=json.loads(str(meta.get("stratacl_meta", "{}"))),
                   buffers={k: _allocs(v) for k, v in json.loads(str(meta.get("stratacl_buffers", "{}"))).items()},
                   stream_cores={k: (int(v[0]), int(v[1]))
-                                for k, v in json.loads(str(meta.get("stratacl_stream_cores", "{}"))).items()})
+                                for k, v in json.loads(str(meta.get("stratacl_stream_cores", "{}"))).items()},
+                  moe=_moe_shape(meta))
     by_op: dict[int, list[tuple[int, Any, dict[str, object]]]] = defaultdict(list)
     for r, nodes in nodes_by_rank.items():
         for node in nodes:
@@ -324,6 +338,10 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
             if "stratacl_peer_bytes" in a:  # one group's rows make the shared group-local matrix
                 pg = comms_by_pg(comms)[str(a["pg_name"])]
                 op.peer_bytes = tuple(float(v) for r in pg for v in first[r]["stratacl_peer_bytes"])  # type: ignore[union-attr]
+            if "stratacl_group_tokens" in a:  # as peer_bytes: one group's rows
+                pg = comms_by_pg(comms)[str(a["pg_name"])]
+                op.group_tokens = trace.share(group_tokens_from_rows(
+                    [tuple(first[r]["stratacl_group_tokens"]) for r in pg]))  # type: ignore[arg-type]
         else:
             pairs = sorted((int(x["stratacl_pair"]), int(x["comm_src"]), int(x["comm_dst"]), x["comm_size"])  # type: ignore[arg-type]
                            for _, n, x in members if n.type == chakra_pb()[0].COMM_SEND_NODE)

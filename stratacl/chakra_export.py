@@ -16,11 +16,12 @@ import numpy as np
 from stratacl.errors import ConfigError
 from stratacl.trace import Op, Trace, family_of, stream_predecessors
 
-SCHEMA = "stratacl-chakra-4"  # 4: + kernel class and GEMM shapes; 3: + kernel format, vector FLOPs,
-# block_dim, MoE mode, stream core limits
-# schemas this import reads: 2 (ASTRA-sim's comm_size meaning, group ids from 1, stratacl_nbytes)
-# and 3 lack only the later optional attributes, which then take the Op / Trace defaults
-READS = ("stratacl-chakra-2", "stratacl-chakra-3", SCHEMA)
+SCHEMA = "stratacl-chakra-5"  # 5: + the trace's MoeShape and dispatch/combine (token, block) counts;
+# 4: + kernel class and GEMM shapes; 3: + kernel format, vector FLOPs, block_dim, MoE mode, stream
+# core limits
+# schemas this import reads: 2 (ASTRA-sim's comm_size meaning, group ids from 1, stratacl_nbytes),
+# 3 and 4 lack only the later optional attributes, which then take the Op / Trace defaults
+READS = ("stratacl-chakra-2", "stratacl-chakra-3", "stratacl-chakra-4", SCHEMA)
 INSTALL = 'pip install protobuf && pip install --no-deps "mlc-chakra>=1.0,<2"'
 ET_VERSION = "1.0.0"
 ET_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et$")
@@ -132,6 +133,8 @@ def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
             _attr(pb, "stratacl_meta", json.dumps(trace.meta, default=str)),
             _attr(pb, "stratacl_buffers", json.dumps(trace.buffers)),
             _attr(pb, "stratacl_stream_cores", json.dumps(trace.stream_cores))]
+    if trace.moe is not None:
+        meta.append(_attr(pb, "stratacl_moe", json.dumps(trace.moe.to_json())))
     if dropped:  # kept for the round trip only: other tools never see these ops
         meta.append(_attr(pb, "stratacl_dropped", json.dumps([op_fields(trace.ops[i]) for i in sorted(dropped)])))
     files = []
@@ -143,6 +146,30 @@ def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
                 encode(f, node)
         files.append(path)
     return files
+
+
+def group_token_row(group_tokens: tuple[float, ...], n: int, idx: int) -> tuple[float, ...]:
+    """Member `idx`'s rows of `Op.group_tokens` (one row of each n × n/g block matrix, g ascending)."""
+    out: list[float] = []
+    off = 0
+    for g in (d for d in range(1, n + 1) if n % d == 0):
+        w = n // g
+        out += [float(v) for v in group_tokens[off + idx * w:off + (idx + 1) * w]]
+        off += n * w
+    return tuple(out)
+
+
+def group_tokens_from_rows(rows: list[tuple[float, ...]]) -> tuple[float, ...]:
+    """`Op.group_tokens` back from every member's `group_token_row`, in member order."""
+    n = len(rows)
+    out: list[float] = []
+    off = 0
+    for g in (d for d in range(1, n + 1) if n % d == 0):
+        w = n // g
+        for row in rows:
+            out += [float(v) for v in row[off:off + w]]
+        off += w
+    return tuple(out)
 
 
 def no_work(op: Op) -> bool:
@@ -289,6 +316,8 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
             a["stratacl_moe_mode"] = op.moe_mode
         if op.peer_bytes:
             a["stratacl_peer_bytes"] = tuple(float(v) for v in op.peer_bytes[idx * n:(idx + 1) * n])
+        if op.group_tokens:
+            a["stratacl_group_tokens"] = group_token_row(op.group_tokens, n, idx)
         specs.append((base, "COMM_COLL_NODE", a))
     else:  # p2p: one node per pair end on this rank
         for j, (s, d) in enumerate(zip(op.src, op.dst, strict=True)):

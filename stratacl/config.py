@@ -248,6 +248,17 @@ class Algorithm(StrEnum):
     nccl = "nccl"  # NCCL's own choice: ring / tree / NVLS / NVLS-tree × LL / LL128 / Simple (comm/nccl.py)
 
 
+class MoeLlWindows(StrEnum):
+    """Where a low-latency MoE dispatch/combine lands each peer's tokens on the receiver."""
+
+    # fixed per-expert receive slots: one window (a start-up) per expert of the peer the tokens hit
+    # (DeepEP's low-latency kernels, CANN MoeDistributeDispatch)
+    per_expert = "per_expert"
+    # one packed region per peer at its receive displacement: dispatch lowered onto an
+    # all-to-all-v (HcclAlltoAllV rdispls, NCCL grouped send/recv)
+    per_peer = "per_peer"
+
+
 class MoeHtPath(StrEnum):
     """How a high-throughput MoE dispatch/combine crosses nodes (stratacl/comm/ep.py)."""
 
@@ -331,6 +342,7 @@ class LibraryConfig:
     stage_anyway: dict[str, float] = knob(factory=dict, ge=0, le=1)
     moe_layout_exchange: bool = True  # MoE dispatch: exchange per-peer counts first (an extra step)
     moe_ht_path: MoeHtPath = MoeHtPath.flat  # HT dispatch/combine across nodes (comm/ep.py)
+    moe_ll_windows: MoeLlWindows = MoeLlWindows.per_expert  # LL dispatch/combine: receive windows per peer
     expansion_mode: ExpansionMode = ExpansionMode.custom  # HCCL-style mode; not custom: sets mover/trigger
     sdma_submit_cores: int = knob(1, ge=1)  # device-triggered SDMA: vector cores that write the descriptors
     # mover=sdma: collectives the vector cores move instead (e.g. routing-dependent exchanges whose

@@ -54,6 +54,49 @@ def family_of(comm_name: str) -> str:
 BEFORE_TRACE = -1  # Trace.buffers: allocated before the trace (weights, KV cache, warm-up)
 REGISTERED = -2  # ... and already registered: a JIT registration cache covers its range
 
+MOE_COLLS = ("dispatch", "combine")
+
+
+@dataclass(frozen=True, slots=True)
+class MoeShape:
+    """The MoE layer shape a library needs to lower a trace's dispatch/combine ops, beside each op's
+    own `peer_bytes` and `group_tokens`: bytes of one token copy of each (its format: FP8 + scales,
+    BF16, ...), routed experts each EP rank hosts (an LL kernel writes each peer's copies into one
+    window per expert hit, each its own start-up) and experts per token (DeepEP's layout kernel
+    reads the top-k indices). Every trace holding a dispatch/combine op carries one (`Trace.moe`)."""
+
+    dispatch_bytes_per_copy: float
+    combine_bytes_per_copy: float
+    experts_per_rank: int
+    top_k: int
+
+    def bytes_per_copy(self, coll: str) -> float:
+        """Bytes of one token copy of a dispatch or a combine."""
+        return self.dispatch_bytes_per_copy if coll == "dispatch" else self.combine_bytes_per_copy
+
+    def problem(self) -> str:
+        """What is wrong with the values ("" when nothing)."""
+        for name in ("dispatch_bytes_per_copy", "combine_bytes_per_copy"):
+            v = getattr(self, name)
+            if not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+                return f"{name} must be a finite number > 0, got {v!r}"
+        for name in ("experts_per_rank", "top_k"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                return f"{name} must be an integer ≥ 1, got {v!r}"
+        return ""
+
+    def to_json(self) -> dict[str, float | int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> MoeShape:
+        """From `to_json`'s dict; a missing or extra key raises KeyError / TypeError."""
+        return cls(dispatch_bytes_per_copy=float(d["dispatch_bytes_per_copy"]),
+                   combine_bytes_per_copy=float(d["combine_bytes_per_copy"]),
+                   experts_per_rank=int(d["experts_per_rank"]), top_k=int(d["top_k"]))
+
+
 @dataclass(slots=True)
 class Op:
     id: int
@@ -131,6 +174,8 @@ class Trace:
     # per-stream core limits (Ascend stream resource limits): stream -> (AIC, AIV) its kernels may
     # use at most, e.g. a decode micro-batch split of 16 AIC + 32 AIV vs 8 AIC + 16 AIV
     stream_cores: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # the MoE layer's shape, for the library lowering its dispatch/combine ops (required with them)
+    moe: MoeShape | None = None
     _preds: tuple[int, list[list[int]]] | None = field(default=None, repr=False, compare=False)
     # long vectors (routing tables, n x n peer bytes) shared by every op that carries the same one
     _shared: dict[Vec, Vec] = field(default_factory=dict, repr=False, compare=False)
@@ -238,6 +283,8 @@ class Trace:
             if op.id != idx:
                 raise TraceError(f"op at position {idx} has id {op.id}; ids must be 0..n-1 in order")
             self._validate_op(op, families)
+        if self.moe is not None and (msg := self.moe.problem()):
+            raise TraceError(f"trace MoeShape: {msg}")
         stream_predecessors(self)  # raises on cycles
 
     def _validate_op(self, op: Op, families: set[str]) -> None:
@@ -321,6 +368,9 @@ class Trace:
         if op.group_tokens and len(op.group_tokens) != n * sum(n // g for g in range(1, n + 1) if n % g == 0):
             raise bad(f"group_tokens must hold an n×n/g matrix per divisor g of n={n}, got "
                       f"{len(op.group_tokens)} values")
+        if op.coll in MOE_COLLS and self.moe is None:
+            raise bad(f"a {op.coll} needs the trace's MoeShape (Trace.moe: bytes per token copy, "
+                      "experts per rank, top_k); set it where the trace is built")
         if op.coll == "alltoallv" and not op.peer_bytes:
             raise bad("alltoallv needs peer_bytes (group-local n×n matrix)")
 
@@ -349,6 +399,8 @@ class Trace:
             "stratacl.buffers": json.dumps(self.buffers),
             "stratacl.stream_cores": json.dumps({k: list(v) for k, v in self.stream_cores.items()}),
         }
+        if self.moe is not None:
+            meta["stratacl.moe"] = json.dumps(self.moe.to_json())
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
         path = Path(path)
         pq.write_table(table, path, write_page_checksum=True)  # so a flipped byte is detected on load
@@ -378,10 +430,11 @@ class Trace:
                        for k, v in json.loads(md.get("stratacl.buffers", "{}")).items()}
             stream_cores = {str(k): (int(v[0]), int(v[1]))
                             for k, v in json.loads(md.get("stratacl.stream_cores", "{}")).items()}
-        except (KeyError, ValueError, TypeError, IndexError) as exc:
+            moe = moe_shape_from(md.get("stratacl.moe"), meta)
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
             raise TraceError(f"trace file {path} has corrupt metadata: {exc}") from None
         trace = cls(world_size=world, communicators=comms, meta=meta, buffers=buffers,
-                    stream_cores=stream_cores)
+                    stream_cores=stream_cores, moe=moe)
         expected = {f.name for f in fields(Op)}
         text = {f.name for f in fields(Op) if f.type in ("str", str)}
         try:  # a corrupt schema or page can fail anywhere from the column names to the values
@@ -405,6 +458,20 @@ class Trace:
             raise TraceError(f"trace file {path} has a malformed op row: {exc}") from None
         trace.validate()
         return trace
+
+
+def moe_shape_from(saved: str | None, meta: dict) -> MoeShape | None:
+    """A saved trace's MoeShape: its own JSON entry, or (files written before it had one) the
+    `meta["moe"]` dict of bytes_per_copy {dispatch, combine}, experts_per_rank, top_k, which it
+    then takes out of the meta."""
+    if saved is not None:
+        return MoeShape.from_json(json.loads(saved))
+    old = meta.pop("moe", None)
+    if old is None:
+        return None
+    per_copy = old["bytes_per_copy"]
+    return MoeShape(float(per_copy["dispatch"]), float(per_copy["combine"]), int(old["experts_per_rank"]),
+                    int(old.get("top_k", 0)))
 
 
 _SHARE_LEN = 64  # vectors longer than this are shared between ops (a dispatch's routing tables)

@@ -14,6 +14,7 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import chakra_or_skip, make_library
 
@@ -21,7 +22,8 @@ from stratacl.comm import algorithms as alg
 from stratacl.comm.library import staging_bytes
 from stratacl.engine.replay import Replay
 from stratacl.errors import ConfigError, TraceError
-from stratacl.trace import Op, Trace
+from stratacl.trace import MoeShape, Op, Trace
+from workloads.common.routing import group_tokens
 
 pb = chakra_or_skip()
 from chakra.src.third_party.utils.protolib import decodeMessage, encodeMessage  # noqa: E402
@@ -332,7 +334,7 @@ def _kahn(nodes: list) -> list:
 def coll_trace() -> Trace:
     """Every collective type on 4-rank groups of 9 ranks (rank 8 idle), sizes not divisible by 4,
     per-rank nbytes vectors, an uneven alltoallv, and a world collective over ranks 0..7."""
-    t = Trace(world_size=9)
+    t = Trace(world_size=9, moe=MoeShape(7168.0, 14336.0, 2, 8))
     t.add_family("tp", [[0, 1, 2, 3], [4, 5, 6, 7]])
     t.add_communicator("dp", range(8))
     t.collective("allreduce", "tp", MiB + 1, name="ar")
@@ -561,8 +563,7 @@ def test_older_export_is_refused_not_misread(tmp_path) -> None:  # noqa: ANN001
 def kernel_trace() -> Trace:
     """Fields that price a kernel: a mixed kernel (per-rank vector FLOPs, limited stream), an int8
     matmul, a kernel launched on fewer cores, an LL dispatch; plus defaults, which write nothing."""
-    t = Trace(world_size=4, meta={"moe": {"bytes_per_copy": {"dispatch": 7168, "combine": 14336},
-                                          "experts_per_rank": 2}})
+    t = Trace(world_size=4, moe=MoeShape(7168.0, 14336.0, 2, 8))
     t.add_communicator("ep", range(4))
     t.limit_stream("mb0", 8, 16)  # 8 AIC + 16 AIV: 8 complete core groups for mixed kernels
     t.limit_stream("mb1", 16, 32)
@@ -651,3 +652,18 @@ def test_schema_2_file_loads_with_defaults() -> None:
         ("mm", "compute", "cube", (2e12,), (0.0,), "", 0, "", "", ()),
         ("ar", "collective", "cube", (0.0,), (0.0,), "", 0, "", "", ())]
     assert t.ops[2].deps == (0,) and t.ops[0].stream == "attn"
+
+
+def test_round_trip_keeps_the_moe_shape_and_group_tokens(tmp_path) -> None:  # noqa: ANN001
+    """An HT dispatch's (token, block) counts and the trace's MoeShape come back exactly, so the
+    imported trace lowers on the same node-forwarding plan."""
+    dest = np.random.default_rng(3).integers(0, 4, size=(4, 32, 2))  # (rank, token, k) -> destination rank
+    gt = group_tokens(dest, 4)
+    t = Trace(world_size=4, moe=MoeShape(7392.0, 14336.0, 2, 2))
+    t.add_family("ep", [range(4)])
+    t.collective("dispatch", "ep", MiB, peer_bytes=[[0, 1, 2, 3]] * 4, moe_mode="ht", group_tokens=gt, name="d")
+    t.validate()
+    export_chakra(t, tmp_path)
+    back = import_chakra(tmp_path)
+    assert back.moe == t.moe
+    assert back.ops[0].group_tokens == tuple(float(x) for x in gt) and len(set(gt)) > 1

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from stratacl.errors import ConfigError, TraceError
 from stratacl.fabric import Fabric
-from stratacl.trace import Trace
+from stratacl.trace import MoeShape, Trace
 from workloads.common.routing import (
     GroupLimit,
     copies_matrix,
@@ -186,7 +186,7 @@ def test_group_tokens_count_distinct_blocks(routed: np.ndarray) -> None:
 
 
 def test_trace_checks_and_round_trips_group_tokens(tmp_path, routed: np.ndarray) -> None:  # noqa: ANN001
-    tr = Trace(world_size=EP)
+    tr = Trace(world_size=EP, moe=MoeShape(7168.0, 14336.0, 4, 8))
     tr.add_family("ep", [range(EP)])
     gt = group_tokens(routed, EP)
     tr.collective("dispatch", "ep", 1.0, moe_mode="ht", group_tokens=gt)

@@ -33,19 +33,23 @@ DELIBERATE: dict[str, dict[str, tuple[object, object]]] = {
         "moe_ht_path": (None, "flat"),
         # issue 32: collectives an SDMA library leaves to the vector cores (empty = none)
         "vector_core_colls": (None, []),
+        # where an LL dispatch/combine lands a peer's tokens (per-expert slots unless all-to-all-v)
+        "moe_ll_windows": (None, "per_expert"),
     },
     # issue 32: the GPU StrataCL design moves routed exchanges on the SMs (added with the preset)
     "stratacl_gpu": {"vector_core_colls": (None, ["alltoallv", "dispatch", "combine"])},
     # NCCL_BUFFSIZE is 4 MiB (NCCL src/init.cc DEFAULT_BUFFSIZE 1 << 22), written 4.194 "MB" before;
     # issue 22: NCCL's own algorithm choice instead of one flat ring
-    "nccl": {"comm_buffer_MiB": (None, 4.0), "algorithm": ("ring", "nccl")},
-    "nccl_ubr": {"algorithm": ("ring", "nccl")},
+    "nccl": {"comm_buffer_MiB": (None, 4.0), "algorithm": ("ring", "nccl"), "moe_ll_windows": (None, "per_peer")},
+    "nccl_ubr": {"algorithm": ("ring", "nccl"), "moe_ll_windows": (None, "per_peer")},
     # issue 22: DeepEP's normal kernels forward across nodes (csrc/kernels/legacy/internode.cu)
     "deepep": {"moe_ht_path": (None, "node_forward")},
     "cann_ep_hierarchy": {"moe_ht_path": (None, "node_forward")},  # added with issue 22
     # inherited from the parent, unused by the variant's mechanisms:
     # JIT cache matching without JIT registration
-    "nccl_roa": {"jit_cache_match": ("exact", "cover"), "algorithm": ("ring", "nccl")},
+    "nccl_roa": {"jit_cache_match": ("exact", "cover"), "algorithm": ("ring", "nccl"), "moe_ll_windows": (None, "per_peer")},
+    # HCCL lowers dispatch/combine onto HcclAlltoAllV: one packed receive region per peer
+    **{h: {"moe_ll_windows": (None, "per_peer")} for h in ("hccl", "hccl_jit", "hccl_roa", "hccl_zerocopy")},
     # transfer units / policy generator of balanced partitioning under uniform partitioning
     "stratacl_no_partition": {"refine_units_below": (0.0, 8.0),
                               "unit_KiB": ({}, {"die": 256.0, "node": 256.0, "supernode": 512.0,

@@ -7,6 +7,7 @@ the cost measurements fast; the mechanisms are the same as for the default model
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 
@@ -15,10 +16,11 @@ import pandas as pd
 import pytest
 from helpers import compose_run, run_cli
 
-from stratacl.comm.library import LibraryModel
-from stratacl.errors import ConfigError
+from stratacl.comm.library import LibraryModel, LibraryRuntime
+from stratacl.errors import ConfigError, TraceError
 from stratacl.fabric import Fabric
 from stratacl.metrics import latency_percentiles, measured_requests
+from stratacl.trace import MoeShape
 from stratacl.workload_api import RunContext
 from workloads.common.kernels import emit_gemms
 from workloads.common.model import model_costs
@@ -339,3 +341,60 @@ def test_fixed_mode_shapes_come_from_workload_fixed_alone(tmp_path) -> None:  # 
     assert figs["long_other_mean"] == figs["long"]
     rc, err = run_overrides([*base, "workload.fixed.prompt_tokens=2048"], tmp_path / "refused")
     assert rc == 2 and "workload.fixed.prompt_tokens" in err and not (tmp_path / "refused" / "summary.json").exists()
+
+
+# --------------------------------------------------------------------------- the MoE shape
+
+
+def test_serving_iterations_carry_the_moe_shape_their_dispatches_are_lowered_with(env: Env) -> None:
+    """Prefill (HT) and decode (LL) traces carry the payload bytes per copy and the experts each die
+    hosts (16 experts contiguous on 4 dies); without it the trace is refused, and an LL dispatch
+    lowered with it pays a start-up per expert window hit (more than one window per peer)."""
+    c = env.costs
+    for phase, mode in (("prefill", "ht"), ("decode", "ll")):
+        tr = env.iters.trace(phase, 256 if phase == "prefill" else 8, 1024)
+        moe_ops = [op for op in tr.ops if op.coll in ("dispatch", "combine")]
+        assert moe_ops and {op.moe_mode for op in moe_ops} == {mode}
+        assert tr.moe == MoeShape(env.iters.dispatch_bytes, env.iters.combine_bytes, 16 // 4, c.top_k)
+        with pytest.raises(TraceError, match=rf"'{moe_ops[0].name}'.*needs the trace's MoeShape"):
+            dataclasses.replace(tr, moe=None).validate()
+    lib = env.ctx.libraries["hccl"]
+    disp = next(op for op in tr.ops if op.coll == "dispatch")
+    shape = LibraryRuntime(lib, tr)._moe_shape(disp)
+    assert shape[:3] == (env.iters.dispatch_bytes, 4, c.top_k)
+    # per-expert receive slots (stratacl) pay a start-up per expert hit; HCCL's all-to-all-v
+    # lowering lands a peer's tokens in one region (moe_ll_windows: per_peer): one window each
+    for name, many in (("stratacl", True), ("hccl", False)):
+        plan = env.ctx.libraries[name].wire_plan("dispatch", max(disp.nbytes), tuple(range(4)), disp.peer_bytes,
+                                                moe=("ll", *shape))
+        assert (max(plan.peer_copies, default=1) > 1) is many, name
+
+
+def test_serving_prefill_dispatch_takes_deepeps_node_forwarding_path() -> None:
+    """A 16-GPU prefill instance on two HGX H800 nodes: DeepEP lowers the serving trace's HT
+    dispatch on its node-forwarding plan (once per (token, node) over RDMA), which the same op
+    without the trace's MoeShape never reaches."""
+    over = [o for o in OVERRIDES if not o.startswith(("workload.layout.prefill_", "library="))]
+    cfg = compose_run([*over, "fabric=hgx_h800", "library=[deepep]", "workload.layout.prefill_dp=16",
+                       "workload.layout.prefill_ep=16", "workload.scheduler.decode_stream_layout=none"])
+    fab = Fabric(cfg.fabric)
+    lib = LibraryModel("deepep", cfg.library["deepep"], fab)
+    ctx = RunContext(cfg=cfg, fabric=fab, libraries={"deepep": lib}, baseline="deepep", seed=0)
+    iters = IterationModel(ctx, ServingCosts(_shared_costs(), 16, 4, 1024), cfg.workload)
+    tr = iters.trace("prefill", 512, 0)
+    disp = next(op for op in tr.ops if op.coll == "dispatch")
+    phases, info = LibraryRuntime(lib, tr).lower_with_info(disp, 0.0)
+    assert info.algorithm == "node_forward"
+    bare = dataclasses.replace(tr, moe=None)  # the lowering as it was without the shape
+    flat_phases, flat_info = LibraryRuntime(lib, bare).lower_with_info(disp, 0.0)
+    assert flat_info.algorithm != "node_forward"
+    # the two-hop notify (RDMA to same-index peers, then NVLink) replaces the flat count all-to-all,
+    # and the payload's wire phase runs once per (token, node) over RDMA
+    wires = [p for p in phases if p.category == "wire"]
+    flat_wires = [p for p in flat_phases if p.category == "wire"]
+    assert (len(wires), len(flat_wires)) == (3, 2)
+    assert wires[-1].standalone_s() < flat_wires[-1].standalone_s()
+    shape = LibraryRuntime(lib, tr)._moe_shape(disp)
+    fwd = lib.wire_plan("dispatch", max(disp.nbytes), tuple(range(16)), disp.peer_bytes, moe=("ht", *shape))
+    flat = lib.wire_plan("dispatch", max(disp.nbytes), tuple(range(16)), disp.peer_bytes)
+    assert fwd.algorithm == "node_forward" and fwd.tx_s["rdma"] < flat.tx_s["rdma"]

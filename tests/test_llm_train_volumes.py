@@ -91,7 +91,7 @@ def test_tp_and_ep_volumes(small) -> None:  # noqa: ANN001
             assert w.ep * tokens // w.tp <= copies.sum() < w.ep * tokens // w.tp * plan.top_k
             assert max(op.nbytes) == pytest.approx((m.sum(axis=1)).max())
     assert mc_moe == 1
-    assert trace.meta["moe"]["bytes_per_copy"] == {"dispatch": fp8, "combine": bf16}
+    assert (trace.moe.dispatch_bytes_per_copy, trace.moe.combine_bytes_per_copy) == (fp8, bf16)
 
 
 def test_iteration_covers_compute_and_more_bandwidth_is_never_slower(small) -> None:  # noqa: ANN001

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import pickle
 
 import pyarrow as pa
@@ -9,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from stratacl.errors import TraceError
-from stratacl.trace import Trace
+from stratacl.trace import MoeShape, Trace
 
 
 def small_trace() -> Trace:
@@ -139,3 +141,70 @@ def test_long_vectors_are_stored_once_per_trace(tmp_path) -> None:  # noqa: ANN0
     tr.save(tmp_path / "t.parquet")
     back = Trace.load(tmp_path / "t.parquet")
     assert back.ops[0].peer_bytes is back.ops[2].peer_bytes and back.ops == tr.ops
+
+
+# --------------------------------------------------------------------------- the MoE shape
+
+SHAPE = MoeShape(dispatch_bytes_per_copy=7168.0 + 224.0, combine_bytes_per_copy=14336.0, experts_per_rank=8,
+                 top_k=8)
+
+
+def moe_trace(moe: MoeShape | None = SHAPE) -> Trace:
+    tr = Trace(world_size=4, meta={"workload": "test"}, moe=moe)
+    tr.add_family("ep", [range(4)])
+    peer = [[0, 3, 1, 2]] * 4
+    d = tr.collective("dispatch", "ep", 6.0 * SHAPE.dispatch_bytes_per_copy, peer_bytes=peer, moe_mode="ll",
+                      name="L0.dispatch")
+    tr.collective("combine", "ep", 6.0 * SHAPE.combine_bytes_per_copy, peer_bytes=peer, moe_mode="ll", deps=[d])
+    return tr
+
+
+def test_moe_shape_round_trips(tmp_path) -> None:  # noqa: ANN001
+    tr = moe_trace()
+    tr.validate()
+    loaded = Trace.load(tr.save(tmp_path / "t.parquet"))
+    assert loaded.moe == SHAPE and loaded.ops == tr.ops and loaded.meta == tr.meta
+    assert loaded.moe.bytes_per_copy("combine") == 14336.0
+    assert Trace.load(small_trace().save(tmp_path / "plain.parquet")).moe is None
+
+
+def test_a_file_with_the_older_meta_moe_dict_loads_its_shape(tmp_path) -> None:  # noqa: ANN001
+    path = moe_trace().save(tmp_path / "t.parquet")
+    table = pq.read_table(path)
+    md = dict(table.schema.metadata)
+    del md[b"stratacl.moe"]
+    md[b"stratacl.meta"] = json.dumps({"workload": "test", "moe": {
+        "bytes_per_copy": {"dispatch": 7392.0, "combine": 14336.0}, "experts_per_rank": 8, "top_k": 8}}).encode()
+    pq.write_table(table.replace_schema_metadata(md), path)
+    loaded = Trace.load(path)
+    assert loaded.moe == SHAPE and loaded.meta == {"workload": "test"}
+
+
+def test_a_dispatch_without_a_moe_shape_is_refused_naming_the_op(tmp_path) -> None:  # noqa: ANN001
+    tr = moe_trace(None)
+    with pytest.raises(TraceError, match=r"op 0 'L0.dispatch'.*dispatch needs the trace's MoeShape"):
+        tr.validate()
+    path = tr.save(tmp_path / "bare.parquet")
+    with pytest.raises(TraceError, match="needs the trace's MoeShape"):
+        Trace.load(path)
+
+
+@pytest.mark.parametrize("shape, message", [
+    (dataclasses.replace(SHAPE, experts_per_rank=0), "experts_per_rank must be an integer ≥ 1"),
+    (dataclasses.replace(SHAPE, top_k=0), "top_k must be an integer ≥ 1"),
+    (dataclasses.replace(SHAPE, combine_bytes_per_copy=float("nan")), "combine_bytes_per_copy must be"),
+    (dataclasses.replace(SHAPE, dispatch_bytes_per_copy=-1.0), "dispatch_bytes_per_copy must be"),
+])
+def test_a_bad_moe_shape_is_refused(shape, message) -> None:  # noqa: ANN001
+    with pytest.raises(TraceError, match=f"MoeShape: {message}"):
+        moe_trace(shape).validate()
+
+
+def test_corrupt_moe_shape_metadata_fails_clearly(tmp_path) -> None:  # noqa: ANN001
+    path = moe_trace().save(tmp_path / "t.parquet")
+    table = pq.read_table(path)
+    md = dict(table.schema.metadata)
+    md[b"stratacl.moe"] = b'{"top_k": 8}'
+    pq.write_table(table.replace_schema_metadata(md), path)
+    with pytest.raises(TraceError, match="corrupt metadata"):
+        Trace.load(path)

@@ -26,7 +26,7 @@ from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
 from stratacl.schemas.moe import MoeConfig, MoeMode
-from stratacl.trace import Trace
+from stratacl.trace import MoeShape, Trace
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.routing import GroupLimit, copies_matrix, expert_weights, group_tokens, route
 
@@ -50,11 +50,9 @@ def build_trace(cfg: MoeConfig, mode: MoeMode, seed: int, node_ranks: int = 0) -
     tokens = cfg.tokens_ht if mode == MoeMode.ht else cfg.tokens_ll
     w = expert_weights(cfg.experts, cfg.skew, cfg.zipf_s, cfg.histogram, seed)
     rng = np.random.default_rng(seed)
-    # the MoE shape a library needs to lower dispatch/combine: bytes per token copy and experts per
-    # rank (LL kernels write each peer's copies into one window per expert)
-    moe = {"bytes_per_copy": {"dispatch": cfg.dispatch_bytes_per_token, "combine": cfg.combine_bytes_per_token},
-           "experts_per_rank": cfg.experts // cfg.ep, "top_k": cfg.top_k}
-    tr = Trace(world_size=cfg.ep, meta={"workload": "moe", "mode": mode, "moe": moe})
+    moe = MoeShape(float(cfg.dispatch_bytes_per_token), float(cfg.combine_bytes_per_token),
+                   cfg.experts // cfg.ep, cfg.top_k)
+    tr = Trace(world_size=cfg.ep, meta={"workload": "moe", "mode": mode}, moe=moe)
     tr.add_family("ep", [range(cfg.ep)])
     ranks = range(cfg.ep)
     points: list[dict] = []

@@ -44,6 +44,7 @@ from stratacl.config import (
     Algorithm,
     ExpansionMode,
     LibraryConfig,
+    MoeLlWindows,
     Mover,
     Partitioning,
     RegistrationMechanism,
@@ -152,7 +153,7 @@ class LibraryModel:
             plan = self._plan(coll, size, len(group), tidx.tobytes(), flows, Algorithm.fullmesh.value)
             return replace(plan, algorithm=ep.ALGORITHM)
         plan = self._plan(coll, size, len(group), tidx.tobytes(), peer_bytes, algo)
-        if moe and plan.peer_work:
+        if moe and plan.peer_work and self.cfg.moe_ll_windows == MoeLlWindows.per_expert:
             plan = replace(plan, peer_copies=moe_windows(plan, *moe[:3]))
         return plan
 
@@ -578,13 +579,12 @@ class LibraryRuntime:
         return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1, info
 
     def _moe_shape(self, op: Op) -> tuple:
-        """(bytes per token copy, experts per rank, top_k, the op's (token, block) counts) a MoE
-        workload declares in trace.meta["moe"] and `Op.group_tokens` for its dispatch/combine ops;
-        () when it does not."""
-        meta = self.trace.meta.get("moe") if op.moe_mode else None
-        if not meta:
+        """(bytes per token copy, experts per rank, top_k, the op's (token, block) counts) of a
+        dispatch/combine op: the trace's `MoeShape` and the op's `group_tokens`; () for other ops."""
+        shape = self.trace.moe if op.moe_mode else None
+        if shape is None:
             return ()
-        return (float(meta["bytes_per_copy"][op.coll]), int(meta["experts_per_rank"]), int(meta.get("top_k", 0)), op.group_tokens)
+        return (shape.bytes_per_copy(op.coll), shape.experts_per_rank, shape.top_k, op.group_tokens)
 
     def _lower_p2p(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
         fab = self.fabric

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
-from stratacl.trace import REGISTERED, Trace
+from stratacl.trace import REGISTERED, MoeShape, Trace
 from stratacl.vocab import MoeMode
 from stratacl.workload_api import RunContext
 from workloads.common.cost import Cost
@@ -306,7 +306,8 @@ class IterationModel:
         kv_dst = self._kv_destinations(n) if phase == "prefill" else []
         world = max([n, *(d + 1 for d in kv_dst)])
         tr = Trace(world_size=world, meta={"phase": phase, "size": size, "context": context, "remap": remap,
-                                           "jit_misses": jit_misses, "fetch": list(fetch), "send": list(send)})
+                                           "jit_misses": jit_misses, "fetch": list(fetch), "send": list(send)},
+                   moe=self.moe_shape(phase))
         fetched = self._pool_fetch(tr, fetch, len(c.layers))
         if send and send[1] and kv_dst:  # the reused prefix's KV, already in HBM, leaves for decode
             for li in range(len(c.layers)):
@@ -453,6 +454,16 @@ class IterationModel:
         the last one."""
         return add_cost(tr, ranks, layer_type, cost, fused=INFERENCE_FUSED, name=name, stream=stream, deps=deps,
                         scale=scale, dtype=self.costs.dtypes.get(layer_type, ""), hbm_extra=hbm_extra)[-1]
+
+    def moe_shape(self, phase: str) -> MoeShape | None:
+        """The MoE shape the library lowers the phase's dispatch/combine with: the payload bytes per
+        token copy and the routed-expert slots of the busiest die under the phase's placement (an LL
+        kernel's per-expert receive windows, redundant replicas included); None for a dense model."""
+        c = self.costs
+        if not c.experts:
+            return None
+        slots = int(c.placement[phase].routed_slots_per_die().max())
+        return MoeShape(float(self.dispatch_bytes), float(self.combine_bytes), slots, c.top_k)
 
     def _routing_sample(self, phase: str, n: int, tokens: int, mode: str,
                         index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | tuple]:

@@ -36,7 +36,7 @@ from .pipeline import Pipe, build_pipeline, chunk_units, stage_figures
 from .pp_memory import pipeline_breakdown, pipeline_peak
 from .pp_schedules import PpSchedule, check, stages_per_rank
 from .report import iteration_figures
-from .schedule import Knobs, build_iteration, moe_meta
+from .schedule import Knobs, build_iteration, moe_shape
 
 __all__ = ["Prepared", "estimate", "iteration_trace", "prepare", "run"]
 
@@ -127,11 +127,10 @@ def routing_for(prep: Prepared, iteration: int, seed: int) -> tuple[dict[int, Ep
 def iteration_trace(prep: Prepared, iteration: int, seed: int) -> tuple[Trace, float, float]:
     rows, s, imb = routing_for(prep, iteration, seed)
     meta = {"iteration": iteration, "zipf_exponent": s}
-    if rows:
-        meta["moe"] = moe_meta(prep.plan, prep.layout, model_costs(prep.cfg)[0].formats, prep.knobs)
+    moe = moe_shape(prep.plan, prep.layout, model_costs(prep.cfg)[0].formats, prep.knobs) if rows else None
     if prep.pipe is not None:
-        return build_pipeline(prep.plan, prep.layout, prep.knobs, prep.pipe, rows, meta=meta), s, imb
-    trace = build_iteration(prep.plan, prep.layout, prep.knobs, rows, meta=meta)
+        return build_pipeline(prep.plan, prep.layout, prep.knobs, prep.pipe, rows, meta=meta, moe=moe), s, imb
+    trace = build_iteration(prep.plan, prep.layout, prep.knobs, rows, meta=meta, moe=moe)
     return trace, s, imb
 
 

@@ -38,7 +38,7 @@ import numpy as np
 from stratacl.errors import ConfigError
 from stratacl.metrics import union_length
 from stratacl.schemas.llm_train import LayerSplit
-from stratacl.trace import Trace
+from stratacl.trace import MoeShape, Trace
 from workloads.common.routing import EpRouting
 
 from .blocks import ModelPlan, SubBlock
@@ -107,8 +107,9 @@ def _part(sub: SubBlock, f: float) -> SubBlock:
 
 class PipelineBuilder(IterationBuilder):
     def __init__(self, plan: ModelPlan, layout: Layout, knobs: Knobs, pipe: Pipe,
-                 routing: dict[int, EpRouting] | None = None, meta: dict | None = None) -> None:
-        super().__init__(plan, layout, knobs, routing, meta)
+                 routing: dict[int, EpRouting] | None = None, meta: dict | None = None,
+                 moe: MoeShape | None = None) -> None:
+        super().__init__(plan, layout, knobs, routing, meta, moe)
         self.pipe = pipe
         self.p = layout.pp
         self.n_stages = pipe.n_stages(self.p)
@@ -331,8 +332,9 @@ class PipelineBuilder(IterationBuilder):
 
 
 def build_pipeline(plan: ModelPlan, layout: Layout, knobs: Knobs, pipe: Pipe,
-                   routing: dict[int, EpRouting] | None = None, meta: dict | None = None) -> Trace:
-    return PipelineBuilder(plan, layout, knobs, pipe, routing, meta).build()
+                   routing: dict[int, EpRouting] | None = None, meta: dict | None = None,
+                   moe: MoeShape | None = None) -> Trace:
+    return PipelineBuilder(plan, layout, knobs, pipe, routing, meta, moe).build()
 
 
 def stage_figures(trace: Trace, start: np.ndarray, end: np.ndarray, layout: Layout) -> dict[str, float]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stratacl.trace import Trace
+from stratacl.trace import MoeShape, Trace
 from workloads.common.cost import Cost
 from workloads.common.kernels import TRAINING_FUSED, add_cost
 from workloads.common.quant import FORMAT_BYTES, Formats
@@ -69,10 +69,11 @@ class Knobs:
 
 class IterationBuilder:
     def __init__(self, plan: ModelPlan, layout: Layout, knobs: Knobs,
-                 routing: dict[int, EpRouting] | None = None, meta: dict | None = None) -> None:
+                 routing: dict[int, EpRouting] | None = None, meta: dict | None = None,
+                 moe: MoeShape | None = None) -> None:
         self.plan, self.layout, self.k = plan, layout, knobs
         self.routing = routing or {}
-        self.t = Trace(world_size=layout.dies, meta={"workload": "llm_train", **(meta or {})})
+        self.t = Trace(world_size=layout.dies, meta={"workload": "llm_train", **(meta or {})}, moe=moe)
         self.fams = set(layout.add_to(self.t))
         self.ranks = tuple(range(layout.dies))
         self.ep_pos = np.arange(layout.dies) % layout.ep  # rank -> position in its EP group
@@ -134,8 +135,9 @@ class IterationBuilder:
         the forward dispatch in its quantised format, combines and every backward exchange (the
         gradients) in the activation format (DeepSeek-V3 report §3.3: FP8 dispatch, BF16 combine)."""
         route = self.routing[unit_idx]
-        per_copy = self.t.meta["moe"]["bytes_per_copy"]
-        disp_bytes = per_copy["combine"] if bwd else per_copy["dispatch"]
+        shape = self.t.moe
+        assert shape is not None, "a routed MoE layer needs the iteration's MoeShape"
+        disp_bytes = shape.combine_bytes_per_copy if bwd else shape.dispatch_bytes_per_copy
         recv = route.rows.sum(axis=0).astype(float)
         # router + shared experts (unfused GEMMs + their activation work; allocates the dispatch
         # buffers), then the routed experts at the rows each rank received; the expert weights
@@ -149,7 +151,7 @@ class IterationBuilder:
         assert row is not None
         self._compute(f"{tag}.experts", sub.name, row, per_rank=recv[self.ep_pos], dtype=sub.dtype,
                       hbm_extra=weights.hbm_bytes)
-        self._ep(tag, "combine", route.copies.T * per_copy["combine"], route.group_tokens)
+        self._ep(tag, "combine", route.copies.T * shape.combine_bytes_per_copy, route.group_tokens)
         if bwd:
             self._compute(f"{tag}.router", "shared_experts", base, dtype=sub.dtype)
 
@@ -245,16 +247,16 @@ class IterationBuilder:
 SCALE_BYTES_PER_128 = 4.0
 
 
-def moe_meta(plan: ModelPlan, layout: Layout, formats: Formats, knobs: Knobs) -> dict:
-    """trace.meta["moe"] of a training iteration: bytes per token copy of the forward dispatch (the
+def moe_shape(plan: ModelPlan, layout: Layout, formats: Formats, knobs: Knobs) -> MoeShape:
+    """The MoeShape of a training iteration: bytes per token copy of the forward dispatch (the
     model's dispatch format, with its per-128-channel scales when quantised) and of the combine
     (the activations' format), experts per rank and top_k."""
     fmt = FORMAT_BYTES[formats.dispatch]
     dispatch = plan.hidden * fmt + (plan.hidden / 128 * SCALE_BYTES_PER_128 if fmt <= 1 else 0.0)
-    return {"bytes_per_copy": {"dispatch": float(dispatch), "combine": float(plan.hidden * knobs.act_bytes)},
-            "experts_per_rank": plan.n_experts // layout.ep, "top_k": plan.top_k}
+    return MoeShape(float(dispatch), float(plan.hidden * knobs.act_bytes), plan.n_experts // layout.ep, plan.top_k)
 
 
 def build_iteration(plan: ModelPlan, layout: Layout, knobs: Knobs,
-                    routing: dict[int, np.ndarray] | None = None, meta: dict | None = None) -> Trace:
-    return IterationBuilder(plan, layout, knobs, routing, meta).build()
+                    routing: dict[int, np.ndarray] | None = None, meta: dict | None = None,
+                    moe: MoeShape | None = None) -> Trace:
+    return IterationBuilder(plan, layout, knobs, routing, meta, moe).build()
