@@ -20,6 +20,7 @@ from helpers import chakra_or_skip, make_library
 
 from stratacl.comm import algorithms as alg
 from stratacl.comm.library import staging_bytes
+from stratacl.config import MoeLlWindows
 from stratacl.engine.replay import Replay
 from stratacl.errors import ConfigError, TraceError
 from stratacl.trace import MoeShape, Op, Trace
@@ -624,11 +625,15 @@ def test_mixed_kernel_on_a_limited_stream_replays_the_same(tmp_path, cm384) -> N
     trace = kernel_trace()
     export_chakra(trace, tmp_path)
     back = import_chakra(tmp_path)
-    lib = make_library(cm384, "hccl")  # keeps the stream split (stream_core_split: true)
-    t0 = Replay(trace, lib).run().makespan_s
-    assert Replay(back, lib).run().makespan_s == t0
+    hccl = make_library(cm384, "hccl")  # keeps the stream split (stream_core_split: true)
+    # the LL mode prices per-expert receive windows (HCCL's all-to-all-v lowering lands tokens per
+    # peer, moe_ll_windows: per_peer; as per-expert slots each window costs it an SDMA start-up)
+    per_expert = make_library(cm384, "hccl", moe_ll_windows=MoeLlWindows.per_expert)
     defaults = Op(id=0, kind="compute", ranks=(0,))
     for field in ("vector_flops", "dtype", "block_dim", "moe_mode", "stream_cores", "kernel", "gemms"):
+        lib = per_expert if field == "moe_mode" else hccl
+        t0 = Replay(trace, lib).run().makespan_s
+        assert Replay(back, lib).run().makespan_s == t0
         lossy = import_chakra(tmp_path)
         if field == "stream_cores":
             lossy.stream_cores = {}
