@@ -83,11 +83,15 @@ def test_loading_never_unpickles(tmp_path) -> None:  # noqa: ANN001
     assert not marker.exists()
 
 
-def test_corrupt_metadata_fails_clearly(tmp_path) -> None:  # noqa: ANN001
-    path = small_trace().save(tmp_path / "t.parquet")
+@pytest.mark.parametrize("make, key, value", [
+    (lambda: small_trace(), b"stratacl.communicators", b"{not json"),
+    (lambda: moe_trace(), b"stratacl.moe", b'{"top_k": 8}'),  # a MoeShape missing fields
+])
+def test_corrupt_metadata_fails_clearly(tmp_path, make, key, value) -> None:  # noqa: ANN001
+    path = make().save(tmp_path / "t.parquet")
     table = pq.read_table(path)
     md = dict(table.schema.metadata)
-    md[b"stratacl.communicators"] = b"{not json"
+    md[key] = value
     pq.write_table(table.replace_schema_metadata(md), path)
     with pytest.raises(TraceError, match="corrupt metadata"):
         Trace.load(path)
@@ -198,13 +202,3 @@ def test_a_dispatch_without_a_moe_shape_is_refused_naming_the_op(tmp_path) -> No
 def test_a_bad_moe_shape_is_refused(shape, message) -> None:  # noqa: ANN001
     with pytest.raises(TraceError, match=f"MoeShape: {message}"):
         moe_trace(shape).validate()
-
-
-def test_corrupt_moe_shape_metadata_fails_clearly(tmp_path) -> None:  # noqa: ANN001
-    path = moe_trace().save(tmp_path / "t.parquet")
-    table = pq.read_table(path)
-    md = dict(table.schema.metadata)
-    md[b"stratacl.moe"] = b'{"top_k": 8}'
-    pq.write_table(table.replace_schema_metadata(md), path)
-    with pytest.raises(TraceError, match="corrupt metadata"):
-        Trace.load(path)
