@@ -231,13 +231,13 @@ GPT2 = '{"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "voca
 
 @pytest.mark.parametrize("workload", ["llm_train", "llm_infer"])
 def test_a_config_json_replaces_the_default_preset(workload: str) -> None:
-    from workloads.common.model import hf_config
+    from workloads.common.model import hf_config, model_name
 
     ref = compose_run([f"workload={workload}", f"workload.model.config_json={LLAMA_70B}"]).workload.model
     assert ref.preset == ""  # the workload's default preset is not used
     hf = hf_config(ref)
     assert (hf.model_type, hf.num_hidden_layers, hf.hidden_size, hf.intermediate_size) == ("llama", 80, 8192, 28672)
-    assert str(LLAMA_70B) in ref.label()
+    assert str(LLAMA_70B) in model_name(ref)
     ref = compose_run([f"workload={workload}", "workload.model.model_type=qwen3_moe"]).workload.model
     assert ref.preset == "" and hf_config(ref).model_type == "qwen3_moe"
 

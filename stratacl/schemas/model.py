@@ -62,12 +62,6 @@ class ModelRef:
         if self.config_json or self.model_type:  # the user's own model wins over the default preset
             self.preset = ""
 
-    def label(self) -> str:
-        """The model as a run's notes name it: the preset, or the type and config.json."""
-        if self.preset:
-            return self.preset
-        return " ".join(x for x in (self.model_type, f"config_json {self.config_json}" if self.config_json else "") if x)
-
     def check(self, field: str = "workload.model") -> None:
         """The referenced config loads and is of a family the cost model measures (before a run
         directory exists); transformers is imported here only, by workloads that use a model."""

@@ -108,5 +108,5 @@ def describe_model(ref: ModelRef, mc: ModelCosts) -> str:
     """The model a run measured, as its notes say it: source, size and shape (from its config)."""
     cfg, moe = mc.cfg, mc.moe_info()
     experts = f"{moe['n_routed_experts']} routed experts (top-{moe['top_k']})" if moe["n_routed_experts"] else "dense"
-    return (f"model {ref.label()} ({cfg.model_type}): {mc.total_params() / 1e9:.2f} B parameters, "
+    return (f"model {model_name(ref, cfg.model_type)}: {mc.total_params() / 1e9:.2f} B parameters, "
             f"{cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, {experts}")
