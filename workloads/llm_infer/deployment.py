@@ -325,7 +325,7 @@ class RunOracle:
 
     def batch_limit(self, role: DecodeRole) -> int:
         s = self.s.cfg.scheduler
-        return rules.dispatch_token_cap(s) // rules.verify_factor(s, rules.DECODE)
+        return rules.dispatch_token_cap(s) // rules.verify_factor(s, rules.ServingPhase.decode)
 
     def emitted(self, role: DecodeRole) -> float:
         return rules.emitted_tokens_per_step(self.s.cfg.scheduler)

@@ -86,7 +86,7 @@ class IterationOracle:
 
     def batch_limit(self, role: DecodeRole) -> int:
         s = self._decode_model(role).cfg.scheduler
-        return rules.dispatch_token_cap(s) // rules.verify_factor(s, rules.DECODE)
+        return rules.dispatch_token_cap(s) // rules.verify_factor(s, rules.ServingPhase.decode)
 
     def emitted(self, role: DecodeRole) -> float:
         return rules.emitted_tokens_per_step(self._decode_model(role).cfg.scheduler)
