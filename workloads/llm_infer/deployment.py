@@ -22,6 +22,7 @@ from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.requests import Requests, pool
+from workloads.llm_infer.scheduling import ServingPhase
 from workloads.llm_infer.search import (
     Bisection,
     DecodeRole,
@@ -321,11 +322,11 @@ class RunOracle:
         return self.s.iters.decode(library, batch, context).time_s
 
     def kv_per_die(self, library: str, role: DecodeRole) -> float:
-        return self.s.dies(library, "decode", False)[0].plan.kv
+        return self.s.dies(library, ServingPhase.decode, False)[0].plan.kv
 
     def batch_limit(self, role: DecodeRole) -> int:
         s = self.s.cfg.scheduler
-        return rules.dispatch_token_cap(s) // rules.verify_factor(s, rules.DECODE)
+        return rules.dispatch_token_cap(s) // rules.verify_factor(s, rules.ServingPhase.decode)
 
     def emitted(self, role: DecodeRole) -> float:
         return rules.emitted_tokens_per_step(self.s.cfg.scheduler)

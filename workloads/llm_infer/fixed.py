@@ -31,6 +31,7 @@ from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.memory import role_dies, serving_tensors
+from workloads.llm_infer.scheduling import ServingPhase
 
 KEYS = ["decode_tok_per_s_per_npu", "decode_tpot_s", "decode_step_s", "decode_exposed_comm_s",
         "prefill_tok_per_s_per_npu", "prefill_iter_s", "prefill_exposed_comm_s",
@@ -50,16 +51,16 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
     s = cfg.scheduler
     dies_per_npu = ctx.fabric.dies_per_npu
     per_step = rules.emitted_tokens_per_step(s)  # tokens per sequence and decode step
-    verify = rules.verify_factor(s, "decode")
+    verify = rules.verify_factor(s, ServingPhase.decode)
     rows, metrics = [], {}
-    tensors = {role: serving_tensors(costs, cfg, role) for role in ("prefill", "decode")}
+    tensors = {role: serving_tensors(costs, cfg, role) for role in ServingPhase}
     for library in ctx.libraries:
         lib = ctx.libraries[library]
         # the serving die's start-up (memory.py) with the fixed shape as its largest forward
         # (decode: the batch and its draft tokens); the KV cache gets what it leaves
-        mem_d = role_dies(tensors["decode"], lib, cfg, "decode", ctx.fabric.hbm_bytes, costs, weights=iters.weights,
+        mem_d = role_dies(tensors[ServingPhase.decode], lib, cfg, ServingPhase.decode, ctx.fabric.hbm_bytes, costs, weights=iters.weights,
                           seed=ctx.seed, profile=f.decode_batch_per_die * verify)[0].plan
-        mem_p = role_dies(tensors["prefill"], lib, cfg, "prefill", ctx.fabric.hbm_bytes, costs, weights=iters.weights,
+        mem_p = role_dies(tensors[ServingPhase.prefill], lib, cfg, ServingPhase.prefill, ctx.fabric.hbm_bytes, costs, weights=iters.weights,
                           seed=ctx.seed, profile=f.prefill_tokens_per_die)[0].plan
         kv_need = kv_tok * f.decode_batch_per_die * (f.context + verify)  # the context and the step's tokens
         if kv_need > mem_d.kv:
@@ -67,9 +68,9 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
                               f"{kv_need / 1e9:.1f} GB of KV exceed the {mem_d.kv / 1e9:.1f} GB KV cache of a "
                               f"decode die with '{library}'", "a smaller batch or context")
         ctx.progress.phase(f"fixed shapes {library}", total=2, unit="iteration")
-        dec = iters.exact(library, "decode", f.decode_batch_per_die, f.context)
+        dec = iters.exact(library, ServingPhase.decode, f.decode_batch_per_die, f.context)
         ctx.progress(1)
-        pre = iters.exact(library, "prefill", f.prefill_tokens_per_die)
+        pre = iters.exact(library, ServingPhase.prefill, f.prefill_tokens_per_die)
         ctx.progress(1)
         m = {
             "decode_tok_per_s_per_npu": dies_per_npu * f.decode_batch_per_die * per_step / dec.time_s,

@@ -42,6 +42,7 @@ from workloads.common.routing import expert_weights, group_tokens, model_group_l
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import CORE, ServingCosts, payload_bytes
 from workloads.llm_infer.memory import registers_just_in_time
+from workloads.llm_infer.scheduling import ServingPhase
 
 # Shapes. A prefill iteration is priced exactly: its own trace at its own token count (memoised).
 # Prefill time in tokens is a staircase a grid cannot follow within 2 %: the kernel model's tile
@@ -127,6 +128,32 @@ def _mix(parts: list[tuple[float, IterStats]]) -> IterStats:
     return IterStats(*[sum(x) for x in zip(*[[w * v for v in vals] for w, vals in rows], strict=True)])
 
 
+@dataclass(frozen=True, slots=True)
+class IterShape:
+    """One iteration's shape, which keys its memoised trace (the same for every library) and its
+    per-library statistics. `remap`, `jit_misses`, `fetch`, `send`: as `IterationModel.build`;
+    `fetch`/`send` are (dies, tokens per die), () for none."""
+
+    phase: ServingPhase
+    size: float
+    context: float
+    remap: bool = False
+    jit_misses: int = 0
+    fetch: tuple[int, ...] = ()
+    send: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingKey:
+    """What one set of routing draws is memoised by: the phase (its expert placement), the
+    instance's dies, tokens per die and the MoE kernel mode."""
+
+    phase: ServingPhase
+    ranks: int
+    tokens: int
+    mode: str
+
+
 @dataclass(frozen=True)
 class IterStats:
     time_s: float
@@ -155,7 +182,7 @@ class IterationModel:
         self.decode_layout = cfg.scheduler.decode_stream_layout
         check_layout(self.decode_layout, ctx.fabric.cube_cores, ctx.fabric.vector_cores,
                      "workload.scheduler.decode_stream_layout")
-        self.ranks = {"prefill": cfg.layout.prefill_dp, "decode": cfg.layout.decode_dp}
+        self.ranks = {ServingPhase.prefill: cfg.layout.prefill_dp, ServingPhase.decode: cfg.layout.decode_dp}
         self.kv_bytes_per_token = kv_bytes_per_token
         self.decode_dies = tuple(decode_dies)
         self.pool_writes = pool_writes and kv_bytes_per_token > 0
@@ -163,9 +190,9 @@ class IterationModel:
         self.weights = expert_weights(costs.experts, cfg.skew, cfg.zipf_s, seed=seed) if costs.experts else None
         self.group_limit = model_group_limit(costs.mc.cfg)  # node-limited routing, as the model's gate
         self.dispatch_bytes, self.combine_bytes = payload_bytes(costs, cfg.dispatch_scale_ratio)
-        self._traces: dict[tuple, Trace] = {}
-        self._stats: dict[tuple, IterStats] = {}
-        self._routing: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self._traces: dict[IterShape, Trace] = {}
+        self._stats: dict[str, dict[IterShape, IterStats]] = {}  # by library
+        self._routing: dict[RoutingKey, list[tuple[np.ndarray, np.ndarray, np.ndarray | tuple]]] = {}
         self.simulated = 0
         # the size at which an iteration turns from one micro-batch to two (none without TBO)
         self._tbo_step = max(2, self.sched.tbo_min_tokens) if rules.max_micro_batches(self.sched) > 1 else 0
@@ -179,7 +206,7 @@ class IterationModel:
         b0, b1, wb = bracket(BATCH_GRID, batch, self._tbo_step)
         c0, c1, wc = bracket(CONTEXT_GRID, context)
         corners = [((b, c), u * v) for b, u in ((b0, 1 - wb), (b1, wb)) for c, v in ((c0, 1 - wc), (c1, wc))]
-        return _mix([(w, self._get(library, ("decode", b, c, remap), jit_miss)) for (b, c), w in corners if w > 0])
+        return _mix([(w, self._get(library, IterShape(ServingPhase.decode, b, c, remap), jit_miss)) for (b, c), w in corners if w > 0])
 
     def prefill(self, library: str, tokens: float, remap: bool = False, jit_miss: float = 0.0,
                 fetch_tokens: list[int] | None = None, context: float = 0.0,
@@ -193,7 +220,7 @@ class IterationModel:
         HBM, the pool's part once fetched) it also sends to their decode die (`prefix_send`)."""
         lo, hi, w = bracket(PREFILL_CONTEXT_GRID, context) if context > 0 else (0, 0, 0.0)
         size = math.ceil(tokens)
-        st = _mix([(u, self._get(library, ("prefill", size, c, remap), jit_miss))
+        st = _mix([(u, self._get(library, IterShape(ServingPhase.prefill, size, c, remap), jit_miss))
                    for c, u in ((lo, 1 - w), (hi, w)) if u > 0])
         shape = fetch_shape(fetch_tokens or [], len(fetch_tokens or []))
         d = self.fetch_delay(library, shape) if shape else 0.0
@@ -228,44 +255,48 @@ class IterationModel:
         added, with_send = self._added(library, send=shape)
         return added, with_send.prefix_ready_s
 
-    def _added(self, library: str, fetch: tuple = (), send: tuple = ()) -> tuple[float, IterStats]:
+    def _added(self, library: str, fetch: tuple[int, ...] = (), send: tuple[int, ...] = ()) -> tuple[float, IterStats]:
         """(what a pool fetch / prefix send adds to a full-budget prefill iteration without context,
         that iteration with it): the one reference `fetch_delay` and `prefix_send` measure against."""
-        key = ("prefill", self.sched.prefill_token_budget, 0, False)
-        with_it = self._get(library, key, 0.0, fetch, send)
-        return max(0.0, with_it.time_s - self._get(library, key).time_s), with_it
+        ref = IterShape(ServingPhase.prefill, self.sched.prefill_token_budget, 0)
+        with_it = self._get(library, replace(ref, fetch=fetch, send=send))
+        return max(0.0, with_it.time_s - self._get(library, ref).time_s), with_it
 
-    def exact(self, library: str, phase: str, size: float, context: float = 0.0) -> IterStats:
+    def exact(self, library: str, phase: ServingPhase, size: float, context: float = 0.0) -> IterStats:
         """An iteration priced at its own shape: its own trace built and simulated (no grid; the
         reference the grid's interpolation is tested against)."""
-        return self._stats_of(library, (phase, size, context, False, 0, (), ()))
+        return self._stats_of(library, IterShape(ServingPhase(phase), size, context))
 
-    def _get(self, library: str, key: tuple, jit_miss: float = 0.0, fetch: tuple = (), send: tuple = ()) -> IterStats:
+    def _get(self, library: str, shape: IterShape, jit_miss: float = 0.0) -> IterStats:
+        """`shape` (no JIT misses of its own) with a fraction `jit_miss` of its dispatch/combine
+        buffer uses missing a JIT registration cache."""
         lib = self.ctx.libraries[library]
-        if key[-1] and not lib.cost_depends_on_mapping:
-            key = (*key[:-1], False)  # a remap costs nothing to a library that does not care
+        if shape.remap and not lib.cost_depends_on_mapping:
+            shape = replace(shape, remap=False)  # a remap costs nothing to a library that does not care
         if jit_miss <= 0 or not registers_just_in_time(lib):
-            return self._stats_of(library, (*key, 0, fetch, send))
+            return self._stats_of(library, shape)
         # the misses go into the trace as whole registrations; between two miss counts the
         # iteration is interpolated (each miss adds one registration on its collective's path)
-        n = self.moe_buffer_uses(key[0], key[1])
+        n = self.moe_buffer_uses(shape.phase, shape.size)
         k = min(float(n), jit_miss * n)
         points = sorted({b for b in MISS_BUCKETS if b < n} | {n})
         lo = points[bisect.bisect_right(points, k) - 1]
         hi = points[bisect.bisect_left(points, k)]
         if lo == hi:
-            return self._stats_of(library, (*key, hi, fetch, send))
+            return self._stats_of(library, replace(shape, jit_misses=hi))
         w = (k - lo) / (hi - lo)
-        a, b = self._stats_of(library, (*key, lo, fetch, send)), self._stats_of(library, (*key, hi, fetch, send))
+        a = self._stats_of(library, replace(shape, jit_misses=lo))
+        b = self._stats_of(library, replace(shape, jit_misses=hi))
         return _mix([(1 - w, a), (w, b)])
 
-    def _stats_of(self, library: str, key: tuple) -> IterStats:
-        hit = self._stats.get((library, key))
+    def _stats_of(self, library: str, shape: IterShape) -> IterStats:
+        memo = self._stats.setdefault(library, {})
+        hit = memo.get(shape)
         if hit is None:
-            hit = self._stats[(library, key)] = self._measure(self.trace(*key), library)
+            hit = memo[shape] = self._measure(self._trace_of(shape), library)
         return hit
 
-    def moe_buffer_uses(self, phase: str, size: int) -> int:
+    def moe_buffer_uses(self, phase: ServingPhase, size: float) -> int:
         """Dispatch + combine collectives of one iteration (each uses one receive buffer)."""
         c = self.costs
         if not c.experts:
@@ -273,23 +304,26 @@ class IterationModel:
         moe_layers = sum(1 for _, ffn in self.layer_stack(phase) if ffn == "moe")
         return 2 * moe_layers * rules.micro_batches(self.sched, size)
 
-    def layer_stack(self, phase: str) -> list[tuple[str, str]]:
+    def layer_stack(self, phase: ServingPhase) -> list[tuple[str, str]]:
         """(attention, FFN) layer types a `phase` iteration runs: the model's, then with MTP on
         decode the MTP module, one more decoder layer of the last layer's types."""
         layers = list(self.costs.layers)
         return layers + layers[-1:] if rules.runs_mtp_layer(self.sched, phase) else layers
 
-    def trace(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0,
-              fetch: tuple = (), send: tuple = ()) -> Trace:
+    def trace(self, phase: ServingPhase, size: float, context: float, remap: bool = False, jit_misses: int = 0,
+              fetch: tuple[int, ...] = (), send: tuple[int, ...] = ()) -> Trace:
         """The (memoised) trace of one iteration shape; the same for every library."""
-        key = (phase, size, context, remap, jit_misses, fetch, send)
-        trace = self._traces.get(key)
+        return self._trace_of(IterShape(ServingPhase(phase), size, context, remap, jit_misses, fetch, send))
+
+    def _trace_of(self, shape: IterShape) -> Trace:
+        trace = self._traces.get(shape)
         if trace is None:
-            trace = self._traces[key] = self.build(*key)
+            trace = self._traces[shape] = self.build(shape.phase, shape.size, shape.context, shape.remap,
+                                                     shape.jit_misses, shape.fetch, shape.send)
         return trace
 
     # ------------------------------------------------------------------ trace
-    def build(self, phase: str, size: int, context: int, remap: bool = False, jit_misses: int = 0,
+    def build(self, phase: ServingPhase, size: int, context: int, remap: bool = False, jit_misses: int = 0,
               fetch: tuple = (), send: tuple = ()) -> Trace:
         """One iteration's trace. The dispatch/combine buffers were mapped (and registered) before
         it; with `remap` the allocator maps new memory for them in this iteration (the routing
@@ -303,9 +337,9 @@ class IterationModel:
         their decode dies, layer by layer from the start (`prefix_send`)."""
         n = self.ranks[phase]
         c = self.costs
-        kv_dst = self._kv_destinations(n) if phase == "prefill" else []
+        kv_dst = self._kv_destinations(n) if phase == ServingPhase.prefill else []
         world = max([n, *(d + 1 for d in kv_dst)])
-        tr = Trace(world_size=world, meta={"phase": phase, "size": size, "context": context, "remap": remap,
+        tr = Trace(world_size=world, meta={"phase": phase.value, "size": size, "context": context, "remap": remap,
                                            "jit_misses": jit_misses, "fetch": list(fetch), "send": list(send)},
                    moe=self.moe_shape(phase))
         fetched = self._pool_fetch(tr, fetch, len(c.layers))
@@ -325,12 +359,12 @@ class IterationModel:
         mb_tokens = rules.micro_batch_tokens(size, mbs)
         verify = rules.verify_factor(self.sched, phase)  # main model checks the draft token
         # per micro-batch: the layer costs of the main layers (verified tokens) and of the MTP layer
-        if phase == "decode":
+        if phase == ServingPhase.decode:
             main = [c.decode(t * verify, context) for t in mb_tokens]
             mtp = [c.decode(t, context) for t in mb_tokens]
         else:
             main = mtp = [c.prefill(t, context) for t in mb_tokens]
-        mode = (MoeMode.ll if phase == "decode" else MoeMode.ht).value  # the trace keeps the plain value
+        mode = (MoeMode.ll if phase == ServingPhase.decode else MoeMode.ht).value  # the trace keeps the plain value
         # Streams. SGLang-style TBO (prefill; decode with stream layout "none"): one compute stream
         # and one communication stream; the micro-batches' kernels interleave on each, so one
         # micro-batch's dispatch/combine runs while the other computes (without TBO the same
@@ -341,7 +375,7 @@ class IterationModel:
         # split between them as 16 AIC + 32 AIV (attention path) and 8 AIC + 16 AIV (MoE path):
         # compute and communication kernels of a path hold at most its cores (a library may drop
         # the split: `stream_core_split`).
-        paths = phase == "decode" and mbs == 2 and self.decode_layout != StreamLayout.none
+        paths = phase == ServingPhase.decode and mbs == 2 and self.decode_layout != StreamLayout.none
         cs, xs = ("attn_path", "moe_path") if paths else ("compute", "comm")
         fs = xs if paths else cs  # the FFN's compute stream
         if paths:
@@ -364,7 +398,7 @@ class IterationModel:
                 layer_kv = mb_tokens[m] * self.kv_bytes_per_token / len(c.layers)
                 if kv_dst:  # this layer's KV of the micro-batch's tokens leaves for decode
                     self._kv_send(tr, kv_dst, layer_kv, last[m], f"L{li}.kv.mb{m}")
-                if self.pool_writes and phase == "prefill" and li < len(c.layers):  # written through to EMS
+                if self.pool_writes and phase == ServingPhase.prefill and li < len(c.layers):  # written through to EMS
                     tr.memcpy(ranks, layer_kv, peer="pool", direction="d2h", stream=POOL_STORE, deps=last[m],
                               name=f"L{li}.kv_store.mb{m}")
                 if remap:
@@ -455,7 +489,7 @@ class IterationModel:
         return add_cost(tr, ranks, layer_type, cost, fused=INFERENCE_FUSED, name=name, stream=stream, deps=deps,
                         scale=scale, dtype=self.costs.dtypes.get(layer_type, ""), hbm_extra=hbm_extra)[-1]
 
-    def moe_shape(self, phase: str) -> MoeShape | None:
+    def moe_shape(self, phase: ServingPhase) -> MoeShape | None:
         """The MoE shape the library lowers the phase's dispatch/combine with: the payload bytes per
         token copy and the routed-expert slots of the busiest die under the phase's placement (an LL
         kernel's per-expert receive windows, redundant replicas included); None for a dense model."""
@@ -465,13 +499,13 @@ class IterationModel:
         slots = int(c.placement[phase].routed_slots_per_die().max())
         return MoeShape(float(self.dispatch_bytes), float(self.combine_bytes), slots, c.top_k)
 
-    def _routing_sample(self, phase: str, n: int, tokens: int, mode: str,
+    def _routing_sample(self, phase: ServingPhase, n: int, tokens: int, mode: str,
                         index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | tuple]:
         """(token copies between dies, weighted expert rows per die, the (token, destination
         block) counts a node-deduplicating HT dispatch reads — empty for LL) of one routing draw,
         through the phase's expert placement, node-limited as the model's config routes
         (`n_group` / `topk_group`)."""
-        key = (phase, n, tokens, mode)
+        key = RoutingKey(phase, n, tokens, mode)
         samples = self._routing.get(key)
         if samples is None:
             rng = np.random.default_rng([self.seed, n, tokens, 0 if mode == MoeMode.ht else 1])
@@ -506,7 +540,7 @@ class IterationModel:
         `step_graph_launch_s` — one graph launch, or none when an operator that needs the host (the
         library's `needs_host`) makes the step run eagerly. The operators' device→host round trips
         are in the trace (each such collective's `host` phase). 0 for prefill (eager)."""
-        if trace.meta["phase"] != "decode" or not self.sched.decode_graph_capture:
+        if trace.meta["phase"] != ServingPhase.decode or not self.sched.decode_graph_capture:
             return 0.0
         lib = self.ctx.libraries[library]
         syncs = sum(1 for op in trace.ops if op.kind == "collective" and len(op.ranks) > 1

@@ -42,6 +42,7 @@ from workloads.common.placement import Placement, contiguous
 from workloads.common.routing import by_rank
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import ServingCosts, payload_bytes
+from workloads.llm_infer.scheduling import ServingPhase
 from workloads.llm_infer.tensors import ServingTensors
 from workloads.modelcost import ModelCosts
 
@@ -61,7 +62,7 @@ def communicators(role: str, dp: int, tensors: ServingTensors, cfg: LlmInferConf
     comms = [Communicator("world", dp, DEFAULT_GROUP_MiB), Communicator("tp", 1, DEFAULT_GROUP_MiB),
              Communicator("dp", dp, dp_MiB), Communicator("ep", dp, DEFAULT_GROUP_MiB),
              Communicator("pd", 2, DEFAULT_GROUP_MiB)]
-    if role == "decode" and tensors.experts:
+    if role == ServingPhase.decode and tensors.experts:
         shared = 1 if tensors.shared_inter else 0
         comms.append(Communicator("mc2", dp, None, MoeWindows(
             max_tokens=cfg.scheduler.moe_dispatch_max_tokens, hidden=tensors.hidden, top_k=tensors.top_k,
@@ -210,7 +211,7 @@ class ServingDie:
         self._main = np.arange(len(self.layers)) < n_main
         # the die whose experts are hottest holds the largest MoE buffers: it sets the memory peak
         self.p_hot = hot_share(weights, dp, tensors.top_k, placement) if weights is not None and tensors.experts else 0.0
-        self.rng = np.random.default_rng([seed, 11, instance, 0 if role == "prefill" else 1])
+        self.rng = np.random.default_rng([seed, 11, instance, 0 if role == ServingPhase.prefill else 1])
         self.jit_lookups = self.jit_misses = 0
         self._quiet: dict[int, dict[int, tuple[tuple, tuple[int, ...]]]] = {}  # see _iteration
         self._index: dict[int, QuietIndex] = {}  # by residual size: which blocks `_quiet` holds
@@ -329,7 +330,7 @@ class ServingDie:
 
     def _logits(self, shape: _Shape) -> tuple:
         # every verified token on decode, the last token of a prompt on prefill
-        return self.t.logits_ops(shape.res if self.role == "decode" else 1)
+        return self.t.logits_ops(shape.res if self.role == ServingPhase.decode else 1)
 
     def _iteration(self, t: float, tokens: int, tokens_total: int, expected: bool = False) -> None:
         """Run one iteration's tensor lists through the die's memory (blocks seen from the same

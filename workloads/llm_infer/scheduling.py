@@ -10,9 +10,18 @@ the two against each other).
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from stratacl.schemas.llm_infer import SchedulerConfig
 
-DECODE = "decode"
+
+class ServingPhase(StrEnum):
+    """What an iteration does, and so what an instance (a role) runs: prompts' prefill or
+    decode steps. A member equals its plain string, which traces, tables and metric names keep."""
+
+    prefill = "prefill"
+    decode = "decode"
+
 
 
 def max_micro_batches(s: SchedulerConfig) -> int:
@@ -34,13 +43,13 @@ def micro_batch_tokens(tokens: int, mbs: int) -> tuple[int, ...]:
     return (tokens - tokens // 2, tokens // 2)
 
 
-def runs_mtp_layer(s: SchedulerConfig, phase: str) -> bool:
+def runs_mtp_layer(s: SchedulerConfig, phase: ServingPhase) -> bool:
     """Whether a `phase` iteration runs the MTP module (one more decoder layer drafting the next
     token): decode only (DeepSeek-V3 report §2.2 and §5.4.3, one draft token per step)."""
-    return s.mtp and phase == DECODE
+    return s.mtp and phase == ServingPhase.decode
 
 
-def verify_factor(s: SchedulerConfig, phase: str) -> int:
+def verify_factor(s: SchedulerConfig, phase: ServingPhase) -> int:
     """Tokens per sequence the main model processes in a `phase` step: with MTP a decode step
     verifies the previous step's draft token beside the new one (DeepSeek-V3 §5.4.3), else 1."""
     return 2 if runs_mtp_layer(s, phase) else 1
@@ -62,17 +71,17 @@ def dispatch_token_cap(s: SchedulerConfig) -> int:
 def decode_batch_cap(s: SchedulerConfig) -> int:
     """Sequences per decode die: what the fused dispatch carries (each sequence verifies
     `verify_factor` tokens) and `decode_max_batch` (0 = no cap of its own)."""
-    cap = dispatch_token_cap(s) // verify_factor(s, DECODE)
+    cap = dispatch_token_cap(s) // verify_factor(s, ServingPhase.decode)
     return min(cap, s.decode_max_batch) if s.decode_max_batch else cap
 
 
-def profile_tokens(s: SchedulerConfig, role: str) -> int:
+def profile_tokens(s: SchedulerConfig, role: ServingPhase) -> int:
     """Tokens per die of the largest forward the scheduler runs on a `role` die (what the
     start-up's profiling forward runs, vLLM `profile_run`): the chunked-prefill budget on prefill;
     on decode the dispatch cap, or the batch cap's verified tokens when lower."""
-    if role != DECODE:
+    if role != ServingPhase.decode:
         return s.prefill_token_budget
     cap = dispatch_token_cap(s)
     if s.decode_max_batch:
-        cap = min(cap, s.decode_max_batch * verify_factor(s, DECODE))
+        cap = min(cap, s.decode_max_batch * verify_factor(s, ServingPhase.decode))
     return cap

@@ -17,6 +17,7 @@ from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.prefill_context import prefill_context
 from workloads.llm_infer.requests import generate
+from workloads.llm_infer.scheduling import ServingPhase
 from workloads.llm_infer.search import DecodeRole, Layout, PrefillRole
 from workloads.llm_infer.stability import served_fractions
 from workloads.llm_infer.workload import Serving, serving_costs
@@ -81,12 +82,12 @@ class IterationOracle:
     def kv_per_die(self, library: str, role: DecodeRole) -> float:
         key = (library, role.dp, role.tbo, role.mtp, role.max_batch)
         if key not in self._kv:
-            self._kv[key] = self._decode_model(role).dies(library, "decode", False)[0].plan.kv
+            self._kv[key] = self._decode_model(role).dies(library, ServingPhase.decode, False)[0].plan.kv
         return self._kv[key]
 
     def batch_limit(self, role: DecodeRole) -> int:
         s = self._decode_model(role).cfg.scheduler
-        return rules.dispatch_token_cap(s) // rules.verify_factor(s, rules.DECODE)
+        return rules.dispatch_token_cap(s) // rules.verify_factor(s, rules.ServingPhase.decode)
 
     def emitted(self, role: DecodeRole) -> float:
         return rules.emitted_tokens_per_step(self._decode_model(role).cfg.scheduler)
@@ -143,7 +144,7 @@ class IterationOracle:
         the window's prompts (prefill_context.py; what it leaves out: pool fetches, a context other
         than saturated packing's), and the prompt share the prefix cache saves. Saturated, the
         served request rate ÷ the analytic one = fill ÷ slowdown ÷ (1 − hit share)."""
-        p = it[(it["phase"] == "prefill") & (it["start_s"] >= t0) & (it["start_s"] < t1)]
+        p = it[(it["phase"] == ServingPhase.prefill) & (it["start_s"] >= t0) & (it["start_s"] < t1)]
         if not len(p):
             return {"prefill_fill": np.nan, "prefill_slowdown": np.nan, "prefix_hit_share": np.nan}
         b = lay.prefill.budget

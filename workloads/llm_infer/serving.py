@@ -49,6 +49,7 @@ from workloads.llm_infer.iteration import IterationModel, IterStats
 from workloads.llm_infer.memory import ServingDie, StepMemory
 from workloads.llm_infer.prefix import MISS, Hit, PrefixCache
 from workloads.llm_infer.requests import Requests
+from workloads.llm_infer.scheduling import ServingPhase
 
 QUIET = StepMemory()
 
@@ -224,7 +225,7 @@ class ServingSim:
                                     send_tokens=send)
             self.prefix_landed[sent] = env.now + st.prefix_ready_s
             yield env.timeout(st.time_s)
-            self._record("prefill", i, tokens, sum(per_die), 0.0, st, mem, min(per_die), context)
+            self._record(ServingPhase.prefill.value, i, tokens, sum(per_die), 0.0, st, mem, min(per_die), context)
             kv_left = max(0.0, st.kv_ready_s - st.time_s)  # layer-wise KV sends still in flight
             for rid in finished:
                 if self.prefix is not None:
@@ -285,7 +286,7 @@ class ServingSim:
             st = self.iters.decode(self.lib, batch, ctx, mem.maps > 0, _miss(mem))
             yield env.timeout(st.time_s)
             kv_used = sum(self.kv_per_die - d.free_kv for d in dies) / (self.kv_per_die * len(dies))
-            self._record("decode", i, batch, n_running * step_tokens, kv_used, st, mem,
+            self._record(ServingPhase.decode.value, i, batch, n_running * step_tokens, kv_used, st, mem,
                          min(len(d.running) for d in dies), ctx)
             gen, out = self.generated, self._out
             for d in dies:

@@ -36,7 +36,7 @@ from workloads.llm_infer.requests import (
     window_note,
     window_start,
 )
-from workloads.llm_infer.scheduling import decode_batch_cap, emitted_tokens_per_step
+from workloads.llm_infer.scheduling import ServingPhase, decode_batch_cap, emitted_tokens_per_step
 from workloads.llm_infer.serving import ServingSim
 from workloads.llm_infer.stability import served_fractions
 from workloads.modelcost import ModelCosts
@@ -94,7 +94,7 @@ def validate_layout(cfg: LlmInferConfig, world: int) -> None:
     if lay.decode_instances <= 0:  # the schema admits 0 for `total_dies` to fill in
         raise ConfigError("workload.layout.decode_instances", "must be positive",
                           "set it, or layout.total_dies to give the decode instances the dies left")
-    for role in ("prefill", "decode"):
+    for role in ServingPhase:
         if getattr(lay, f"{role}_dp") != getattr(lay, f"{role}_ep"):
             raise ConfigError(f"workload.layout.{role}_ep", "attention DP and MoE EP span the same dies of "
                               "an instance here", f"set {role}_ep = {role}_dp")
@@ -114,7 +114,7 @@ class Serving:
     def __init__(self, ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: IterationModel,
                  kv_tok: float) -> None:
         self.ctx, self.cfg, self.costs, self.iters, self.kv_tok = ctx, cfg, costs, iters, kv_tok
-        self.tensors = {role: serving_tensors(costs, cfg, role) for role in ("prefill", "decode")}
+        self.tensors = {role: serving_tensors(costs, cfg, role) for role in ServingPhase}
 
     def dies(self, library: str, role: str, drive_all: bool) -> list[ServingDie]:
         """One allocator-model die per instance of `role` (the instance's busiest die); only the
@@ -128,7 +128,7 @@ class Serving:
         ctx, cfg = self.ctx, self.cfg
         lib = ctx.libraries[library]
         registers = registers_user_buffers(lib)
-        pre, dec = self.dies(library, "prefill", registers), self.dies(library, "decode", registers)
+        pre, dec = self.dies(library, ServingPhase.prefill, registers), self.dies(library, ServingPhase.decode, registers)
         kv = dec[0].plan.kv
         biggest = self.kv_tok * float((reqs.input_tokens + reqs.output_tokens).max()) if len(reqs) else 0.0
         if biggest > kv:
@@ -214,17 +214,17 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
     it = sim.iteration_frame()
     it_end = it["start_s"] + it["time_s"]
     win = it[(it_end > t0) & (it_end <= end_s)]
-    dec = win[win["phase"] == "decode"]
+    dec = win[win["phase"] == ServingPhase.decode]
     if not len(dec):
-        dec = it[it["phase"] == "decode"]
+        dec = it[it["phase"] == ServingPhase.decode]
     w = dec["time_s"].to_numpy()
     # iterations overlapping the window, their time clipped to it (a busy share never exceeds 1)
     clipped = it[(it_end > t0) & (it["start_s"] < end_s)]
     clipped = clipped.assign(time_s=np.minimum(clipped["start_s"] + clipped["time_s"], end_s)
                              - np.maximum(clipped["start_s"], t0))
     first = req["first_token_s"]
-    out_tokens = float(win.loc[win["phase"] == "decode", "tokens"].sum() + ((first > t0) & (first <= end_s)).sum())
-    prompt_tokens = float(win.loc[win["phase"] == "prefill", "tokens"].sum())
+    out_tokens = float(win.loc[win["phase"] == ServingPhase.decode, "tokens"].sum() + ((first > t0) & (first <= end_s)).sum())
+    prompt_tokens = float(win.loc[win["phase"] == ServingPhase.prefill, "tokens"].sum())
     done = req["completion_s"]
     out = {
         "throughput_tok_per_s": out_tokens / span,
@@ -239,11 +239,11 @@ def summarise(sim: ServingSim, warmup_s: float, end_s: float) -> dict[str, float
         # fullest die: the others idle for the rest, pro rata to their tokens). Not "an instance is in
         # an iteration": that reads 1.0 at any load keeping one long prompt in flight (a fifth of
         # capacity on the default run), so it is not reported
-        "prefill_die_busy_fraction": _die_busy(clipped[clipped["phase"] == "prefill"], span, sim.layout.prefill_instances,
+        "prefill_die_busy_fraction": _die_busy(clipped[clipped["phase"] == ServingPhase.prefill], span, sim.layout.prefill_instances,
                                                sim.layout.prefill_dp, 1.0),
         # share of the window a decode die steps with sequences of its own: time, not load (a die
         # stepping one sequence is busy; decode_batch_fraction / decode_load_fraction are the load)
-        "decode_die_busy_fraction": _die_busy(clipped[clipped["phase"] == "decode"], span, sim.layout.decode_instances,
+        "decode_die_busy_fraction": _die_busy(clipped[clipped["phase"] == ServingPhase.decode], span, sim.layout.decode_instances,
                                               sim.layout.decode_dp, emitted_tokens_per_step(sim.sched)),
     }
     out.update(latency_percentiles(req, t0, end_s))
@@ -281,7 +281,7 @@ def saturation(serving: Serving, library: str) -> tuple[dict[str, float], list[s
     cfg, ctx = serving.cfg, serving.ctx
     c = cfg.capacity
     sample = pool(cfg.requests, ctx.seed, 10_000)
-    kv = serving.dies(library, "decode", False)[0].plan.kv
+    kv = serving.dies(library, ServingPhase.decode, False)[0].plan.kv
     n = population(cfg, sample, kv, serving.kv_tok)
     reqs = pool(cfg.requests, ctx.seed, n + int(POOL_RATE * c.saturation_duration_s))
     sim, _ = serving.serve(library, reqs, "saturation", closed_loop=n, until_s=c.saturation_duration_s)
@@ -419,8 +419,8 @@ def _typical_decode_timeline(iters: IterationModel, sim: ServingSim, library: st
     """The most frequent decode batch of this run at the median context of its steps, replayed at
     that exact shape for the timeline (shows TBO overlap)."""
     it = sim.iteration_frame()
-    dec = it[it["phase"] == "decode"]
+    dec = it[it["phase"] == ServingPhase.decode]
     b = int(Counter(dec["batch_per_die"]).most_common(1)[0][0]) if len(dec) else 1
     ctx = round(float(dec["context"].median())) if len(dec) else 1024
-    trace = iters.trace("decode", b, ctx)
+    trace = iters.trace(ServingPhase.decode, b, ctx)
     return trace, iters.ctx.simulate(trace, library)
