@@ -8,6 +8,7 @@ machine swaps. Estimates are upper bounds computed from the config alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from stratacl.errors import ConfigError
 
@@ -24,7 +25,18 @@ class RunSize:
     requests: int = 0  # serving requests summed over the request sets (per library)
 
 
-def check(size: RunSize, limits: object, libraries: int) -> None:
+class Budgets(Protocol):
+    """The budget fields read here (config.LimitsConfig), so this module needs no config import."""
+
+    @property
+    def max_trace_ops(self) -> int: ...
+    @property
+    def max_replayed_ops(self) -> int: ...
+    @property
+    def max_requests(self) -> int: ...
+
+
+def check(size: RunSize, limits: Budgets, libraries: int) -> None:
     """Raise ConfigError naming the budget a run exceeds, with the estimate."""
     if size.trace_ops > limits.max_trace_ops:
         raise ConfigError("limits.max_trace_ops", f"the run needs a trace of about {size.trace_ops:,} ops "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -51,7 +52,7 @@ def _scaled(metric: str, v: float | None, base: float | None) -> str:
     return "–" if v is None else f"{fmt(v * scale)} {unit}".rstrip()
 
 
-def _change(j: dict) -> str:
+def _change(j: dict[str, Any]) -> str:
     if j["ratio"] is None:
         return f"{_scaled(j['metric'], j['baseline'], j['baseline'])} → {_scaled(j['metric'], j['value'], j['baseline'])}"
     pct = abs(j["change"]) * 100
@@ -59,19 +60,19 @@ def _change(j: dict) -> str:
     return f"{fmt_ratio(j['ratio'])} ({pct:.0f} % {word})" if pct >= 0.5 else f"{fmt_ratio(j['ratio'])}"
 
 
-def _tag(j: dict) -> str:
+def _tag(j: dict[str, Any]) -> str:
     info = d.info(j["metric"])
     return {"tie": f"tie within ±{info.tie:.0%}"}.get(j["outcome"], j["outcome"])
 
 
-def _word(j: dict) -> str:
+def _word(j: dict[str, Any]) -> str:
     """better / worse, faster / slower for a time."""
     if j["outcome"] not in ("better", "worse") or d.info(j["metric"]).unit not in ("s", "µs", "ms"):
         return j["outcome"]
     return {"better": "faster", "worse": "slower"}[j["outcome"]]
 
 
-def _speedup(j: dict) -> float | None:
+def _speedup(j: dict[str, Any]) -> float | None:
     """How many times better (> 1) or worse (< 1) a judged value is, whatever its direction."""
     r = j["ratio"]
     if r is None or not math.isfinite(r) or r == 0:
@@ -79,7 +80,7 @@ def _speedup(j: dict) -> float | None:
     return r if j["better"] == "higher" else 1 / r
 
 
-def _factor(j: dict) -> str:
+def _factor(j: dict[str, Any]) -> str:
     """"2.41×" in the judgement's direction (better or worse), the raw ratio for a tie."""
     s = _speedup(j)
     if s is None:
@@ -89,7 +90,7 @@ def _factor(j: dict) -> str:
     return f"{max(s, 1 / s):.2f}×"
 
 
-def _phrase(j: dict) -> str:
+def _phrase(j: dict[str, Any]) -> str:
     """"faster on small (< 1 MiB) (3.30×)"; a mixed headline: its own value's factor, then its
     decisive parts grouped by outcome."""
     if j["outcome"] != "mixed":
@@ -156,7 +157,7 @@ def verdict_lines(block: Mapping) -> list[str]:
     return lines
 
 
-def why_text(mechanisms: list[dict], limit: int = 4) -> list[str]:
+def why_text(mechanisms: list[dict[str, Any]], limit: int = 4) -> list[str]:
     """Mechanisms grouped by name, most material group first: "copies: copies per prefill
     iteration 118.6 → 0 ms (−7.3 % of the prefill iteration)"."""
     if not mechanisms:
@@ -201,7 +202,7 @@ def table_lines(metrics: Mapping[str, Mapping[str, float | None]], baseline: str
     return [*out, legend]
 
 
-def _reference_values(reference: Mapping | None) -> dict[str, list[tuple[str, float, str]]]:
+def _reference_values(reference: Mapping[str, Any] | None) -> dict[str, list[tuple[str, float, str]]]:
     """metric -> [(library, published value, source)] from an experiment's `reference:` block."""
     if not reference:
         return {}
@@ -224,7 +225,7 @@ def _aligned(rows: list[list[str]]) -> list[str]:
     return out
 
 
-def reference_lines(reference: Mapping | None, metrics: Mapping[str, Mapping[str, float | None]]) -> list[str]:
+def reference_lines(reference: Mapping[str, Any] | None, metrics: Mapping[str, Mapping[str, float | None]]) -> list[str]:
     """Published values beside the harness's, with the error; their sources and notes. Display
     only: `metrics` is read, nothing is written back or computed from the published values."""
     if not reference:
@@ -268,8 +269,8 @@ def _unit_label(metric: str) -> str:
     return d.info(metric).unit  # the table's values are not rescaled (a fraction stays 0–1)
 
 
-def report_lines(workload: str, summary: Mapping, accounted: Mapping[str, Mapping[str, float]] | None = None,
-                 reference: Mapping | None = None, detail: object = None) -> list[str]:
+def report_lines(workload: str, summary: Mapping[str, Any], accounted: Mapping[str, Mapping[str, float]] | None = None,
+                 reference: Mapping[str, Any] | None = None, detail: object = None) -> list[str]:
     """The whole main-job report: verdict, why, the one table, reference sources.
 
     `accounted` adds per-library accounting means (verdict.accounting) to the table and the

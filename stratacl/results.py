@@ -30,6 +30,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import yaml
@@ -119,7 +120,7 @@ def find_run_dirs(roots: Iterable[Path]) -> tuple[list[Path], list[Path]]:
     return sorted(done), sorted(started - done)
 
 
-def flatten(cfg: Mapping, prefix: str = "") -> dict[str, object]:
+def flatten(cfg: Mapping[str, Any], prefix: str = "") -> dict[str, object]:
     """Nested mapping -> {"a.b.c": value}; lists become tuples so columns stay hashable."""
     out: dict[str, object] = {}
     for key, value in cfg.items():
@@ -133,7 +134,7 @@ def flatten(cfg: Mapping, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def read_config(run_dir: Path) -> dict:
+def read_config(run_dir: Path) -> dict[str, Any]:
     """The resolved config of a run (`.hydra/config.yaml`), as plain containers; {} if absent."""
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
@@ -172,7 +173,7 @@ def sweep_of(run_dir: Path) -> str:
     return str(run_dir)
 
 
-def load_run(run_dir: Path, run_id: str) -> tuple[list[dict], pd.DataFrame]:
+def load_run(run_dir: Path, run_id: str) -> tuple[list[dict[str, Any]], pd.DataFrame]:
     """Summary rows (one per library) and result rows of one finished run."""
     summary = json.loads((run_dir / "summary.json").read_text())
     cfg = read_config(run_dir)
@@ -212,7 +213,7 @@ def load_runs(paths_or_globs: str | Path | Iterable[str | Path] = "runs", *, exp
         raise ValueError(f"mixed='{mixed}': use 'refuse', 'label' or 'allow'")
     roots = expand(paths_or_globs)
     done, skipped = find_run_dirs(roots)
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     frames: list[pd.DataFrame] = []
     for run_dir in done:
         if experiment is not None and experiment_of(run_dir) != experiment:

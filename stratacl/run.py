@@ -19,6 +19,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import hydra
 import pandas as pd
@@ -81,7 +82,7 @@ def workloads_pkg_path() -> list[str]:
     return list(workloads.__path__)
 
 
-def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
+def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict[str, Any]:
     """Run a composed config and write the run directory. Returns the summary dict."""
     t0 = time.perf_counter()
     validate_run(cfg)
@@ -127,14 +128,14 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict:
     return summary
 
 
-def _recorded(timelines: dict, libraries: dict[str, LibraryModel]) -> dict:
+def _recorded(timelines: dict[str, Any], libraries: dict[str, LibraryModel]) -> dict[str, Any]:
     """Replay each library's timeline trace once more with the utilisation recorder (a replay is
     deterministic, so only phase intervals and the utilisation series are added)."""
     return {lib: (trace, res if res.phases is not None else simulate(trace, libraries[lib], utilisation=True))
             for lib, (trace, res) in timelines.items()}
 
 
-def _write(out_dir: Path, cfg: RunConfig, result: WorkloadResult, summary: dict,
+def _write(out_dir: Path, cfg: RunConfig, result: WorkloadResult, summary: dict[str, Any],
            recorder: TraceRecorder | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -232,7 +233,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def _check_choices(choices: dict, overrides: list[str]) -> None:
+def _check_choices(choices: dict[str, Any], overrides: list[str]) -> None:
     """What Hydra composes without complaint but cannot be meant: a schema node chosen as a
     workload, the same library twice."""
     wl = str(choices.get("workload", ""))

@@ -24,6 +24,7 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -65,18 +66,18 @@ def describe(runs: dict[str, tuple[Trace, SimResult]]) -> str:
 
 
 def chrome_trace(runs: dict[str, tuple[Trace, SimResult]], max_ranks: int,
-                 max_events: int = MAX_EVENTS, label: str = "") -> dict:
+                 max_events: int = MAX_EVENTS, label: str = "") -> dict[str, Any]:
     budget = _Budget(max_events)
     label = label or describe(runs)
     span = max(float(res.makespan_s) for _, res in runs.values())
-    meta: list[dict] = [  # first: what this file is
+    meta: list[dict[str, Any]] = [  # first: what this file is
         {"ph": "M", "name": "process_name", "pid": ABOUT_PID, "args": {"name": f"timeline of: {label}"}},
         {"ph": "M", "name": "process_sort_index", "pid": ABOUT_PID, "args": {"sort_index": -2}}]
     if budget.take():
         meta.append({"ph": "X", "name": label, "cat": "about", "pid": ABOUT_PID, "tid": 0, "ts": 0.0,
                      "dur": _dur(0.0, span)})
-    slices: list[dict] = []
-    details: list[list[dict]] = []  # per library: flows, phases, engines, counters (lower priority)
+    slices: list[dict[str, Any]] = []
+    details: list[list[dict[str, Any]]] = []  # per library: flows, phases, engines, counters (lower priority)
     shown_by_lib = {}
     next_id = [0]
     for li, (lib, (trace, res)) in enumerate(runs.items()):
@@ -97,7 +98,7 @@ def chrome_trace(runs: dict[str, tuple[Trace, SimResult]], max_ranks: int,
     for li, (lib, (trace, res)) in enumerate(runs.items()):
         details.append(_details(li, lib, trace, res, shown_by_lib[lib], budget, meta, next_id))
     events = meta + slices + [e for d in details for e in d]
-    other: dict = {"timeline_of": label, "traces": {
+    other: dict[str, Any] = {"timeline_of": label, "traces": {
         lib: {"meta": json.loads(json.dumps(trace.meta, default=str)), "ops": len(trace.ops),
               "ranks": trace.world_size, "shown_ranks": shown_by_lib[lib], "span_s": float(res.makespan_s)}
         for lib, (trace, res) in runs.items()}}
@@ -106,7 +107,7 @@ def chrome_trace(runs: dict[str, tuple[Trace, SimResult]], max_ranks: int,
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
 
 
-def _op_slice(op: Op, res: SimResult, pid: int, tid: int) -> dict:
+def _op_slice(op: Op, res: SimResult, pid: int, tid: int) -> dict[str, Any]:
     start, end = float(res.start[op.id]), float(res.end[op.id])
     args: dict[str, object] = {"op": op.id, "kind": op.kind, "ranks": len(op.ranks),
                                "wire_bytes": float(res.wire_bytes[op.id]), "copy_bytes": float(res.copy_bytes[op.id])}
@@ -130,7 +131,7 @@ def _dur(t0: float, t1: float) -> float:
 
 
 def _details(li: int, lib: str, trace: Trace, res: SimResult, shown: list[int], budget: _Budget,
-             meta: list[dict], next_id: list[int]) -> list[dict]:
+             meta: list[dict[str, Any]], next_id: list[int]) -> list[dict[str, Any]]:
     shown_set = set(shown)
     tids: dict[str, int] = {}
     for op in trace.ops:
@@ -154,9 +155,9 @@ def _details(li: int, lib: str, trace: Trace, res: SimResult, shown: list[int], 
 
 
 def _flows(li: int, trace: Trace, res: SimResult, shown: set[int], tids: dict[str, int],
-           budget: _Budget, next_id: list[int]) -> list[dict]:
+           budget: _Budget, next_id: list[int]) -> list[dict[str, Any]]:
     """Arrows binding one op's slices on different ranks (`next_id`: file-wide id counter)."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for op in trace.ops:
         if op.kind == "collective":
             ranks = sorted(r for r in set(op.ranks) if r in shown)
@@ -180,9 +181,9 @@ def _flows(li: int, trace: Trace, res: SimResult, shown: set[int], tids: dict[st
 
 
 def _phase_slices(li: int, trace: Trace, phases: pd.DataFrame, shown: set[int], tids: dict[str, int],
-                  budget: _Budget) -> list[dict]:
+                  budget: _Budget) -> list[dict[str, Any]]:
     """Phases of communication ops as children of the op's slice (clamped into it)."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     ops = trace.ops
     for op_id, cat, t0, t1 in zip(phases["op"], phases["category"], phases["start_s"], phases["end_s"],
                                   strict=True):
@@ -200,12 +201,12 @@ def _phase_slices(li: int, trace: Trace, phases: pd.DataFrame, shown: set[int], 
 
 
 def _engine_slices(li: int, trace: Trace, phases: pd.DataFrame, shown: set[int],
-                   budget: _Budget) -> tuple[dict[tuple[int, str], int], list[dict]]:
+                   budget: _Budget) -> tuple[dict[tuple[int, str], int], list[dict[str, Any]]]:
     """Phases driving DMA engines or comm cores, on per-rank engine lanes; overlapping intervals on
     one rank go to extra lanes (greedy by start time) so slices never partially overlap."""
     eng = phases[phases["engine"] != ""].sort_values(["start_s", "op"], kind="stable")
     lane_end: dict[tuple[int, str], list[float]] = defaultdict(list)
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for op_id, cat, t0, t1, engine in zip(eng["op"], eng["category"], eng["start_s"], eng["end_s"],
                                           eng["engine"], strict=True):
         op = trace.ops[int(op_id)]
@@ -226,11 +227,11 @@ def _engine_slices(li: int, trace: Trace, phases: pd.DataFrame, shown: set[int],
     return {key: len(ends) for key, ends in lane_end.items()}, out
 
 
-def _counters(pid: int, util: pd.DataFrame, budget: _Budget) -> list[dict]:
+def _counters(pid: int, util: pd.DataFrame, budget: _Budget) -> list[dict[str, Any]]:
     """One counter track per resource group; a sample wherever a member changes."""
     wide = util.pivot_table(index="time_s", columns="resource", values="utilisation", observed=True)
     wide = wide.sort_index().ffill().fillna(0.0)
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for group, members in COUNTER_GROUPS.items():
         cols = [c for c in members if c in wide.columns and wide[c].max() > 0]
         if not cols:
@@ -247,7 +248,7 @@ def _counters(pid: int, util: pd.DataFrame, budget: _Budget) -> list[dict]:
     return out
 
 
-def _thread_names(pid: int, names: dict[str, str], tids: dict[str, int]) -> list[dict]:
+def _thread_names(pid: int, names: dict[str, str], tids: dict[str, int]) -> list[dict[str, Any]]:
     out = []
     for key, tid in tids.items():
         out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": names[key]}})
@@ -264,14 +265,14 @@ def _shown_ranks(trace: Trace, max_ranks: int) -> list[int]:
     return sorted({used[i] for i in idx})
 
 
-def interval_timeline(intervals: pd.DataFrame, label: str, max_events: int = MAX_EVENTS) -> dict:
+def interval_timeline(intervals: pd.DataFrame, label: str, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     """A run-level Chrome trace from tidy intervals (columns library, track, name, start_s, end_s;
     every other column goes to the slice's args): one process per (library, track), overlapping
     intervals of a track on extra lanes (greedy by start), so e.g. a serving run's iterations per
     instance and its requests show over the whole run. Events past `max_events` are dropped (the
     count is in otherData)."""
     budget = _Budget(max_events)
-    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": ABOUT_PID, "args": {"name": f"timeline of: {label}"}},
+    events: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": ABOUT_PID, "args": {"name": f"timeline of: {label}"}},
                           {"ph": "M", "name": "process_sort_index", "pid": ABOUT_PID, "args": {"sort_index": -2}}]
     extra = [c for c in intervals.columns if c not in ("library", "track", "name", "start_s", "end_s")]
     df = intervals.sort_values(["library", "track", "start_s"], kind="stable")
@@ -288,7 +289,7 @@ def interval_timeline(intervals: pd.DataFrame, label: str, max_events: int = MAX
                 args = {c: v for c in extra if (v := _plain(getattr(row, c))) is not None}
                 events.append({"ph": "X", "name": str(row.name), "cat": str(track), "pid": pid, "tid": k,
                                "ts": _us(t0), "dur": _dur(t0, t1), "args": args})
-    other: dict = {"timeline_of": label}
+    other: dict[str, Any] = {"timeline_of": label}
     if budget.dropped:
         other.update(dropped_events=budget.dropped, max_events=max_events)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}

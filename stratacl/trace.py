@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -90,7 +91,7 @@ class MoeShape:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_json(cls, d: dict) -> MoeShape:
+    def from_json(cls, d: dict[str, Any]) -> MoeShape:
         """From `to_json`'s dict; a missing or extra key raises KeyError / TypeError."""
         return cls(dispatch_bytes_per_copy=float(d["dispatch_bytes_per_copy"]),
                    combine_bytes_per_copy=float(d["combine_bytes_per_copy"]),
@@ -460,7 +461,7 @@ class Trace:
         return trace
 
 
-def moe_shape_from(saved: str | None, meta: dict) -> MoeShape | None:
+def moe_shape_from(saved: str | None, meta: dict[str, Any]) -> MoeShape | None:
     """A saved trace's MoeShape: its own JSON entry, or (files written before it had one) the
     `meta["moe"]` dict of bytes_per_copy {dispatch, combine}, experts_per_rank, top_k, which it
     then takes out of the meta."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -36,7 +37,7 @@ def _num(v: object) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def judge(metric: str, base: float | None, value: float | None) -> dict:
+def judge(metric: str, base: float | None, value: float | None) -> dict[str, Any]:
     """One metric of one library vs the baseline: ratio, relative change and better/worse/tie."""
     info = d.info(metric)
     base, value = _num(base), _num(value)
@@ -59,7 +60,7 @@ def judge(metric: str, base: float | None, value: float | None) -> dict:
     return out
 
 
-def _speedup(j: dict) -> float | None:
+def _speedup(j: dict[str, Any]) -> float | None:
     """How many times better (>1) or worse (<1) a judged metric is, whatever its direction (None
     when a value is 0: no finite factor)."""
     r = j["ratio"]
@@ -71,7 +72,7 @@ def _speedup(j: dict) -> float | None:
 MATERIAL = 0.01  # ASSUMPTION (display): a mechanism's time change under 1 % of its whole (step, iteration) is not listed
 
 
-def _mechanisms(metrics: Metrics, lib: str, baseline: str) -> list[dict]:
+def _mechanisms(metrics: Metrics, lib: str, baseline: str) -> list[dict[str, Any]]:
     """Accounted mechanisms that differ from the baseline, most material first: a time by its
     change as a share of its whole (`MetricInfo.per`), anything else by its relative change."""
     out = []
@@ -95,7 +96,7 @@ def _mechanisms(metrics: Metrics, lib: str, baseline: str) -> list[dict]:
     return sorted(out, key=_weight, reverse=True)
 
 
-def _weight(j: dict) -> tuple[int, float]:
+def _weight(j: dict[str, Any]) -> tuple[int, float]:
     """Time first (its change as a share of the step, or a share's own change), then the rest
     (memory, by relative change)."""
     if "share_of_whole" in j:
@@ -108,7 +109,7 @@ def _weight(j: dict) -> tuple[int, float]:
 DECISIVE = ("better", "worse", "mixed")
 
 
-def _agreement(judged: list[dict]) -> str:
+def _agreement(judged: list[dict[str, Any]]) -> str:
     """better / worse when every decisive judgement agrees, mixed when they disagree, tie when
     none is decisive (missing when none is judged)."""
     outcomes = {j["outcome"] for j in judged if j["outcome"] != "missing"}
@@ -121,7 +122,7 @@ def _agreement(judged: list[dict]) -> str:
 
 
 def judge_headline(metric: str, base: Mapping[str, float | None], lib: Mapping[str, float | None],
-                   present: set[str] | list[str]) -> dict:
+                   present: set[str] | list[str]) -> dict[str, Any]:
     """A headline judged on its value, or — with parts — its value shown and its outcome theirs."""
     j = judge(metric, base.get(metric), lib.get(metric))
     names = d.parts(metric, present)
@@ -131,7 +132,7 @@ def judge_headline(metric: str, base: Mapping[str, float | None], lib: Mapping[s
     return {**j, "outcome": _agreement(j["parts"])}
 
 
-def verdict(workload: str, metrics: Metrics, baseline: str) -> dict:
+def verdict(workload: str, metrics: Metrics, baseline: str) -> dict[str, Any]:
     """The verdict block (JSON-safe) for every non-baseline library."""
     if baseline not in metrics:
         return {"baseline": baseline, "libraries": {}}
@@ -173,7 +174,7 @@ def _caveats(workload: str, metrics: Metrics, libs: tuple[str, ...]) -> list[str
     return out
 
 
-def merge_accounting(metrics: Metrics, accounted: Mapping[str, Mapping[str, float]] | None) -> dict[str, dict]:
+def merge_accounting(metrics: Metrics, accounted: Mapping[str, Mapping[str, float]] | None) -> dict[str, dict[str, Any]]:
     """The run's metrics plus the accounting means that are not already among them (a mean equal,
     for every library, to an existing metric is the same quantity under another name)."""
     out = {lib: dict(m) for lib, m in metrics.items()}

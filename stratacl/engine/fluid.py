@@ -28,6 +28,9 @@ EPS = 1e-12
 # under ≈ 250 MB on runs of ~400 000 ops and more. Past it, new shapes
 # are solved but not stored: the memo only saves solver time, it never changes an allocation.
 SOLVE_MEMO_MAX_ENTRIES = 200_000
+# an activity's (rankset, kind, coefficient) rows as the solver sees them: loads, then holds
+Descriptor = tuple[tuple[tuple[int, int, float], ...], tuple[tuple[int, int, float], ...]]
+Grouped = tuple[list[tuple[int, float]], list[tuple[int, float]]]  # one rankset's (loads, holds)
 HELD_BACK = 1 - 1e-12  # an activity runs below its own maximum when f < solo_f * HELD_BACK
 
 
@@ -38,7 +41,7 @@ class Activity:
     )
 
     def __init__(self, entries: list[tuple[int, int, float]], holds: list[tuple[int, int, float]],
-                 min_time: float, on_done: Callable[[], None], uid: int) -> None:
+                 min_time: float, on_done: Callable[[], None] | None, uid: int) -> None:
         self.uid = uid
         T = min_time
         for _, _, s in entries:
@@ -49,13 +52,13 @@ class Activity:
         self.entries = [(k, t, s / T) for k, t, s in entries if s > 0]
         self.holds = [(k, t, h) for k, t, h in holds if h > 0]
         self.rs_ids = frozenset([k for k, _, _ in self.entries] + [k for k, _, _ in self.holds])
-        self.desc = None  # solver descriptor, built on first shared solve
+        self.desc: Descriptor | None = None  # solver descriptor, built on first shared solve
         self.did = -1  # the descriptor's interned id (FluidSystem._desc_id)
         self.held = False  # runs below its own maximum (counted in FluidSystem.n_held)
         self.cap = 1.0  # solver scratch: rate cap from oversubscribed holds
         self.mo: list[tuple[int, float]] = []  # solver scratch: (constraint, coefficient)
         self.mark = 0  # the last component walk that reached it (FluidSystem._stamp)
-        self.by_rs = None  # rankset -> ([(kind, coefficient)], [(kind, held)]), built on demand
+        self.by_rs: dict[int, Grouped] | None = None  # rankset -> ([(kind, coefficient)], [(kind, held)]), built on demand
         self.remaining = 1.0
         self.solo_f = 1.0
         if self.holds:
@@ -73,10 +76,10 @@ class Activity:
     def __hash__(self) -> int:
         return self.uid
 
-    def grouped(self) -> dict[int, tuple[list[tuple[int, float]], list[tuple[int, float]]]]:
+    def grouped(self) -> dict[int, Grouped]:
         """Loads and holds grouped by rankset (what one overlap atom sees of this activity)."""
         if self.by_rs is None:
-            g: dict[int, tuple[list, list]] = {}
+            g: dict[int, Grouped] = {}
             for k, t, c in self.entries:
                 g.setdefault(k, ([], []))[0].append((t, c))
             for k, t, h in self.holds:
@@ -84,7 +87,7 @@ class Activity:
             self.by_rs = g
         return self.by_rs
 
-    def descriptor(self) -> tuple:
+    def descriptor(self) -> Descriptor:
         """What the solver sees of the activity: equal descriptors get equal rates."""
         if self.desc is None:
             self.desc = (tuple(sorted(self.entries)), tuple(sorted(self.holds)))
@@ -105,8 +108,8 @@ class FluidSystem:
         self.rs_ranks: list[tuple[int, ...]] = []
         self._nbrs: list[set[int]] = []  # rankset id -> ids of ranksets sharing a die with it
         self._atoms: dict[frozenset[int], list[frozenset[int]]] = {}
-        self._solved: dict[tuple, dict[int, float]] = {}  # component descriptor ids -> rate per id
-        self._desc_index: dict[tuple, int] = {}  # descriptor -> small int (cheap memo keys)
+        self._solved: dict[tuple[int, ...], dict[int, float]] = {}  # component descriptor ids -> rate per id
+        self._desc_index: dict[Descriptor, int] = {}  # descriptor -> small int (cheap memo keys)
         self.n_held = 0  # active activities running below their own maximum
         self._stamp = 0  # component walks so far
         self.active_by_rs: dict[int, set[Activity]] = {}
@@ -204,6 +207,7 @@ class FluidSystem:
         # drop the callback before calling it: it usually refers back to the activity (the
         # replay's box), and without the cycle the activity is freed by reference counting
         on_done, act.on_done = act.on_done, None
+        assert on_done is not None, "an activity completes once"
         on_done()
 
     def _component(self, seed: frozenset[int]) -> set[Activity]:
@@ -297,7 +301,7 @@ class FluidSystem:
         total: list[float] = []
         members: list[list[Activity]] = []
         by_uid: dict[int, Activity] = {}
-        by_rs: dict[int, list[tuple[int, tuple[list, list]]]] = {}
+        by_rs: dict[int, list[tuple[int, Grouped]]] = {}
         for a in comp:
             a.cap = 1.0
             a.mo = []
