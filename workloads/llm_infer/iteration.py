@@ -323,7 +323,7 @@ class IterationModel:
         return trace
 
     # ------------------------------------------------------------------ trace
-    def build(self, phase: ServingPhase, size: int, context: int, remap: bool = False, jit_misses: int = 0,
+    def build(self, phase: ServingPhase | str, size: int, context: int, remap: bool = False, jit_misses: int = 0,
               fetch: tuple = (), send: tuple = ()) -> Trace:
         """One iteration's trace. The dispatch/combine buffers were mapped (and registered) before
         it; with `remap` the allocator maps new memory for them in this iteration (the routing
@@ -335,6 +335,7 @@ class IterationModel:
         attention waiting for its layer's KV (layer-wise loading, as Mooncake's prefill does). With
         `send` (dies, tokens): the first `dies` dies also send `tokens` reused prefix tokens' KV to
         their decode dies, layer by layer from the start (`prefix_send`)."""
+        phase = ServingPhase(phase)  # a plain "prefill"/"decode" is accepted too
         n = self.ranks[phase]
         c = self.costs
         kv_dst = self._kv_destinations(n) if phase == ServingPhase.prefill else []
