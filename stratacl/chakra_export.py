@@ -48,6 +48,12 @@ def chakra_pb() -> tuple[Any, Any]:
 # --------------------------------------------------------------------------- attributes
 
 
+def _as_int(name: str, value: object) -> int:
+    if isinstance(value, int | float | np.integer | np.floating):
+        return int(value)
+    raise TypeError(f"{name}={value!r} is not a number")
+
+
 def _attr(pb: Any, name: str, value: object) -> Any:
     if isinstance(value, bool):
         return pb.AttributeProto(name=name, bool_val=value)
@@ -238,7 +244,7 @@ def comm_size(op: Op, n: int) -> int:
     if op.peer_bytes and n > 1:  # uneven exchange -> uniform ALL_TO_ALL with the busiest member's volume
         m = np.asarray(op.peer_bytes, dtype=float).reshape(n, n)
         np.fill_diagonal(m, 0.0)
-        return round(max(m.sum(axis=1).max(), m.sum(axis=0).max()) * n / (n - 1))
+        return int(round(max(m.sum(axis=1).max(), m.sum(axis=0).max()) * n / (n - 1)))
     return round(size)
 
 
@@ -341,9 +347,9 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
             a["stratacl_duration_s"] = seconds
         for key, value in {**common, **a}.items():
             if key in ("comm_src", "comm_dst", "comm_tag"):  # ASTRA-sim reads these as int32
-                node.attr.append(pb.AttributeProto(name=key, int32_val=int(value)))
+                node.attr.append(pb.AttributeProto(name=key, int32_val=_as_int(key, value)))
             elif key in ("num_ops", "tensor_size"):  # uint64 as Chakra's own generator writes them
-                node.attr.append(pb.AttributeProto(name=key, uint64_val=int(value)))
+                node.attr.append(pb.AttributeProto(name=key, uint64_val=_as_int(key, value)))
             else:
                 node.attr.append(_attr(pb, key, value))
         nodes.append(node)

@@ -21,8 +21,10 @@ def ratios(metrics: dict[str, dict[str, float]], baseline: str) -> dict[str, dic
         out[lib] = {}
         for key, v in m.items():
             b = base.get(key)
-            ok = b is not None and b != 0 and math.isfinite(float(b)) and math.isfinite(float(v))
-            out[lib][key] = float(v) / float(b) if ok else None
+            if b is None or b == 0 or not (math.isfinite(float(b)) and math.isfinite(float(v))):
+                out[lib][key] = None
+            else:
+                out[lib][key] = float(v) / float(b)
     return out
 
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from stratacl.config import Plane
 from stratacl.errors import TraceError
 from stratacl.fabric import Fabric, R
 from stratacl.kernel_model import kernel_model
@@ -146,7 +147,7 @@ def lower_host(op: Op, fabric: Fabric) -> list[Phase]:
         cpu_bytes = float(np.bincount(cpu_of - cpu_of.min(), weights=per_rank).max())
         lat = host.read_s if h2d else host.write_s
     way_die, way_cpu = ("rx", "tx") if h2d else ("tx", "rx")
-    plane = str(host.plane)
+    plane = host.plane
     loads = [("all", R[f"{plane}_{way_die}"], nbytes / fabric.port_Bps[plane]),
              ("cpu", R[f"{plane}_{way_cpu}"], cpu_bytes / host.link_Bps),
              ("all", R["hbm"], nbytes / fabric.hbm_Bps)]
@@ -161,7 +162,7 @@ def lower_host(op: Op, fabric: Fabric) -> list[Phase]:
     return [Phase("wire", delay_s=lat), phase] if lat > 0 else [phase]
 
 
-def _remote_pool_loads(fabric: Fabric, ranks: tuple[int, ...], nbytes: float, plane: str,
+def _remote_pool_loads(fabric: Fabric, ranks: tuple[int, ...], nbytes: float, plane: Plane,
                        way: str) -> list[tuple[str, int, float]]:
     """The part of a die's pool bytes striped onto other nodes' CPUs, on the die's port of the
     plane between nodes when the host link does not reach them (a GPU host's PCIe: another node's
@@ -171,7 +172,7 @@ def _remote_pool_loads(fabric: Fabric, ranks: tuple[int, ...], nbytes: float, pl
     remote = 1.0 - host.cpus_per_node / len(host.cpus(ranks, pool=True))
     if remote <= 0:
         return []
-    far = str(fabric.tier(2).plane)  # the tier between nodes (no supernode tier: scale-out)
+    far = fabric.tier(2).plane  # the tier between nodes (no supernode tier: scale-out)
     if far == plane:
         return []
     return [("all", R[f"{far}_{way}"], remote * nbytes / fabric.port_Bps[far])]
@@ -186,7 +187,7 @@ class ComputeLowering:
     def __init__(self, fabric: Fabric, stream_cores: dict[str, tuple[int, int]] | None = None) -> None:
         self.fabric = fabric
         self.stream_cores = stream_cores or {}
-        self._cache: dict[tuple, list[Phase]] = {}
+        self._cache: dict[tuple[object, ...], list[Phase]] = {}
 
     def lower(self, op: Op) -> list[Phase]:
         limit = self.stream_cores.get(op.stream, NO_LIMIT)

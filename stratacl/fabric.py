@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from stratacl.config import TIER_ORDER, FabricConfig, Fidelity, Plane, validate_
 from stratacl.errors import ConfigError
 from stratacl.fabric_switch import SwitchModel
 from stratacl.vocab import NumericFormat
+
+if TYPE_CHECKING:
+    from stratacl.kernel_model import KernelModel
 
 # Per-die fluid resources. Ports are per direction and per plane (every plane of the Plane enum,
 # whether or not a fabric uses it: an unused port is never loaded); cores and DMA engines are held
@@ -142,7 +146,7 @@ class Fabric:
         self.host_dram_bytes = self.host.dram_bytes
         self.host_dram_bytes_per_die = self.host.dram_bytes / self.host.dies_per_cpu if h.cpus_per_node else 0.0
         self.host_read_s, self.host_write_s = self.host.read_s, self.host.write_s
-        self.switch = SwitchModel(cfg.switch, self.dies_per_node, self.port_Bps.get("ub", 0.0)) \
+        self.switch = SwitchModel(cfg.switch, self.dies_per_node, self.port_Bps.get(Plane.ub, 0.0)) \
             if cfg.fidelity == Fidelity.switch else None
         self.sdma_launch_s = {k: v * 1e-6 for k, v in die.sdma.launch_us.items()}
         # SDMA submission: seconds to write one descriptor per trigger, bytes one descriptor moves,
@@ -154,6 +158,7 @@ class Fabric:
         # a core group (Ascend split architecture: 1 AIC + 2 AIV on a 910C die) is what a mixed
         # kernel's block runs on
         self.aiv_per_group = die.vector_cores / die.cube_cores
+        self._kernel_model: KernelModel | None = None  # stratacl.kernel_model.kernel_model builds it once
 
     def cube_format(self, fmt: str) -> str:
         """The format a matmul in `fmt` actually runs in on this die (itself, or widened)."""

@@ -43,10 +43,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from stratacl.config import KernelClassConfig, KernelModelConfig
 from stratacl.trace import Op
 from stratacl.vocab import KernelClass
+
+if TYPE_CHECKING:
+    from stratacl.fabric import Fabric
 
 GENERIC = {"cube": "generic_cube", "vector": "generic_vector", "mixed": "generic_mixed"}
 CLASS_KEYS = (*(k.value for k in KernelClass), *GENERIC.values())
@@ -115,7 +119,7 @@ class KernelModel:
             return 1.0, 0, 1.0, (0, 0)
         exact = sum(2.0 * m * n * k * c for m, n, k, c in op.gemms)
         fused, whole_n = op.kernel in FUSED, op.kernel in WHOLE_N
-        best: tuple[tuple, tuple[float, int, float, tuple[int, int]]] | None = None
+        best: tuple[tuple[int, int, float, int], tuple[float, int, float, tuple[int, int]]] | None = None
         for tm in kc.tile_m:
             for tn in kc.tile_n:
                 units, work = 0, 0.0
@@ -191,9 +195,9 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def kernel_model(fabric) -> KernelModel:  # noqa: ANN001 - stratacl.fabric.Fabric
+def kernel_model(fabric: Fabric) -> KernelModel:
     """The fabric's kernel model, built once per Fabric."""
-    km = getattr(fabric, "_kernel_model", None)
+    km = fabric._kernel_model
     if km is None:
         die = fabric.cfg.die
         km = KernelModel(die.kernel, fabric.cube_cores, fabric.vector_cores, fabric.hbm_Bps)

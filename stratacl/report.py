@@ -62,19 +62,21 @@ def _change(j: dict[str, Any]) -> str:
 
 def _tag(j: dict[str, Any]) -> str:
     info = d.info(j["metric"])
-    return {"tie": f"tie within ±{info.tie:.0%}"}.get(j["outcome"], j["outcome"])
+    outcome = str(j["outcome"])
+    return {"tie": f"tie within ±{info.tie:.0%}"}.get(outcome, outcome)
 
 
 def _word(j: dict[str, Any]) -> str:
     """better / worse, faster / slower for a time."""
-    if j["outcome"] not in ("better", "worse") or d.info(j["metric"]).unit not in ("s", "µs", "ms"):
-        return j["outcome"]
-    return {"better": "faster", "worse": "slower"}[j["outcome"]]
+    outcome = str(j["outcome"])
+    if outcome not in ("better", "worse") or d.info(j["metric"]).unit not in ("s", "µs", "ms"):
+        return outcome
+    return {"better": "faster", "worse": "slower"}[outcome]
 
 
 def _speedup(j: dict[str, Any]) -> float | None:
     """How many times better (> 1) or worse (< 1) a judged value is, whatever its direction."""
-    r = j["ratio"]
+    r: float | None = j["ratio"]
     if r is None or not math.isfinite(r) or r == 0:
         return None
     return r if j["better"] == "higher" else 1 / r
@@ -108,10 +110,10 @@ def _phrase(j: dict[str, Any]) -> str:
     return f"mixed on {d.short(j['metric'])} ({'; '.join(items)})"
 
 
-def _head(v: Mapping) -> str:
+def _head(v: Mapping[str, Any]) -> str:
     """The outcome and what it rests on: for a headline set with parts, a mixed or a tied verdict,
     every judged headline's phrase; otherwise the lead headline's factor and values."""
-    head = v["outcome"].upper()
+    head = str(v["outcome"]).upper()
     judged = [j for j in v["headlines"] if j["outcome"] != "missing"]
     if judged and v["outcome"] == "tie":
         return f"{head} — " + ", ".join(f"{d.short(j['metric'])} ({_factor(j)})" for j in judged)
@@ -127,7 +129,7 @@ def _head(v: Mapping) -> str:
     return head
 
 
-def verdict_lines(block: Mapping) -> list[str]:
+def verdict_lines(block: Mapping[str, Any]) -> list[str]:
     """One line per library (who won, by how much, on which metric) and one `why:` line."""
     base = block["baseline"]
     lines = [f"verdict vs {base} (baseline):"]
@@ -173,6 +175,10 @@ def why_text(mechanisms: list[dict[str, Any]], limit: int = 4) -> list[str]:
     return [f"{name}: {', '.join(items[:3])}" for name, items in list(groups.items())[:limit]]
 
 
+def _times(v: float | None, scale: float) -> float | None:
+    return None if v is None else v * scale
+
+
 def table_lines(metrics: Mapping[str, Mapping[str, float | None]], baseline: str, workload: str) -> list[str]:
     """One table: metric, unit, direction, a value per library, ratio per library vs the baseline,
     headline and mechanism metrics first."""
@@ -189,12 +195,11 @@ def table_lines(metrics: Mapping[str, Mapping[str, float | None]], baseline: str
         scale, unit = display(m, base)
         info = d.info(m)
         better = {"higher": "↑", "lower": "↓"}.get(info.better or "", "·") + (" (load)" if info.pinned else "")
-        vals = [fmt(None if metrics[lib].get(m) is None else metrics[lib][m] * scale) for lib in libs]
+        vals = [fmt(_times(metrics[lib].get(m), scale)) for lib in libs]
         ratios = []
         for lib in others:
             v = metrics[lib].get(m)
-            ok = base not in (None, 0) and v is not None
-            ratios.append(fmt_ratio(v / base) if ok else "–")
+            ratios.append(fmt_ratio(v / base) if base is not None and base != 0 and v is not None else "–")
         rows.append([m, unit, better, *vals, *ratios])
     out = _aligned(rows)
     legend = ("better: ↑ higher is better, ↓ lower is better, · context (not judged); (load): set by the "
@@ -209,7 +214,7 @@ def _reference_values(reference: Mapping[str, Any] | None) -> dict[str, list[tup
     out: dict[str, list[tuple[str, float, str]]] = {}
     for lib, vals in (reference.get("values") or {}).items():
         for metric, item in (vals or {}).items():
-            value, source = (item.get("value"), item.get("source", "")) if isinstance(item, Mapping) else (item, "")
+            value, source = (item["value"], item.get("source", "")) if isinstance(item, Mapping) else (item, "")
             out.setdefault(metric, []).append((lib, float(value), source or reference.get("source", "")))
     return out
 
@@ -270,7 +275,7 @@ def _unit_label(metric: str) -> str:
 
 
 def report_lines(workload: str, summary: Mapping[str, Any], accounted: Mapping[str, Mapping[str, float]] | None = None,
-                 reference: Mapping[str, Any] | None = None, detail: object = None) -> list[str]:
+                 reference: Mapping[str, Any] | None = None, detail: pd.DataFrame | None = None) -> list[str]:
     """The whole main-job report: verdict, why, the one table, reference sources.
 
     `accounted` adds per-library accounting means (verdict.accounting) to the table and the
@@ -280,7 +285,7 @@ def report_lines(workload: str, summary: Mapping[str, Any], accounted: Mapping[s
 
     metrics = merge_accounting(summary["libraries"], accounted)
     lines = []
-    if detail is not None and not getattr(detail, "empty", True) and "metric" not in detail.columns:
+    if detail is not None and not detail.empty and "metric" not in detail.columns:
         if detail.attrs.get("value"):
             lines.append(f"{detail.attrs['value']} per library [{_unit_label(detail.attrs['value'])}], "
                          "ratio vs the baseline [×]:")

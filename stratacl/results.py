@@ -287,7 +287,7 @@ def differing_keys(summary: pd.DataFrame, vary: Iterable[str] = ()) -> tuple[lis
 def _labels(summary: pd.DataFrame, keys: list[str]) -> dict[str, str]:
     """run -> "key=value, ..." over `keys`."""
     per_run = summary.drop_duplicates("run").set_index("run")
-    return {run: ", ".join(f"{k}={row[k]}" for k in keys) for run, row in per_run.iterrows()}
+    return {str(run): ", ".join(f"{k}={row[k]}" for k in keys) for run, row in per_run.iterrows()}
 
 
 def _mixed_message(summary: pd.DataFrame, keys: list[str]) -> str:

@@ -55,7 +55,7 @@ class TraceRecorder:
 
     def __init__(self, out_dir: Path) -> None:
         self.dir = Path(out_dir) / TRACES_DIR
-        self._seen: dict[int, tuple[weakref.ref, _Saved]] = {}
+        self._seen: dict[int, tuple[weakref.ref[Trace], _Saved]] = {}
         self._saved: list[_Saved] = []
 
     def record(self, trace: Trace, library: str, res: Any) -> None:  # noqa: ANN401 - SimResult
@@ -142,7 +142,8 @@ def replay_times(trace_file: Path, library: str | None = None) -> ReplayTimes | 
         libs = list(dict.fromkeys(df["library"]))
     except Exception as exc:  # pyarrow raises several types for damaged files
         raise TraceError(f"{times}: not readable replay times ({exc})") from None
-    lib = library or (run_baseline(trace_file) if run_baseline(trace_file) in libs else libs[0])
+    baseline = run_baseline(trace_file)
+    lib = library or (baseline if baseline is not None and baseline in libs else str(libs[0]))
     sel = df[df["library"] == lib].sort_values("op")
     if sel.empty:
         raise ConfigError("--library", f"'{lib}' did not replay {trace_file.name}", f"use one of {libs}")

@@ -281,8 +281,8 @@ def interval_timeline(intervals: pd.DataFrame, label: str, max_events: int = MAX
         events += [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"{lib} · {track}"}},
                    {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}]
         lane_end: list[float] = []
-        for row in sub.itertuples(index=False):
-            t0, t1 = float(row.start_s), float(row.end_s)
+        starts, ends = sub["start_s"].to_numpy(dtype=float).tolist(), sub["end_s"].to_numpy(dtype=float).tolist()
+        for row, t0, t1 in zip(sub.itertuples(index=False), starts, ends, strict=True):
             k = next((k for k, e in enumerate(lane_end) if e <= t0), len(lane_end))
             lane_end[k:k + 1] = [t1]
             if budget.take():

@@ -41,7 +41,7 @@ class UtilisationRecorder:
         self._t = 0.0  # time from which the current state holds
         self.times: list[float] = []
         self.samples: list[np.ndarray] = []
-        self.phase_rows: list[tuple] = []
+        self.phase_rows: list[tuple[int, int, str, float, float, str]] = []  # PHASE_COLUMNS
 
     # ------------------------------------------------------------------ fluid hooks
     def started(self, act: Activity, now: float) -> None:

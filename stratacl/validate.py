@@ -30,8 +30,10 @@ import csv
 import functools
 import statistics
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Protocol
 
 from stratacl.compute import ComputeLowering
 from stratacl.fabric import Fabric
@@ -40,6 +42,17 @@ from stratacl.trace import Op
 TABLE = Path(__file__).parent / "data" / "kernels" / "validation.csv"
 ROLES = ("calibrate", "check")
 UNITS = {"TFLOPS": 1e12, "GBps": 1e9}
+
+
+class Measured(Protocol):
+    """What the figure plots of a row (this table's Row, validate_ops.OpRow)."""
+
+    @property
+    def group(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def measured(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -60,14 +73,20 @@ class Row:
     note: str = ""
 
 
+def _gemm(text: str) -> tuple[int, int, int, int]:
+    """One "MxNxKxC" entry of the gemms column."""
+    m, n, k, c = (int(x) for x in text.split("x"))
+    return m, n, k, c
+
+
 def load_table(path: str | Path = TABLE) -> list[Row]:
     rows = []
     with Path(path).open(newline="") as f:
         for r in csv.DictReader(f):
-            gemms = tuple(tuple(int(x) for x in g.split("x")) for g in r["gemms"].split(";") if g)
+            gemms = tuple(_gemm(g) for g in r["gemms"].split(";") if g)
             row = Row(r["id"], r["group"], r["role"], r["fabric"], r["kernel"], r["format"], r["core"],
                       gemms, float(r["flops"]), float(r["hbm_bytes"]), float(r["measured"]), r["unit"],
-                      r["source"], r.get("note", ""))  # type: ignore[arg-type]
+                      r["source"], r.get("note", ""))
             if row.role not in ROLES or row.unit not in UNITS:
                 raise ValueError(f"{path}: row {row.id}: role must be one of {ROLES}, unit one of {list(UNITS)}")
             rows.append(row)
@@ -80,7 +99,7 @@ def fabric_preset(name: str) -> Fabric:
     from hydra import compose, initialize_config_dir
 
     from stratacl.config import to_object
-    from stratacl.precheck import CONF
+    from stratacl.paths import CONF
 
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = to_object(compose("config", overrides=[f"fabric={name}"]))
@@ -138,7 +157,7 @@ def report(results: list[tuple[Row, float, float]]) -> str:
     return "\n".join(lines)
 
 
-def figure(results: list[tuple[Row, float, float]], out: Path) -> Path:
+def figure(results: Sequence[tuple[Measured, float, float]], out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -194,7 +213,8 @@ def _with(fabric: Fabric, kernel: str, values: dict[str, float]) -> Fabric:
         if key.startswith("compute_fraction."):
             kc.compute_fraction = {**kc.compute_fraction, key.split(".", 1)[1]: v}
         else:
-            kc = replace(kc, **{key: v})
+            change: dict[str, Any] = {key: v}
+            kc = replace(kc, **change)
     cfg.die.kernel.classes[kernel] = kc
     fab = copy.copy(fabric)
     fab.cfg = cfg
@@ -214,13 +234,14 @@ def fit(rows: list[Row]) -> dict[tuple[str, str], dict[str, float]]:
         if not cal:
             continue
         base = fabric_preset(fab_name)
-        def loss(x: np.ndarray, names=names, cal=cal, base=base, kernel=kernel) -> float:  # noqa: ANN001
+        def loss(x: np.ndarray, names: tuple[str, ...] = names, cal: list[Row] = cal, base: Fabric = base,
+                 kernel: str = kernel) -> float:
             vals = {n: float(v) for n, v in zip(names, x, strict=True)}
             # fractions in (0, 1]; k_fill and fill_us ≥ 0
             if any(v < 0 or ("fraction" in n and not 0 < v <= 1.0) for n, v in vals.items()):
                 return 1e9
             fab = _with(base, kernel, vals)
-            return sum(np.log(harness_value(r, fab) / r.measured) ** 2 for r in cal)
+            return float(sum(np.log(harness_value(r, fab) / r.measured) ** 2 for r in cal))
 
         x0 = np.array([{"k_fill": 64.0, "fill_us": 2.0}.get(n, 0.7) for n in names])
         res = minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-8, "maxiter": 4000})
@@ -255,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.operators:
         print(f"(DeepEP normal rows above EP {validate_ops.FAST_HT_EP}: --operators)")
     try:
-        print(f"\nfigure: {figure(results + ops, args.out)}")
+        print(f"\nfigure: {figure([*results, *ops], args.out)}")
     except ImportError:
         print("\nfigure skipped: needs matplotlib (pip install matplotlib)")
     return 0

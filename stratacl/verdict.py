@@ -41,29 +41,30 @@ def judge(metric: str, base: float | None, value: float | None) -> dict[str, Any
     """One metric of one library vs the baseline: ratio, relative change and better/worse/tie."""
     info = d.info(metric)
     base, value = _num(base), _num(value)
-    out = {"metric": metric, "better": info.better, "unit": info.unit, "baseline": base, "value": value,
-           "ratio": None, "change": None, "outcome": "missing"}
+    out: dict[str, Any] = {"metric": metric, "better": info.better, "unit": info.unit, "baseline": base,
+                           "value": value, "ratio": None, "change": None, "outcome": "missing"}
     if base is None or value is None:
         return out
     if base == 0:
         out["outcome"] = "tie" if value == 0 else ("better" if (value > 0) == (info.better == "higher")
                                                     else "worse")
         return out if info.better else {**out, "outcome": "context"}
+    change = value / base - 1
     out["ratio"] = value / base
-    out["change"] = value / base - 1
+    out["change"] = change
     if info.better is None:
         out["outcome"] = "context"
-    elif abs(out["change"]) <= info.tie:
+    elif abs(change) <= info.tie:
         out["outcome"] = "tie"
     else:
-        out["outcome"] = "better" if (out["change"] > 0) == (info.better == "higher") else "worse"
+        out["outcome"] = "better" if (change > 0) == (info.better == "higher") else "worse"
     return out
 
 
 def _speedup(j: dict[str, Any]) -> float | None:
     """How many times better (>1) or worse (<1) a judged metric is, whatever its direction (None
     when a value is 0: no finite factor)."""
-    r = j["ratio"]
+    r: float | None = j["ratio"]
     if not r:
         return None
     return r if j["better"] == "higher" else 1 / r

@@ -18,8 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import count
+from typing import TYPE_CHECKING
 
 import simpy
+
+if TYPE_CHECKING:
+    from stratacl.utilisation import UtilisationRecorder
 
 EPS = 1e-12
 # Bound on the solve memo (component descriptors -> rates). An entry took ≈ 1.2 KB with descriptor
@@ -116,7 +120,7 @@ class FluidSystem:
         self._uid = count()
         self.solves = 0
         self.max_violation = 0.0  # worst capacity excess seen in check mode
-        self.recorder = None  # opt-in stratacl.utilisation.UtilisationRecorder (None: no cost)
+        self.recorder: UtilisationRecorder | None = None  # opt-in (None: no cost)
 
     # ------------------------------------------------------------------ ranksets
     def rankset(self, ranks: tuple[int, ...]) -> int:
@@ -335,11 +339,11 @@ class FluidSystem:
                         a = by_uid[u]
                         a.cap = min(a.cap, 1.0 / held)
             for t, mem in loads.items():
-                h = holds.get(t)
-                if h is None:
+                held_t = holds.get(t)
+                if held_t is None:
                     res = 1.0
                 else:
-                    res = 1.0 - h
+                    res = 1.0 - held_t
                     if not res > 0.0:  # max(0.0, 1.0 - held)
                         res = 0.0
                 tot = sum(mem.values()) if len(mem) > 1 else next(iter(mem.values()))

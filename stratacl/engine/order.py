@@ -108,4 +108,4 @@ def op_predecessors(trace: Trace) -> list[list[int]]:
     return merged
 
 
-_MEMO: dict[int, tuple[weakref.ref, int, list[list[int]]]] = {}
+_MEMO: dict[int, tuple[weakref.ref[Trace], int, list[list[int]]]] = {}

@@ -21,7 +21,7 @@ import simpy
 
 from stratacl.accounting import Exposure, exposure
 from stratacl.compute import ComputeLowering
-from stratacl.engine.fluid import FluidSystem
+from stratacl.engine.fluid import Activity, FluidSystem
 from stratacl.engine.order import op_predecessors
 from stratacl.errors import TraceError
 from stratacl.fabric import R
@@ -205,12 +205,12 @@ class Replay:
         roles = self._roles(i)
         entries = [(roles[role], r, s) for role, r, s in ph.loads]
         holds = [(roles[role], r, h) for role, r, h in ph.holds]
-        box: list = []
+        box: list[Activity] = []
         act = self.fluid.start(entries, holds, ph.min_time_s,
                                lambda: self._phase_done(i, phases, k, t0, box[0]))
         box.append(act)
 
-    def _phase_done(self, i: int, phases: list[Phase], k: int, t0: float, act) -> None:  # noqa: ANN001
+    def _phase_done(self, i: int, phases: list[Phase], k: int, t0: float, act: Activity | None) -> None:
         ph = phases[k]
         dt = self.env.now - t0
         if ph.parts:  # a merged delay: exact parts, each in its category
