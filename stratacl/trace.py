@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from stratacl.errors import TraceError
 from stratacl.vocab import KernelClass, MoeMode
@@ -193,15 +196,18 @@ class Trace:
 
     def add(self, kind: str, ranks: Iterable[int], **payload: object) -> int:
         op_id = len(self.ops)
+        # Op fields from whatever the workload passed (scalars, lists, arrays), normalised here and
+        # checked by validate()
+        values: dict[str, Any] = dict(payload)
         for key in _VEC_FIELDS:
-            if key in payload:
-                payload[key] = self.share(_as_vec(payload[key]))
+            if key in values:
+                values[key] = self.share(_as_vec(values[key]))
         for key in ("deps", "src", "dst"):
-            if key in payload:
-                payload[key] = tuple(int(x) for x in payload[key])  # type: ignore[union-attr]
-        if "gemms" in payload:
-            payload["gemms"] = _as_gemms(payload["gemms"])
-        self.ops.append(Op(id=op_id, kind=kind, ranks=tuple(int(r) for r in ranks), **payload))
+            if key in values:
+                values[key] = tuple(int(x) for x in values[key])
+        if "gemms" in values:
+            values["gemms"] = _as_gemms(values["gemms"])
+        self.ops.append(Op(id=op_id, kind=kind, ranks=tuple(int(r) for r in ranks), **values))
         return op_id
 
     def share(self, vec: Vec) -> Vec:
@@ -349,7 +355,7 @@ class Trace:
             raise bad(f"peer '{op.peer}' / direction '{op.direction}': a memcpy's peer is one of "
                       f"{HOST_PEERS}, its direction one of {DIRECTIONS}")
 
-    def _validate_collective(self, op: Op, families: set[str], bad) -> None:  # noqa: ANN001
+    def _validate_collective(self, op: Op, families: set[str], bad: Callable[[str], TraceError]) -> None:
         if op.coll not in COLLECTIVES:
             raise bad(f"unknown collective '{op.coll}' (use one of {COLLECTIVES})")
         if op.comm not in self.communicators and op.comm not in families:
@@ -376,7 +382,7 @@ class Trace:
             raise bad("alltoallv needs peer_bytes (group-local n×n matrix)")
 
     # ------------------------------------------------------------------ parquet I/O
-    def to_frame(self):  # noqa: ANN201 - pandas.DataFrame
+    def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         cols = {f.name: [getattr(op, f.name) for op in self.ops] for f in fields(Op)}
@@ -478,7 +484,7 @@ def moe_shape_from(saved: str | None, meta: dict[str, Any]) -> MoeShape | None:
 _SHARE_LEN = 64  # vectors longer than this are shared between ops (a dispatch's routing tables)
 
 
-class SharedVec(tuple):
+class SharedVec(tuple[float, ...]):
     """A long op vector many ops carry (an EP-64 dispatch's routing tables hold 8,128 numbers, the
     same for every micro-batch of a layer): stored once per trace, and hashing once, since the
     library's per-op lowering cache keys on it."""
@@ -505,17 +511,17 @@ def _as_vec(value: object) -> Vec:
     return tuple(np.asarray(value, dtype=float).ravel().tolist())  # tolist: Python floats, in C
 
 
-def _as_gemms(value: object) -> tuple[tuple[int, int, int, int], ...]:
+def _as_gemms(value: Iterable[Iterable[float]]) -> tuple[tuple[float, ...], ...]:
     """(m, n, k, count) tuples as ints; a non-integral or wrongly sized entry is kept as it is so
     validation names the op."""
-    out = []
-    for g in value:  # type: ignore[union-attr]
-        g = tuple(g)
+    out: list[tuple[float, ...]] = []
+    for entry in value:
+        g = tuple(entry)
         try:
             out.append(tuple(int(x) for x in g) if all(float(x).is_integer() for x in g) else g)
         except (TypeError, ValueError, OverflowError):
             out.append(g)
-    return tuple(out)  # type: ignore[return-value]
+    return tuple(out)
 
 
 def stream_predecessors(trace: Trace) -> list[list[int]]:
