@@ -11,6 +11,7 @@ class they check (sparse attention against the dense classes) or another die.
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -21,21 +22,22 @@ FA3 = ("FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608) Fig. 5 forwa
        "head dim 128, H100 SXM5 BF16 (bar labels; H800 = H100 SXM compute and HBM)")
 COLS = ("id", "group", "role", "fabric", "kernel", "format", "core", "gemms", "flops", "hbm_bytes",
         "measured", "unit", "source", "note")
+TableRow = dict[str, object]  # one validation.csv row by column (COLS)
 
 
-def gemms_str(gemms):
+def gemms_str(gemms: Iterable[tuple[int, int, int, int]]) -> str:
     return ";".join("x".join(str(x) for x in g) for g in gemms)
 
 
-def by_rule(rows):
+def by_rule(rows: list[TableRow]) -> list[TableRow]:
     """Every third row of a group (in source order) checks; the others calibrate."""
     for i, r in enumerate(rows):
         r.setdefault("role", "check" if i % 3 == 2 else "calibrate")
     return rows
 
 
-def deepgemm():
-    groups = {}
+def deepgemm() -> list[TableRow]:
+    groups: dict[str, list[TableRow]] = {}
     with (HERE / "deepgemm_h800_fp8.csv").open() as f:
         for r in csv.DictReader(f):
             g, m, n, k = int(r["groups"]), int(r["m_per_group"]), int(r["n"]), int(r["k"])
@@ -51,8 +53,8 @@ def deepgemm():
     return [r for rows in groups.values() for r in by_rule(rows)]
 
 
-def fa3():
-    rows = []
+def fa3() -> list[TableRow]:
+    rows: list[TableRow] = []
     for s, tf in ((512, 467), (1024, 565), (2048, 625), (4096, 638), (8192, 646), (16384, 648)):
         b, h, d = 16384 // s, 16, 128  # FA3's benchmark: batch·seqlen = 16k, hidden = heads·hdim = 2048
         rows.append({"id": f"fa3_fwd_hd128_s{s}", "group": "h800 bf16 attention_prefill", "fabric": "hgx_h800",
@@ -64,7 +66,7 @@ def fa3():
     return by_rule(rows)
 
 
-def mla_decode(b, s_q, h_q, kv, kv_elt):
+def mla_decode(b: int, s_q: int, h_q: int, kv: int, kv_elt: int) -> tuple[str, int, int]:
     """Absorbed MLA decode: the query heads of a token share one latent KV head (d_qk 576, d_v 512),
     so they are the m rows of one matmul per (batch, query token)."""
     m = s_q * h_q
@@ -74,8 +76,8 @@ def mla_decode(b, s_q, h_q, kv, kv_elt):
     return gemms_str(gemms), flops, hbm
 
 
-def flashmla():
-    rows = []
+def flashmla() -> list[TableRow]:
+    rows: list[TableRow] = []
     for name, shape, value, unit, stated in (
             ("memory_bound", (128, 1, 16), 3000.0, "GBps", "'up to 3000 GB/s memory-bound'; shape ASSUMED "
              "(not stated): batch 128, 1 query token, 16 heads (TP 8), kv 8192, BF16 latent KV"),
