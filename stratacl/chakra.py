@@ -109,6 +109,7 @@ import json
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,9 @@ from stratacl.chakra_export import (  # noqa: F401 - SCHEMA, comm_size, export_c
     ET_FILE,
     READS,
     SCHEMA,
+    attr_float,
+    attr_int,
+    attr_list,
     chakra_pb,
     check_prefix,
     comm_size,
@@ -215,7 +219,7 @@ def import_chakra(path: str | Path, merge: bool = True) -> Trace:
         raise TraceError(f"{next(iter(files.values()))}: written by an older export ({schema}: other "
                          f"comm_size meaning and group ids); export the trace again")
     if schema in READS:
-        _check_rank_files(files, int(meta.get("stratacl_world_size", 0)))  # type: ignore[call-overload]
+        _check_rank_files(files, attr_int(meta.get("stratacl_world_size", 0)))
         trace = _import_own(meta, {r: nodes for r, (_, nodes) in ranks.items()})
     else:
         groups = _comm_groups(next(iter(files.values())))
@@ -235,7 +239,8 @@ def _check_rank_files(files: dict[int, Path], world: int) -> None:
     missing = [r for r in range(world) if r not in files]
     if missing:
         some = next(iter(files.values()))
-        prefix = ET_FILE.match(some.name)["prefix"]  # type: ignore[index]
+        m = ET_FILE.match(some.name)  # et_files only lists names that match
+        prefix = m["prefix"] if m else some.name
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise TraceError(f"rank file {some.parent / f'{prefix}.{missing[0]}.et'} is missing{more}: the set "
                          f"has ranks {_spans(sorted(files))} of {world}")
@@ -247,7 +252,8 @@ def _spans(ranks: list[int]) -> str:
     for a, b in zip(ranks, [*ranks[1:], None], strict=True):
         if b != a + 1:
             out.append(f"{start}-{a}" if a > start else f"{a}")
-            start = b  # type: ignore[assignment]
+            if b is not None:
+                start = b
     return ", ".join(out)
 
 
@@ -287,7 +293,7 @@ def _moe_shape(meta: dict[str, object]) -> MoeShape | None:
 def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) -> Trace:
     """Rebuild a harness export from its `stratacl_*` attributes (ops keep their ids)."""
     comms = {k: tuple(v) for k, v in json.loads(str(meta["stratacl_communicators"])).items()}
-    trace = Trace(world_size=int(meta["stratacl_world_size"]), communicators=comms,  # type: ignore[arg-type]
+    trace = Trace(world_size=attr_int(meta["stratacl_world_size"]), communicators=comms,
                   meta=json.loads(str(meta.get("stratacl_meta", "{}"))),
                   buffers={k: _allocs(v) for k, v in json.loads(str(meta.get("stratacl_buffers", "{}"))).items()},
                   stream_cores={k: (int(v[0]), int(v[1]))
@@ -298,7 +304,7 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
         for node in nodes:
             a = node_attrs(node)
             if not a.get("stratacl_idle"):
-                by_op[int(a["stratacl_op"])].append((r, node, a))  # type: ignore[arg-type]
+                by_op[attr_int(a["stratacl_op"])].append((r, node, a))
     dropped = {int(d["id"]): d for d in json.loads(str(meta.get("stratacl_dropped", "[]")))}
     n_ops = len(by_op) + len(dropped)
     if sorted([*by_op, *dropped]) != list(range(n_ops)):
@@ -309,41 +315,42 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
             continue
         members = by_op[op_id]
         node, a = members[0][1], members[0][2]
-        pos = {r: int(x["stratacl_rank_pos"]) for r, _, x in members}  # type: ignore[arg-type]
+        pos = {r: attr_int(x["stratacl_rank_pos"]) for r, _, x in members}
         op_ranks = tuple(sorted(pos, key=pos.__getitem__))
         first = {r: _unfloored(x) for r, _, x in reversed(members)}  # p2p: any node of the rank will do
         kind = str(a["stratacl_kind"])
         op = Op(id=op_id, kind=kind, ranks=op_ranks, name="" if a.get("stratacl_unnamed") else node.name,
-                stream=str(a["stratacl_stream"]), deps=tuple(int(d) for d in a.get("stratacl_deps", [])),  # type: ignore[union-attr]
-                buffer=str(a.get("stratacl_buffer", "")), fixed_time_s=float(a.get("stratacl_fixed_time_s", 0.0)))  # type: ignore[arg-type]
+                stream=str(a["stratacl_stream"]), deps=tuple(attr_int(d) for d in attr_list(a.get("stratacl_deps", []))),
+                buffer=str(a.get("stratacl_buffer", "")), fixed_time_s=attr_float(a.get("stratacl_fixed_time_s", 0.0)))
         if kind == "compute":
-            vf = [float(first[r].get("stratacl_vector_flops", 0.0)) for r in op_ranks]  # type: ignore[arg-type]
-            op.flops = _vec([float(first[r]["num_ops"]) - round(v) for r, v in zip(op_ranks, vf, strict=True)])  # type: ignore[arg-type]
+            vf = [attr_float(first[r].get("stratacl_vector_flops", 0.0)) for r in op_ranks]
+            op.flops = _vec([attr_float(first[r]["num_ops"]) - round(v) for r, v in zip(op_ranks, vf, strict=True)])
             op.vector_flops = _vec(vf)
             op.hbm_bytes = _vec([first[r]["tensor_size"] for r in op_ranks])
             op.core = str(a["stratacl_core"])
             op.dtype = str(a.get("stratacl_dtype", ""))
-            op.block_dim = int(a.get("stratacl_block_dim", 0))  # type: ignore[call-overload]
+            op.block_dim = attr_int(a.get("stratacl_block_dim", 0))
             op.kernel = str(a.get("stratacl_kernel", ""))
-            flat = [int(x) for x in a.get("stratacl_gemms", [])]  # type: ignore[union-attr]
+            flat = [attr_int(x) for x in attr_list(a.get("stratacl_gemms", []))]
             if len(flat) % 4:
                 raise TraceError(f"op {op_id}: stratacl_gemms has {len(flat)} values, not 4 per matmul")
-            op.gemms = tuple(tuple(flat[i:i + 4]) for i in range(0, len(flat), 4))  # type: ignore[misc]
+            op.gemms = tuple((flat[i], flat[i + 1], flat[i + 2], flat[i + 3]) for i in range(0, len(flat), 4))
         elif kind == "memcpy":
-            op.nbytes = _vec([float(first[r]["tensor_size"]) / 2 for r in op_ranks])  # type: ignore[arg-type]
+            op.nbytes = _vec([attr_float(first[r]["tensor_size"]) / 2 for r in op_ranks])
         elif kind == "collective":
             op.coll, op.comm = str(a["stratacl_coll"]), str(a["stratacl_comm"])
             op.moe_mode = str(a.get("stratacl_moe_mode", ""))
             op.nbytes = _vec([first[r]["stratacl_nbytes"] for r in op_ranks])
             if "stratacl_peer_bytes" in a:  # one group's rows make the shared group-local matrix
                 pg = comms_by_pg(comms)[str(a["pg_name"])]
-                op.peer_bytes = tuple(float(v) for r in pg for v in first[r]["stratacl_peer_bytes"])  # type: ignore[union-attr]
+                op.peer_bytes = tuple(attr_float(v) for r in pg for v in attr_list(first[r]["stratacl_peer_bytes"]))
             if "stratacl_group_tokens" in a:  # as peer_bytes: one group's rows
                 pg = comms_by_pg(comms)[str(a["pg_name"])]
                 op.group_tokens = trace.share(group_tokens_from_rows(
-                    [tuple(first[r]["stratacl_group_tokens"]) for r in pg]))  # type: ignore[arg-type]
+                    [tuple(attr_float(v) for v in attr_list(first[r]["stratacl_group_tokens"])) for r in pg]))
         else:
-            pairs = sorted((int(x["stratacl_pair"]), int(x["comm_src"]), int(x["comm_dst"]), x["comm_size"])  # type: ignore[arg-type]
+            pairs = sorted((attr_int(x["stratacl_pair"]), attr_int(x["comm_src"]), attr_int(x["comm_dst"]),
+                            attr_float(x["comm_size"]))
                            for _, n, x in members if n.type == chakra_pb()[0].COMM_SEND_NODE)
             op.src = tuple(p[1] for p in pairs)
             op.dst = tuple(p[2] for p in pairs)
@@ -360,9 +367,9 @@ def _unfloored(a: dict[str, object]) -> dict[str, object]:
     return a
 
 
-def _allocs(value: object) -> Any:
+def _allocs(value: object) -> tuple[int, ...]:
     """Buffer allocation ops: a list of op ids (older traces: one id)."""
-    return tuple(int(v) for v in value) if isinstance(value, list) else (int(value),)  # type: ignore[arg-type]
+    return tuple(attr_int(v) for v in value) if isinstance(value, list) else (attr_int(value),)
 
 
 def comms_by_pg(comms: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
@@ -371,18 +378,50 @@ def comms_by_pg(comms: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]
 
 
 def _vec(values: Iterable[object]) -> tuple[float, ...]:
-    vals = tuple(float(v) for v in values)  # type: ignore[arg-type]
+    vals = tuple(attr_float(v) for v in values)
     return vals[:1] if vals and all(v == vals[0] for v in vals) else vals
+
+
+@dataclass(frozen=True, slots=True)
+class _Coll:
+    """The k-th collective issued on process group `pg` ("" = all ranks): one op on all members."""
+
+    pg: str
+    k: int
+
+
+@dataclass(frozen=True, slots=True)
+class _P2p:
+    """The k-th SEND / RECV pair src -> dst with `tag`."""
+
+    src: int
+    dst: int
+    tag: int
+    k: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """A COMP / MEM node: merged across ranks by (id, type, name), or one rank's (`rank`)."""
+
+    id: int
+    type: int
+    name: str
+    rank: int | None
+
+
+_OpKey = _Coll | _P2p | _Node
+_Member = tuple[int, Any, dict[str, object]]  # (rank, Chakra node, its attributes)
 
 
 def _import_foreign(nodes_by_rank: dict[int, list[Any]], pg_ranks: dict[str, tuple[int, ...]],
                     merge: bool) -> Trace:
     pb = chakra_pb()[0]
     world = max(nodes_by_rank) + 1
-    key_of: dict[tuple[int, int], tuple] = {}  # (rank, node id) -> op key
-    members: dict[tuple, list[tuple[int, Any, dict[str, object]]]] = defaultdict(list)
+    key_of: dict[tuple[int, int], _OpKey] = {}  # (rank, node id) -> op key
+    members: dict[_OpKey, list[_Member]] = defaultdict(list)
     for r, nodes in nodes_by_rank.items():
-        seen: dict[tuple, int] = defaultdict(int)
+        seen: dict[tuple[str | int | bool, ...], int] = defaultdict(int)  # issued per group / pair end
         for node in nodes:
             a = node_attrs(node)
             if a.get("stratacl_idle"):  # placeholder of a rank with no work (export)
@@ -404,29 +443,30 @@ def _import_foreign(nodes_by_rank: dict[int, list[Any]], pg_ranks: dict[str, tup
     return trace
 
 
-def _foreign_key(pb: Any, r: int, node: Any, a: dict[str, object], seen: dict[tuple, int],
-                 merge: bool) -> tuple:
+def _foreign_key(pb: Any, r: int, node: Any, a: dict[str, object], seen: dict[tuple[str | int | bool, ...], int],
+                 merge: bool) -> _OpKey:
     t = node.type
     if t == pb.COMM_COLL_NODE:
         pg = str(a.get("pg_name", ""))
         pg = "" if pg == "0" else pg  # ASTRA-sim: "" and "0" both mean all ranks
         k = seen[("coll", pg)]
         seen[("coll", pg)] += 1
-        return ("coll", pg, k)  # the k-th collective on a process group is one op on all members
+        return _Coll(pg, k)
     if t in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
-        src = int(a.get("comm_src", r if t == pb.COMM_SEND_NODE else -1))  # type: ignore[arg-type]
-        dst = int(a.get("comm_dst", r if t == pb.COMM_RECV_NODE else -1))  # type: ignore[arg-type]
+        src = attr_int(a.get("comm_src", r if t == pb.COMM_SEND_NODE else -1))
+        dst = attr_int(a.get("comm_dst", r if t == pb.COMM_RECV_NODE else -1))
         if src < 0 or dst < 0:
             raise TraceError(f"rank {r}: Chakra node {node.id} '{node.name}' lacks comm_src/comm_dst")
-        pair = ("p2p", src, dst, int(a.get("comm_tag", 0)), t == pb.COMM_SEND_NODE)  # type: ignore[arg-type]
-        k = seen[pair]
-        seen[pair] += 1
-        return ("p2p", src, dst, pair[3], k)
-    return ("node", node.id, t, node.name) if merge else ("node", node.id, t, node.name, r)
+        tag = attr_int(a.get("comm_tag", 0))
+        end = ("p2p", src, dst, tag, t == pb.COMM_SEND_NODE)
+        k = seen[end]
+        seen[end] += 1
+        return _P2p(src, dst, tag, k)
+    return _Node(node.id, t, node.name, None if merge else r)
 
 
-def _foreign_preds(pb: Any, members: dict[tuple, list], key_of: dict[tuple[int, int], tuple],
-                   nodes: dict[tuple[int, int], Any]) -> dict[tuple, set[tuple]]:
+def _foreign_preds(pb: Any, members: dict[_OpKey, list[_Member]], key_of: dict[tuple[int, int], _OpKey],
+                   nodes: dict[tuple[int, int], Any]) -> dict[_OpKey, set[_OpKey]]:
     """The ops each op waits for, with ASTRA-sim's point-to-point semantics (`Workload.cc`
     `issue_send_comm`, analytical `CommonNetworkApi.cc` `sim_send` / `sim_recv`): a SEND starts
     its transfer when the sender's dependencies are done, whether or not the receiver has posted
@@ -434,10 +474,10 @@ def _foreign_preds(pb: Any, members: dict[tuple, list], key_of: dict[tuple[int, 
     only for its SEND node's dependencies, and a node after a RECV waits for the p2p op and for the
     RECV's dependencies. (Waiting for both ends, as before, turns a ring in which every rank sends
     before it receives — MSCCL-style custom collectives — into a dependency cycle.)"""
-    expanded: dict[tuple[int, int], set[tuple]] = {}
+    expanded: dict[tuple[int, int], set[_OpKey]] = {}
 
-    def after(r: int, node: Any) -> set[tuple]:  # ops that end before `node` may start on rank r
-        out: set[tuple] = set()
+    def after(r: int, node: Any) -> set[_OpKey]:  # ops that end before `node` may start on rank r
+        out: set[_OpKey] = set()
         for d in (*node.data_deps, *node.ctrl_deps):
             dep = key_of.get((r, d))
             if dep is None:
@@ -454,14 +494,14 @@ def _foreign_preds(pb: Any, members: dict[tuple, list], key_of: dict[tuple[int, 
         if node.type == pb.COMM_RECV_NODE and (r, nid) not in expanded and (r, nid) in key_of:
             expanded[(r, nid)] = set()
             expanded[(r, nid)] = after(r, node)
-    preds: dict[tuple, set[tuple]] = {}
+    preds: dict[_OpKey, set[_OpKey]] = {}
     for key, ms in members.items():
-        waiting = [m for m in ms if key[0] != "p2p" or m[1].type == pb.COMM_SEND_NODE]
-        preds[key] = set().union(*(after(r, node) for r, node, _ in waiting)) - {key}
+        waiting = [m for m in ms if not isinstance(key, _P2p) or m[1].type == pb.COMM_SEND_NODE]
+        preds[key] = set[_OpKey]().union(*(after(r, node) for r, node, _ in waiting)) - {key}
     return preds
 
 
-def _foreign_order(members: dict[tuple, list], preds: dict[tuple, set[tuple]]) -> list[tuple]:
+def _foreign_order(members: dict[_OpKey, list[_Member]], preds: dict[_OpKey, set[_OpKey]]) -> list[_OpKey]:
     keys = list(members)
     idx = {k: i for i, k in enumerate(keys)}
     order = topological([sorted(idx[p] for p in preds[k]) for k in keys])
@@ -473,40 +513,40 @@ def _foreign_order(members: dict[tuple, list], preds: dict[tuple, set[tuple]]) -
     return [keys[i] for i in order]
 
 
-def _foreign_op(pb: Any, trace: Trace, op_id: int, key: tuple, ms: list, deps: tuple[int, ...],
+def _foreign_op(pb: Any, trace: Trace, op_id: int, key: _OpKey, ms: list[_Member], deps: tuple[int, ...],
                 world: int) -> Op:
     ms = sorted(ms, key=lambda m: m[0])
     r0, node0, a0 = ms[0]
     ranks = tuple(r for r, _, _ in ms)
     where = f"rank {r0}: Chakra node {node0.id} '{node0.name}'"
-    if key[0] == "coll":
-        ctype = pb.CollectiveCommType.Name(int(a0.get("comm_type", 0)))  # type: ignore[arg-type]
+    if isinstance(key, _Coll):
+        ctype = pb.CollectiveCommType.Name(attr_int(a0.get("comm_type", 0)))
         if ctype not in CHAKRA_TO_COLL:
             raise TraceError(f"{where}: collective {ctype} has no harness equivalent "
                              f"(supported: {sorted(CHAKRA_TO_COLL)})")
-        pg = key[1]
+        pg = key.pg
         comm = f"pg[{pg}]" if pg else "world"
         if comm not in trace.communicators:
             trace.add_communicator(comm, ranks if pg else range(world))
         n, coll = len(trace.communicators[comm]), CHAKRA_TO_COLL[ctype]
-        nbytes = [0.0 if ctype == "BARRIER" else harness_nbytes(coll, float(a.get("comm_size", 0)), n)  # type: ignore[arg-type]
+        nbytes = [0.0 if ctype == "BARRIER" else harness_nbytes(coll, attr_float(a.get("comm_size", 0)), n)
                   for _, _, a in ms]
         return Op(id=op_id, kind="collective", ranks=ranks, name=node0.name, stream=f"comm:{pg or 'world'}",
                   deps=deps, coll=coll, comm=comm, nbytes=_vec(nbytes))
-    if key[0] == "p2p":
+    if isinstance(key, _P2p):
         sends = [m for m in ms if m[1].type == pb.COMM_SEND_NODE]
         if len(sends) != 1 or len(ms) != 2:
-            raise TraceError(f"{where}: SEND {key[1]}->{key[2]} tag {key[3]} has no matching RECV")
-        size = float(sends[0][2].get("comm_size", 0))  # type: ignore[arg-type]
-        return Op(id=op_id, kind="p2p", ranks=(key[1], key[2]), name=node0.name,  # one FIFO per pair
-                  stream=f"p2p:{key[1]}->{key[2]}", deps=deps, src=(key[1],), dst=(key[2],), nbytes=(size,))
-    fixed = max(float(a.get("stratacl_duration_s", n.duration_micros * 1e-6)) for _, n, a in ms)  # type: ignore[arg-type]
+            raise TraceError(f"{where}: SEND {key.src}->{key.dst} tag {key.tag} has no matching RECV")
+        size = attr_float(sends[0][2].get("comm_size", 0))
+        return Op(id=op_id, kind="p2p", ranks=(key.src, key.dst), name=node0.name,  # one FIFO per pair
+                  stream=f"p2p:{key.src}->{key.dst}", deps=deps, src=(key.src,), dst=(key.dst,), nbytes=(size,))
+    fixed = max(attr_float(a.get("stratacl_duration_s", n.duration_micros * 1e-6)) for _, n, a in ms)
     if node0.type in (pb.MEM_LOAD_NODE, pb.MEM_STORE_NODE):
         return Op(id=op_id, kind="memcpy", ranks=ranks, name=node0.name, stream="compute", deps=deps,
-                  nbytes=_vec(float(a.get("tensor_size", 0)) for _, _, a in ms))  # type: ignore[arg-type]
+                  nbytes=_vec(a.get("tensor_size", 0) for _, _, a in ms))
     return Op(id=op_id, kind="compute", ranks=ranks, name=node0.name, stream="compute", deps=deps,
-              flops=_vec(float(a.get("num_ops", 0)) for _, _, a in ms),  # type: ignore[arg-type]
-              hbm_bytes=_vec(float(a.get("tensor_size", 0)) for _, _, a in ms),  # type: ignore[arg-type]
+              flops=_vec(a.get("num_ops", 0) for _, _, a in ms),
+              hbm_bytes=_vec(a.get("tensor_size", 0) for _, _, a in ms),
               core=str(a0.get("stratacl_core", "cube")), fixed_time_s=fixed)
 
 

@@ -48,10 +48,24 @@ def chakra_pb() -> tuple[Any, Any]:
 # --------------------------------------------------------------------------- attributes
 
 
-def _as_int(name: str, value: object) -> int:
-    if isinstance(value, int | float | np.integer | np.floating):
+def attr_int(value: object) -> int:
+    """An attribute value as an integer (writers differ in the oneof type they pick)."""
+    if isinstance(value, int | float | str | np.integer | np.floating):
         return int(value)
-    raise TypeError(f"{name}={value!r} is not a number")
+    raise TypeError(f"attribute value {value!r} is not a number")
+
+
+def attr_float(value: object) -> float:
+    if isinstance(value, int | float | str | np.integer | np.floating):
+        return float(value)
+    raise TypeError(f"attribute value {value!r} is not a number")
+
+
+def attr_list(value: object) -> list[object]:
+    """A list attribute's values (`node_attrs` gives *_list oneofs as lists)."""
+    if isinstance(value, list | tuple):
+        return list(value)
+    raise TypeError(f"attribute value {value!r} is not a list")
 
 
 def _attr(pb: Any, name: str, value: object) -> Any:
@@ -347,9 +361,9 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
             a["stratacl_duration_s"] = seconds
         for key, value in {**common, **a}.items():
             if key in ("comm_src", "comm_dst", "comm_tag"):  # ASTRA-sim reads these as int32
-                node.attr.append(pb.AttributeProto(name=key, int32_val=_as_int(key, value)))
+                node.attr.append(pb.AttributeProto(name=key, int32_val=attr_int(value)))
             elif key in ("num_ops", "tensor_size"):  # uint64 as Chakra's own generator writes them
-                node.attr.append(pb.AttributeProto(name=key, uint64_val=_as_int(key, value)))
+                node.attr.append(pb.AttributeProto(name=key, uint64_val=attr_int(value)))
             else:
                 node.attr.append(_attr(pb, key, value))
         nodes.append(node)
