@@ -134,6 +134,7 @@ from stratacl.chakra_export import (  # noqa: F401 - SCHEMA, comm_size, export_c
 from stratacl.errors import HarnessError, TraceError
 from stratacl.run_traces import replay_times, saved_traces
 from stratacl.trace import MoeShape, Op, Trace
+from stratacl.vocab import CoreKind, OpKind
 
 # --------------------------------------------------------------------------- import
 
@@ -322,7 +323,7 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
         op = Op(id=op_id, kind=kind, ranks=op_ranks, name="" if a.get("stratacl_unnamed") else node.name,
                 stream=str(a["stratacl_stream"]), deps=tuple(attr_int(d) for d in attr_list(a.get("stratacl_deps", []))),
                 buffer=str(a.get("stratacl_buffer", "")), fixed_time_s=attr_float(a.get("stratacl_fixed_time_s", 0.0)))
-        if kind == "compute":
+        if kind == OpKind.compute:
             vf = [attr_float(first[r].get("stratacl_vector_flops", 0.0)) for r in op_ranks]
             op.flops = _vec([attr_float(first[r]["num_ops"]) - round(v) for r, v in zip(op_ranks, vf, strict=True)])
             op.vector_flops = _vec(vf)
@@ -335,9 +336,9 @@ def _import_own(meta: dict[str, object], nodes_by_rank: dict[int, list[Any]]) ->
             if len(flat) % 4:
                 raise TraceError(f"op {op_id}: stratacl_gemms has {len(flat)} values, not 4 per matmul")
             op.gemms = tuple((flat[i], flat[i + 1], flat[i + 2], flat[i + 3]) for i in range(0, len(flat), 4))
-        elif kind == "memcpy":
+        elif kind == OpKind.memcpy:
             op.nbytes = _vec([attr_float(first[r]["tensor_size"]) / 2 for r in op_ranks])
-        elif kind == "collective":
+        elif kind == OpKind.collective:
             op.coll, op.comm = str(a["stratacl_coll"]), str(a["stratacl_comm"])
             op.moe_mode = str(a.get("stratacl_moe_mode", ""))
             op.nbytes = _vec([first[r]["stratacl_nbytes"] for r in op_ranks])
@@ -531,23 +532,23 @@ def _foreign_op(pb: Any, trace: Trace, op_id: int, key: _OpKey, ms: list[_Member
         n, coll = len(trace.communicators[comm]), CHAKRA_TO_COLL[ctype]
         nbytes = [0.0 if ctype == "BARRIER" else harness_nbytes(coll, attr_float(a.get("comm_size", 0)), n)
                   for _, _, a in ms]
-        return Op(id=op_id, kind="collective", ranks=ranks, name=node0.name, stream=f"comm:{pg or 'world'}",
+        return Op(id=op_id, kind=OpKind.collective.value, ranks=ranks, name=node0.name, stream=f"comm:{pg or 'world'}",
                   deps=deps, coll=coll, comm=comm, nbytes=_vec(nbytes))
     if isinstance(key, _P2p):
         sends = [m for m in ms if m[1].type == pb.COMM_SEND_NODE]
         if len(sends) != 1 or len(ms) != 2:
             raise TraceError(f"{where}: SEND {key.src}->{key.dst} tag {key.tag} has no matching RECV")
         size = attr_float(sends[0][2].get("comm_size", 0))
-        return Op(id=op_id, kind="p2p", ranks=(key.src, key.dst), name=node0.name,  # one FIFO per pair
+        return Op(id=op_id, kind=OpKind.p2p.value, ranks=(key.src, key.dst), name=node0.name,  # one FIFO per pair
                   stream=f"p2p:{key.src}->{key.dst}", deps=deps, src=(key.src,), dst=(key.dst,), nbytes=(size,))
     fixed = max(attr_float(a.get("stratacl_duration_s", n.duration_micros * 1e-6)) for _, n, a in ms)
     if node0.type in (pb.MEM_LOAD_NODE, pb.MEM_STORE_NODE):
-        return Op(id=op_id, kind="memcpy", ranks=ranks, name=node0.name, stream="compute", deps=deps,
+        return Op(id=op_id, kind=OpKind.memcpy.value, ranks=ranks, name=node0.name, stream="compute", deps=deps,
                   nbytes=_vec(a.get("tensor_size", 0) for _, _, a in ms))
-    return Op(id=op_id, kind="compute", ranks=ranks, name=node0.name, stream="compute", deps=deps,
+    return Op(id=op_id, kind=OpKind.compute.value, ranks=ranks, name=node0.name, stream="compute", deps=deps,
               flops=_vec(a.get("num_ops", 0) for _, _, a in ms),
               hbm_bytes=_vec(a.get("tensor_size", 0) for _, _, a in ms),
-              core=str(a0.get("stratacl_core", "cube")), fixed_time_s=fixed)
+              core=str(a0.get("stratacl_core", CoreKind.cube.value)), fixed_time_s=fixed)
 
 
 # --------------------------------------------------------------------------- CLI

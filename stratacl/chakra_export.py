@@ -15,6 +15,7 @@ import numpy as np
 
 from stratacl.errors import ConfigError
 from stratacl.trace import Op, Trace, family_of, stream_predecessors
+from stratacl.vocab import Collective, OpKind
 
 SCHEMA = "stratacl-chakra-5"  # 5: + the trace's MoeShape and dispatch/combine (token, block) counts;
 # 4: + kernel class and GEMM shapes; 3: + kernel format, vector FLOPs, block_dim, MoE mode, stream
@@ -120,7 +121,7 @@ def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
     base, nid = [], 0
     for op in trace.ops:  # global node ids: one per op, one per pair for p2p
         base.append(nid)
-        nid += len(op.src) if op.kind == "p2p" else 1
+        nid += len(op.src) if op.kind == OpKind.p2p else 1
     order = topological(stream_predecessors(trace))  # keeps each rank's stream order
     dropped = {op.id for op in trace.ops if no_work(op)}
     per_rank: dict[int, list[Any]] = defaultdict(list)
@@ -133,7 +134,7 @@ def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
         return done[(op_id, r)] if op_id in dropped else _ids_on(trace.ops[op_id], base[op_id], r)
 
     for op in (trace.ops[i] for i in order):
-        groups = _group_index(trace, op) if op.kind == "collective" else {}
+        groups = _group_index(trace, op) if op.kind == OpKind.collective else {}
         for pos, r in enumerate(op.ranks):
             prev = last.get((r, op.stream))
             last[(r, op.stream)] = op.id
@@ -195,9 +196,9 @@ def group_tokens_from_rows(rows: list[tuple[float, ...]]) -> tuple[float, ...]:
 def no_work(op: Op) -> bool:
     """A compute or memcpy op with nothing to do on any rank: it takes no time in the replay, and
     ASTRA-sim's roofline mode would skip it without issuing its dependants (`skip_invalid`)."""
-    if op.kind == "compute":
+    if op.kind == OpKind.compute:
         return op.fixed_time_s == 0 and not any((*op.flops, *op.vector_flops, *op.hbm_bytes))
-    return op.kind == "memcpy" and not any(op.nbytes)
+    return op.kind == OpKind.memcpy and not any(op.nbytes)
 
 
 def op_fields(op: Op) -> dict[str, object]:
@@ -253,7 +254,7 @@ def comm_size(op: Op, n: int) -> int:
     """`comm_size` of a collective for a member of an n-rank group, with ASTRA-sim's meaning
     (module docstring). The same on every member: ASTRA-sim matches messages by size."""
     size = max(op.nbytes)  # what the harness prices (LibraryRuntime._lower_collective)
-    if op.coll == "allgather":
+    if op.coll == Collective.allgather:
         return round(size / n)  # ASTRA-sim: the per-rank input; nccl-tests S: the gathered output
     if op.peer_bytes and n > 1:  # uneven exchange -> uniform ALL_TO_ALL with the busiest member's volume
         m = np.asarray(op.peer_bytes, dtype=float).reshape(n, n)
@@ -264,7 +265,7 @@ def comm_size(op: Op, n: int) -> int:
 
 def harness_nbytes(coll: str, size: float, n: int) -> float:
     """Inverse of `comm_size` for a uniform collective: ASTRA-sim's comm_size -> nccl-tests bytes."""
-    return size * n if coll == "allgather" else size
+    return size * n if coll == Collective.allgather else size
 
 
 def topological(preds: list[list[int]]) -> list[int]:
@@ -288,7 +289,7 @@ def topological(preds: list[list[int]]) -> list[int]:
 
 
 def _ids_on(op: Op, base: int, rank: int) -> list[int]:
-    if op.kind != "p2p":
+    if op.kind != OpKind.p2p:
         return [base]
     return [base + j for j, (s, d) in enumerate(zip(op.src, op.dst, strict=True)) if rank in (s, d)]
 
@@ -318,8 +319,8 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
         common["stratacl_unnamed"] = True
     name = op.name or f"{op.kind}_{op.id}"
     specs: list[tuple[int, str, dict[str, object]]] = []  # (node id, node type, attributes)
-    if op.kind in ("compute", "memcpy"):
-        if op.kind == "compute":
+    if op.kind in (OpKind.compute, OpKind.memcpy):
+        if op.kind == OpKind.compute:
             a = _compute_attrs(op, pos)
         else:
             a = {"num_ops": 0, "tensor_size": round(2 * _at(op.nbytes, pos))}
@@ -327,7 +328,7 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
             a["stratacl_fixed_time_s"] = float(op.fixed_time_s)
         _floor(a)
         specs.append((base, "COMP_NODE", a))
-    elif op.kind == "collective":
+    elif op.kind == OpKind.collective:
         comm, idx, n = groups[r]
         a = {"comm_type": pb.CollectiveCommType.Value(COLL_TO_CHAKRA[op.coll]),
              "comm_size": comm_size(op, n), "pg_name": pg_id[comm],
@@ -349,7 +350,7 @@ def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
     nodes = []
     for node_id, node_type, a in specs:
         node = pb.Node(id=node_id, name=name, type=pb.NodeType.Value(node_type))
-        seconds = op.fixed_time_s if op.kind == "compute" else 0.0
+        seconds = op.fixed_time_s if op.kind == OpKind.compute else 0.0
         if sim is not None:
             node.start_time_micros = round(float(sim.start[op.id]) * 1e6)
             seconds = float(sim.end[op.id] - sim.start[op.id])

@@ -53,6 +53,7 @@ from stratacl.fabric import Fabric, R
 from stratacl.kernel_model import kernel_model
 from stratacl.phases import Phase
 from stratacl.trace import Op
+from stratacl.vocab import CopyDirection, CoreKind, HostPeer, OpKind
 
 NO_LIMIT = (0, 0)
 
@@ -61,9 +62,9 @@ def core_fraction(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> 
     """Fraction of the die's cores of its kind a kernel runs on: block_dim and its stream's
     (AIC, AIV) limit cap it (NO_LIMIT: the whole die)."""
     aic, aiv = limit
-    if op.core == "cube":
+    if op.core == CoreKind.cube:
         total, cap = fabric.cube_cores, aic
-    elif op.core == "vector":
+    elif op.core == CoreKind.vector:
         total, cap = fabric.vector_cores, aiv
     else:  # mixed: complete core groups (1 AIC + its AIVs) within both limits
         total, cap = fabric.cube_cores, min(aic, int(aiv // fabric.aiv_per_group))
@@ -104,9 +105,9 @@ def lower_compute(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> 
     # part on the cores that saturate HBM (module docstring)
     core_s = max(kt.compute_s * frac, kt.memory_s * min(frac, km.sat_cores / fabric.cube_cores))
     if core_s > 0:
-        if op.core in ("cube", "mixed"):
+        if op.core in (CoreKind.cube, CoreKind.mixed):
             loads.append(("all", R["cube"], core_s))
-        if op.core in ("vector", "mixed"):
+        if op.core in (CoreKind.vector, CoreKind.mixed):
             loads.append(("all", R["vec"], core_s))
     if kt.hbm_bytes > 0:
         loads.append(("all", R["hbm"], kt.hbm_bytes / fabric.hbm_Bps))
@@ -138,7 +139,7 @@ def lower_host(op: Op, fabric: Fabric) -> list[Phase]:
     nbytes = float(per_rank.max())
     if nbytes <= 0:
         return []
-    h2d, pool = op.direction == "h2d", op.peer == "pool"
+    h2d, pool = op.direction == CopyDirection.h2d, op.peer == HostPeer.pool
     if pool:  # striped evenly over every CPU of the pool
         cpu_bytes = float(per_rank.sum()) / len(host.cpus(op.ranks, pool=True))
         lat = host.remote_read_s if h2d else host.remote_write_s
@@ -182,7 +183,7 @@ class ComputeLowering:
     """Lowers compute and memcpy ops, memoised by op shape (layers repeat). `stream_cores` are the
     per-stream core limits the replay runs with (the trace's, unless the library drops them)."""
 
-    KINDS = ("compute", "memcpy")
+    KINDS = (OpKind.compute, OpKind.memcpy)
 
     def __init__(self, fabric: Fabric, stream_cores: dict[str, tuple[int, int]] | None = None) -> None:
         self.fabric = fabric
@@ -195,7 +196,7 @@ class ComputeLowering:
                op.vector_flops, op.block_dim, limit, op.dtype, op.kernel, op.gemms, op.peer, op.direction)
         hit = self._cache.get(key)
         if hit is None:
-            if op.kind == "compute":
+            if op.kind == OpKind.compute:
                 hit = lower_compute(op, self.fabric, limit)
             elif op.peer:
                 hit = lower_host(op, self.fabric)

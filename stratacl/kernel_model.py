@@ -47,12 +47,12 @@ from typing import TYPE_CHECKING
 
 from stratacl.config import KernelClassConfig, KernelModelConfig
 from stratacl.trace import Op
-from stratacl.vocab import KernelClass
+from stratacl.vocab import CoreKind, KernelClass
 
 if TYPE_CHECKING:
     from stratacl.fabric import Fabric
 
-GENERIC = {"cube": "generic_cube", "vector": "generic_vector", "mixed": "generic_mixed"}
+GENERIC: dict[str, str] = {CoreKind.cube: "generic_cube", CoreKind.vector: "generic_vector", CoreKind.mixed: "generic_mixed"}
 CLASS_KEYS = (*(k.value for k in KernelClass), *GENERIC.values())
 FUSED = (KernelClass.attention_prefill, KernelClass.attention_decode)  # QKᵀ and PV in the same blocks
 WHOLE_N = (KernelClass.attention_prefill,)  # one block walks all of n (the KV length)
@@ -174,14 +174,14 @@ class KernelModel:
         """Time of `op` alone on `frac` of the die's cores of its kind (block_dim, stream limits)."""
         _, kc = self.klass(op)
         flops, vflops, hbm = max(op.flops), max(op.vector_flops), max(op.hbm_bytes)
-        total = self.vector_cores if op.core == "vector" else self.cube_cores
+        total = self.vector_cores if op.core == CoreKind.vector else self.cube_cores
         cores = max(1, round(frac * total))
         factor, waves, eff, tile = self.tiling(op, kc, cores)
-        if op.core == "vector":
+        if op.core == CoreKind.vector:
             t_c = flops / (self.fraction(kc, "vector") * vector_peak * frac)
         else:
             t_c = flops * factor / (self.fraction(kc, cube_format) * cube_peak * frac)
-            if op.core == "mixed":
+            if op.core == CoreKind.mixed:
                 t_c = max(t_c, vflops / (self.fraction(kc, "vector") * vector_peak * frac))
         extra = self.reread_bytes(op, tile, cores)
         groups = frac * self.cube_cores  # cube cores / core groups it runs on (vector: their share)

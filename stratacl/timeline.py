@@ -33,6 +33,7 @@ from stratacl.engine.replay import SimResult
 from stratacl.fabric import PORTS
 from stratacl.phases import CATEGORIES
 from stratacl.trace import Op, Trace
+from stratacl.vocab import OpKind
 
 MAX_EVENTS = 200_000  # keep files openable in the Perfetto UI
 RANK_PID = 1_000_000  # pid = library index × RANK_PID + rank
@@ -159,10 +160,10 @@ def _flows(li: int, trace: Trace, res: SimResult, shown: set[int], tids: dict[st
     """Arrows binding one op's slices on different ranks (`next_id`: file-wide id counter)."""
     out: list[dict[str, Any]] = []
     for op in trace.ops:
-        if op.kind == "collective":
+        if op.kind == OpKind.collective:
             ranks = sorted(r for r in set(op.ranks) if r in shown)
             pairs = list(zip(ranks, ranks[1:], strict=False))
-        elif op.kind == "p2p":
+        elif op.kind == OpKind.p2p:
             pairs = [(s, d) for s, d in zip(op.src, op.dst, strict=True) if s in shown and d in shown]
         else:
             continue
@@ -188,7 +189,7 @@ def _phase_slices(li: int, trace: Trace, phases: pd.DataFrame, shown: set[int], 
     for op_id, cat, t0, t1 in zip(phases["op"], phases["category"], phases["start_s"], phases["end_s"],
                                   strict=True):
         op = ops[int(op_id)]
-        if op.kind == "compute":
+        if op.kind == OpKind.compute:
             continue  # one compute phase = the op itself
         ranks = [r for r in op.ranks if r in shown]
         if not ranks or not budget.take(len(ranks)):
@@ -210,7 +211,7 @@ def _engine_slices(li: int, trace: Trace, phases: pd.DataFrame, shown: set[int],
     for op_id, cat, t0, t1, engine in zip(eng["op"], eng["category"], eng["start_s"], eng["end_s"],
                                           eng["engine"], strict=True):
         op = trace.ops[int(op_id)]
-        members = op.src if op.kind == "p2p" else op.ranks  # a p2p's sender drives the engines
+        members = op.src if op.kind == OpKind.p2p else op.ranks  # a p2p's sender drives the engines
         ranks = sorted(r for r in set(members) if r in shown)
         if not ranks or not budget.take(len(ranks)):
             continue

@@ -24,23 +24,25 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from stratacl.errors import TraceError
-from stratacl.vocab import KernelClass, MoeMode
-
-KINDS = ("compute", "collective", "p2p", "memcpy")
-# the collective vocabulary (Op.coll): the library lowering, the config checks and the workloads
-# import it from here
-COLLECTIVES = (
-    "allreduce", "allgather", "reducescatter", "alltoall", "alltoallv", "broadcast", "dispatch",
-    "combine",
+from stratacl.vocab import (
+    Collective,
+    CopyDirection,
+    CoreKind,
+    HostPeer,
+    KernelClass,
+    MoeMode,
+    OpKind,
 )
-EXCHANGES = ("alltoall", "alltoallv", "dispatch", "combine")  # every rank sends its own part to every peer
-# kernel kinds: cube-only (matmul on AIC), vector-only (AIV) or mixed (each block pairs one AIC
-# with its AIVs, e.g. fused attention); stratacl/compute.py prices them on the die's core groups
-CORES = ("cube", "vector", "mixed")
-# MoE dispatch/combine kernel families (DeepEP's naming): "ht" = normal/high-throughput kernels,
-# whose receivers learn a packed layout from a count exchange first; "ll" = low-latency kernels
-# with fixed per-expert receive slots (counts travel with the data)
-MOE_MODES = ("", *(m.value for m in MoeMode))
+
+# The plain values of each vocabulary (stratacl.vocab), for checks and messages; the library
+# lowering, the config checks and the workloads import them from here.
+KINDS = tuple(k.value for k in OpKind)
+COLLECTIVES = tuple(c.value for c in Collective)
+# every rank sends its own part to every peer
+EXCHANGES = tuple(c.value for c in (Collective.alltoall, Collective.alltoallv, Collective.dispatch,
+                                    Collective.combine))
+CORES = tuple(c.value for c in CoreKind)
+MOE_MODES = ("", *(m.value for m in MoeMode))  # "": not a dispatch/combine
 # compute kernel classes (Op.kernel); "" = not stated: priced as a generic kernel of its core kind
 KERNELS = ("", *(k.value for k in KernelClass))
 FORMAT_VERSION = 1
@@ -58,7 +60,7 @@ def family_of(comm_name: str) -> str:
 BEFORE_TRACE = -1  # Trace.buffers: allocated before the trace (weights, KV cache, warm-up)
 REGISTERED = -2  # ... and already registered: a JIT registration cache covers its range
 
-MOE_COLLS = ("dispatch", "combine")
+MOE_COLLS = (Collective.dispatch.value, Collective.combine.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +78,7 @@ class MoeShape:
 
     def bytes_per_copy(self, coll: str) -> float:
         """Bytes of one token copy of a dispatch or a combine."""
-        return self.dispatch_bytes_per_copy if coll == "dispatch" else self.combine_bytes_per_copy
+        return self.dispatch_bytes_per_copy if coll == Collective.dispatch else self.combine_bytes_per_copy
 
     def problem(self) -> str:
         """What is wrong with the values ("" when nothing)."""
@@ -154,8 +156,8 @@ class Op:
         return f"op {self.id}" + (f" '{self.name}'" if self.name else "") + f" ({self.kind})"
 
 
-HOST_PEERS = ("", "host", "pool")
-DIRECTIONS = ("h2d", "d2h")
+HOST_PEERS = tuple(p.value for p in HostPeer)
+DIRECTIONS = tuple(d.value for d in CopyDirection)
 _VEC_FIELDS = ("flops", "hbm_bytes", "nbytes", "peer_bytes", "vector_flops", "group_tokens")
 # columns added after format 1 was first written, with the value older files mean
 _LATE_COLUMNS = {"vector_flops": [0.0], "block_dim": 0, "moe_mode": "", "dtype": "", "kernel": "",
@@ -323,24 +325,24 @@ class Trace:
                 raise bad(f"{key} has {len(getattr(op, key))} values for {len(op.ranks)} ranks")
         if not math.isfinite(op.fixed_time_s) or op.fixed_time_s < 0:
             raise bad(f"fixed_time_s must be ≥ 0, got {op.fixed_time_s}")
-        if op.kind == "compute" and op.core not in CORES:
+        if op.kind == OpKind.compute and op.core not in CORES:
             raise bad(f"core '{op.core}' unknown (use one of {CORES})")
-        if any(op.vector_flops) and op.core != "mixed":
+        if any(op.vector_flops) and op.core != CoreKind.mixed:
             raise bad(f"vector_flops are for mixed kernels; a {op.core} kernel puts its FLOPs in flops")
         if op.block_dim < 0:
             raise bad(f"block_dim must be ≥ 0 (0 = all cores), got {op.block_dim}")
         if op.kernel not in KERNELS:
             raise bad(f"kernel '{op.kernel}' unknown (use one of {KERNELS[1:]} or '' for not stated)")
-        if (op.kernel or op.gemms) and op.kind != "compute":
+        if (op.kernel or op.gemms) and op.kind != OpKind.compute:
             raise bad("kernel and gemms describe compute kernels only")
         for g in op.gemms:
             if len(g) != 4 or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in g):
                 raise bad(f"gemms entry {tuple(g)} must be (m, n, k, count), positive integers")
-        if op.kind == "collective":
+        if op.kind == OpKind.collective:
             self._validate_collective(op, families, bad)
-        if op.moe_mode not in MOE_MODES or (op.moe_mode and op.coll not in ("dispatch", "combine")):
+        if op.moe_mode not in MOE_MODES or (op.moe_mode and op.coll not in MOE_COLLS):
             raise bad(f"moe_mode '{op.moe_mode}' needs coll dispatch/combine and one of {MOE_MODES[1:]}")
-        if op.kind == "p2p":
+        if op.kind == OpKind.p2p:
             if not op.src or len(op.src) != len(op.dst):
                 raise bad("p2p needs src and dst of equal, non-zero length")
             if set(op.src) | set(op.dst) != set(op.ranks):
@@ -349,9 +351,9 @@ class Trace:
                 raise bad("p2p pair sends to itself")
             if len(op.nbytes) not in (1, len(op.src)):
                 raise bad(f"nbytes has {len(op.nbytes)} values for {len(op.src)} pairs")
-        if op.kind == "memcpy" and len(op.nbytes) not in (1, len(op.ranks)):
+        if op.kind == OpKind.memcpy and len(op.nbytes) not in (1, len(op.ranks)):
             raise bad(f"nbytes has {len(op.nbytes)} values for {len(op.ranks)} ranks")
-        if op.peer not in HOST_PEERS or op.direction not in DIRECTIONS or (op.peer and op.kind != "memcpy"):
+        if op.peer not in HOST_PEERS or op.direction not in DIRECTIONS or (op.peer and op.kind != OpKind.memcpy):
             raise bad(f"peer '{op.peer}' / direction '{op.direction}': a memcpy's peer is one of "
                       f"{HOST_PEERS}, its direction one of {DIRECTIONS}")
 
@@ -378,7 +380,7 @@ class Trace:
         if op.coll in MOE_COLLS and self.moe is None:
             raise bad(f"a {op.coll} needs the trace's MoeShape (Trace.moe: bytes per token copy, "
                       "experts per rank, top_k); set it where the trace is built")
-        if op.coll == "alltoallv" and not op.peer_bytes:
+        if op.coll == Collective.alltoallv and not op.peer_bytes:
             raise bad("alltoallv needs peer_bytes (group-local n×n matrix)")
 
     # ------------------------------------------------------------------ parquet I/O

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from stratacl.compute import ComputeLowering
 from stratacl.fabric import Fabric
 from stratacl.trace import Op
+from stratacl.vocab import OpKind
 
 TABLE = Path(__file__).parent / "data" / "kernels" / "validation.csv"
 ROLES = ("calibrate", "check")
@@ -107,7 +108,7 @@ def fabric_preset(name: str) -> Fabric:
 
 
 def row_op(row: Row) -> Op:
-    return Op(id=0, kind="compute", ranks=(0,), name=row.id, flops=(row.flops,), hbm_bytes=(row.hbm_bytes,),
+    return Op(id=0, kind=OpKind.compute.value, ranks=(0,), name=row.id, flops=(row.flops,), hbm_bytes=(row.hbm_bytes,),
               core=row.core, dtype=row.format, kernel=row.kernel, gemms=row.gemms)
 
 

@@ -1,11 +1,58 @@
-"""Vocabularies the core (fabric, trace, library config) and the workload schemas share, each
-defined once: numeric formats (`stratacl.fabric.FORMAT_FALLBACK`, workloads/common/quant.py) and
-MoE dispatch/combine kernel families (`stratacl.trace.MOE_MODES`, the moe and llm_infer workloads).
-StrEnums: a member equals its plain string, which is what traces store."""
+"""Vocabularies the core (fabric, trace, library config) and the workloads share, each defined
+once: what an op is (`Op.kind`), collective types (`Op.coll`), the core kinds a kernel runs on
+(`Op.core`), host copies (`Op.peer`, `Op.direction`), numeric formats
+(`stratacl.fabric.FORMAT_FALLBACK`, workloads/common/quant.py), MoE dispatch/combine kernel
+families (`Op.moe_mode`) and kernel classes (`Op.kernel`). StrEnums: a member equals (and hashes
+as) its plain string, which is what traces, configs and tables store; stratacl.trace lists the
+plain values for its checks and messages."""
 
 from __future__ import annotations
 
 from enum import StrEnum
+
+
+class OpKind(StrEnum):
+    compute = "compute"
+    collective = "collective"
+    p2p = "p2p"
+    memcpy = "memcpy"
+
+
+class Collective(StrEnum):
+    """Collective types (`Op.coll`); sizes follow nccl-tests (stratacl/comm/library.py)."""
+
+    allreduce = "allreduce"
+    allgather = "allgather"
+    reducescatter = "reducescatter"
+    alltoall = "alltoall"
+    alltoallv = "alltoallv"  # uneven: the op's peer_bytes matrix
+    broadcast = "broadcast"
+    dispatch = "dispatch"  # MoE token dispatch (needs the trace's MoeShape)
+    combine = "combine"  # MoE token combine
+
+
+class CoreKind(StrEnum):
+    """The cores a compute kernel runs on (`Op.core`); stratacl/compute.py prices them on the
+    die's core groups."""
+
+    cube = "cube"  # matmul units (Ascend AIC, tensor cores)
+    vector = "vector"  # vector units (AIV)
+    mixed = "mixed"  # each block pairs one cube core with its vector cores (fused attention)
+
+
+class HostPeer(StrEnum):
+    """Where a memcpy's other end is (`Op.peer`)."""
+
+    device = ""  # a device-local copy
+    host = "host"  # the DRAM of the die's own CPU
+    pool = "pool"  # the DRAM pool striped over every CPU of the supernode
+
+
+class CopyDirection(StrEnum):
+    """A host copy's direction (`Op.direction`)."""
+
+    h2d = "h2d"
+    d2h = "d2h"
 
 
 class NumericFormat(StrEnum):

@@ -24,7 +24,8 @@ from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
 from stratacl.metrics import algbw, bands_text, busbw_factor, geomean, human_bytes, size_band
 from stratacl.schemas.collectives import CollectivesConfig
-from stratacl.trace import COLLECTIVES, Trace
+from stratacl.trace import COLLECTIVES, MOE_COLLS, Trace
+from stratacl.vocab import Collective, OpKind
 from stratacl.workload_api import RunContext, WorkloadResult
 
 
@@ -57,7 +58,8 @@ def build_trace(cfg: CollectivesConfig, world: int) -> tuple[Trace, list[tuple[s
                           "use a divisor of workload.ranks (or 0 for one group)")
     if group < 2:
         raise ConfigError("workload.group_size", "collectives need at least 2 ranks per group")
-    supported = [c for c in COLLECTIVES if c not in ("alltoallv", "dispatch", "combine")] + ["p2p"]
+    # uneven and MoE exchanges need a routing matrix this workload does not draw
+    supported = [c for c in COLLECTIVES if c not in (Collective.alltoallv, *MOE_COLLS)] + [OpKind.p2p.value]
     unknown = [c for c in cfg.collectives if c not in supported]
     if unknown or not cfg.collectives:
         raise ConfigError("workload.collectives", f"unsupported {unknown or 'empty list'}",
@@ -74,8 +76,8 @@ def build_trace(cfg: CollectivesConfig, world: int) -> tuple[Trace, list[tuple[s
         for size in message_sizes(cfg):
             for it in range(cfg.warmup + cfg.iters):
                 name, buf = f"{coll}_{size}_{it}", f"{coll}_{size}"
-                if coll == "p2p":
-                    trace.add("p2p", sorted(src + dst), src=src, dst=dst, nbytes=size, name=name, buffer=buf)
+                if coll == OpKind.p2p:
+                    trace.add(OpKind.p2p, sorted(src + dst), src=src, dst=dst, nbytes=size, name=name, buffer=buf)
                 else:
                     trace.collective(coll, "world", size, name=name, buffer=buf)
                 points.append((coll, size, it >= cfg.warmup))

@@ -31,6 +31,7 @@ import numpy as np
 
 from stratacl.errors import TraceError
 from stratacl.trace import Trace, _check_acyclic, family_of, stream_predecessors
+from stratacl.vocab import OpKind
 
 
 def communicator_predecessors(trace: Trace) -> list[Sequence[int]]:
@@ -42,7 +43,7 @@ def communicator_predecessors(trace: Trace) -> list[Sequence[int]]:
     out: list[Sequence[int]] = [()] * len(trace.ops)
     overlapping = _overlapping_families(trace)
     for op in trace.ops:
-        if op.kind != "collective":
+        if op.kind != OpKind.collective:
             continue
         fam = family_of(op.comm)
         if fam in overlapping:  # a rank is in several of its groups: order per group

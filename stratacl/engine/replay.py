@@ -29,6 +29,7 @@ from stratacl.lowering import CommLowering
 from stratacl.phases import CATEGORIES, Phase
 from stratacl.trace import Trace
 from stratacl.utilisation import UtilisationRecorder
+from stratacl.vocab import HostPeer, OpKind
 
 
 @dataclass
@@ -236,14 +237,14 @@ class Replay:
         if roles is None:
             op = self.trace.ops[i]
             roles = self._role_cache[i] = {"all": self._intern(op.ranks)}
-            if op.kind == "p2p":
+            if op.kind == OpKind.p2p:
                 roles["src"] = self._intern(op.src)
                 roles["dst"] = self._intern(op.dst)
             if op.peer:  # a host transfer: the CPUs' links (stratacl/compute.py lower_host)
-                roles["cpu"] = self._intern(self._cpus(op.ranks, op.peer == "pool"))
+                roles["cpu"] = self._intern(self._cpus(op.ranks, op.peer == HostPeer.pool))
             if self.fabric.switch is not None and self.fabric.switch.blocking:  # one pseudo-die per node
                 roles["sw"] = self._intern(self._nodes(op.ranks))
-                if op.kind == "p2p":
+                if op.kind == OpKind.p2p:
                     roles["sw_src"] = self._intern(self._nodes(op.src))
                     roles["sw_dst"] = self._intern(self._nodes(op.dst))
         return roles

@@ -63,7 +63,7 @@ import numpy as np
 from stratacl.errors import ConfigError
 from stratacl.schemas.llm_infer import StreamLayout
 from stratacl.trace import Trace
-from stratacl.vocab import KernelClass
+from stratacl.vocab import CoreKind, KernelClass
 
 from .cost import Part
 
@@ -76,8 +76,9 @@ CLOUDMATRIX_DECODE_SPLIT: tuple[tuple[int, int], tuple[int, int]] = ((16, 32), (
 
 K = KernelClass
 # the core kind each kernel class runs as (a fused grouped GEMM becomes mixed, see `split_parts`)
-CLASS_CORE: dict[str, str] = {K.gemm: "cube", K.grouped_gemm: "cube", K.attention_prefill: "mixed",
-                              K.attention_decode: "mixed", K.elementwise: "vector", K.routing: "vector"}
+CLASS_CORE: dict[str, CoreKind] = {K.gemm: CoreKind.cube, K.grouped_gemm: CoreKind.cube,
+                                   K.attention_prefill: CoreKind.mixed, K.attention_decode: CoreKind.mixed,
+                                   K.elementwise: CoreKind.vector, K.routing: CoreKind.vector}
 # emission order of a layer's kernels, and the name suffix of each but the main one
 ORDER = (K.routing, K.gemm, K.grouped_gemm, K.attention_prefill, K.attention_decode, K.elementwise)
 SUFFIX: dict[str, str] = {K.gemm: ".gemm", K.grouped_gemm: ".grouped", K.attention_prefill: ".attn",
@@ -116,7 +117,7 @@ def is_fused(layer_type: str, fused: Iterable[str]) -> bool:
 
 def default_class(layer_type: str, kind: str) -> str:
     """The kernel class of a rule kernel when the cost has no measured breakdown."""
-    if kind == "vector":
+    if kind == CoreKind.vector:
         return K.routing if is_fused(layer_type, ROUTING_TYPES) else K.elementwise
     if layer_type.startswith("attention"):
         return K.attention_prefill
@@ -159,10 +160,10 @@ def split_parts(layer_type: str, parts: Sequence[Part], fused: Iterable[str] = I
         if p is None:
             continue
         core = CLASS_CORE[kind]
-        if core == "cube" and p.vector_flops > 0:
-            core = "mixed"
-        if core == "vector" and p.cube_flops > 0:  # not produced by the measurement; keep the work
-            core = "mixed"
+        if core == CoreKind.cube and p.vector_flops > 0:
+            core = CoreKind.mixed
+        if core == CoreKind.vector and p.cube_flops > 0:  # not produced by the measurement; keep the work
+            core = CoreKind.mixed
         out.append(Kernel(core, p.cube_flops, p.vector_flops, p.hbm_bytes, "" if kind == main else SUFFIX[kind],
                           kernel=kind, gemms=p.gemms if p.cube_flops > 0 else (), main=kind == main))
     return out
@@ -222,14 +223,14 @@ def add_kernels(tr: Trace, ranks: Iterable[int], kernels: Sequence[Kernel], *, n
     prev = list(deps)
     main = next((i for i, kern in enumerate(kernels) if kern.main), 0)
     for i, kern in enumerate(kernels):
-        if kern.kind == "mixed":
+        if kern.kind == CoreKind.mixed:
             payload = dict(flops=kern.cube_flops * k, vector_flops=kern.vector_flops * k)
-        elif kern.kind == "cube":
+        elif kern.kind == CoreKind.cube:
             payload = dict(flops=kern.cube_flops * k)
         else:
             payload = dict(flops=kern.vector_flops * k)
         extra = hbm_extra if i == main else 0.0
-        fmt = dtype if kern.kind != "vector" else ""
+        fmt = dtype if kern.kind != CoreKind.vector else ""
         ids.append(tr.compute(ranks, hbm_bytes=kern.hbm_bytes * k + extra, core=kern.kind, stream=stream,
                               deps=prev, name=name + kern.suffix, block_dim=kern.block_dim, dtype=fmt,
                               kernel=kern.kernel, gemms=emit_gemms(kern.gemms, k_shape), **payload))

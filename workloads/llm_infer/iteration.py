@@ -27,7 +27,7 @@ import numpy as np
 
 from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
 from stratacl.trace import REGISTERED, MoeShape, Trace
-from stratacl.vocab import MoeMode
+from stratacl.vocab import MoeMode, OpKind
 from stratacl.workload_api import RunContext
 from workloads.common.cost import Cost
 from workloads.common.kernels import (
@@ -544,6 +544,6 @@ class IterationModel:
         if trace.meta["phase"] != ServingPhase.decode or not self.sched.decode_graph_capture:
             return 0.0
         lib = self.ctx.libraries[library]
-        syncs = sum(1 for op in trace.ops if op.kind == "collective" and len(op.ranks) > 1
+        syncs = sum(1 for op in trace.ops if op.kind == OpKind.collective and len(op.ranks) > 1
                     and lib.needs_host(op.coll, op.moe_mode))
         return lib.step_graph_launch_s(syncs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from stratacl.trace import Trace
+from stratacl.vocab import OpKind
 from workloads.common.cost import Cost
 from workloads.modelcost import mlp_cost
 
@@ -43,6 +44,6 @@ def trace_collectives(trace: Trace) -> Counter:
     """Multiset of (collective, bytes per rank, group size) one rank takes part in."""
     out: Counter = Counter()
     for op in trace.ops:
-        if op.kind == "collective":
+        if op.kind == OpKind.collective:
             out[(op.coll, int(max(op.nbytes)), len(trace.op_groups(op)[0]))] += 1
     return out

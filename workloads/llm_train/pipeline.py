@@ -39,6 +39,7 @@ from stratacl.errors import ConfigError
 from stratacl.metrics import union_length
 from stratacl.schemas.llm_train import LayerSplit
 from stratacl.trace import MoeShape, Trace
+from stratacl.vocab import OpKind
 from workloads.common.routing import EpRouting
 
 from .blocks import ModelPlan, SubBlock
@@ -344,11 +345,11 @@ def stage_figures(trace: Trace, start: np.ndarray, end: np.ndarray, layout: Layo
     and the bubble's fraction of the iteration."""
     n = layout.stage_dies
     kinds = np.array([op.kind for op in trace.ops])
-    first = np.array([(op.src[0] if op.kind == "p2p" else op.ranks[0]) // n for op in trace.ops])
-    second = np.array([(op.dst[0] if op.kind == "p2p" else op.ranks[0]) // n for op in trace.ops])
+    first = np.array([(op.src[0] if op.kind == OpKind.p2p else op.ranks[0]) // n for op in trace.ops])
+    second = np.array([(op.dst[0] if op.kind == OpKind.p2p else op.ranks[0]) // n for op in trace.ops])
     lo, hi = float(start.min(initial=0.0)), float(end.max(initial=0.0))
     span = hi - lo
-    comp = kinds == "compute"
+    comp = kinds == OpKind.compute.value
     bubble, exposed, compute = [], [], []
     for s in range(layout.pp):
         mine = (first == s) | (second == s)
