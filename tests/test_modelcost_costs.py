@@ -11,6 +11,8 @@ from workloads.modelcost import (
     load_model_config,
     mlp_cost,
 )
+from workloads.modelcost.costs import ShapeKey
+from workloads.modelcost.phase import CostPhase
 
 SMALL_LLAMA = dict(num_hidden_layers=2, hidden_size=512, intermediate_size=1024, num_attention_heads=8,
                    num_key_value_heads=4, vocab_size=1000)
@@ -120,6 +122,23 @@ def test_disk_cache_roundtrip(tmp_path):
     assert list(tmp_path.glob("*.json"))
     b = ModelCosts(cfg, cache_dir=str(tmp_path)).layer_cost("dense_mlp", 32)
     assert a == b
+
+
+def test_disk_key_spelling_is_the_field_tuple():
+    """The on-disk key is the fields' tuple spelled with the phase's plain value, the same for a
+    str or a CostPhase member."""
+    as_str = ShapeKey("decode", 64, 4096, 1, 2, 8)
+    as_member = ShapeKey(CostPhase.decode, 64, 4096, 1, 2, 8)
+    assert as_str.disk() == as_member.disk() == str(("decode", 64, 4096, 1, 2, 8))
+    assert as_str == as_member and hash(as_str) == hash(as_member)
+
+
+def test_disk_cache_shared_by_phase_str_and_member(tmp_path):
+    cfg = load_model_config("llama", SMALL_LLAMA)
+    a = ModelCosts(cfg, cache_dir=str(tmp_path)).layer_cost("dense_mlp", 32, phase="prefill")
+    reader = ModelCosts(cfg, cache_dir=str(tmp_path))
+    reader._compute = lambda *_: pytest.fail("measured again: the member's disk key differs")
+    assert reader.layer_cost("dense_mlp", 32, phase=CostPhase.prefill) == a
 
 
 def test_plain_mlp_cost():

@@ -18,6 +18,7 @@ from stratacl.schemas.llm_infer import LayoutConfig
 from workloads.common.cost import Cost
 from workloads.common.placement import Placement, contiguous, eplb
 from workloads.modelcost import ATTENTION_CORE_FORMAT, ModelCosts
+from workloads.modelcost.phase import CostPhase
 
 CORE = ".core"  # suffix of an attention type's core part when it runs in another format
 
@@ -74,7 +75,7 @@ class ServingCosts:
         hit = self._memo.get(key)
         if hit is None:
             ep = self.measure_ep[phase]
-            seq = min(tokens, self.seq_len) if phase == "prefill" else None
+            seq = min(tokens, self.seq_len) if phase == CostPhase.prefill else None
             raw = self.mc.costs_for_shape(tokens, context=context, phase=phase, ep=ep, seq_len=seq)
             hit = {t: c.cost for t, c in raw.items()}
             if self.split_core:

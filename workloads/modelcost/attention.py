@@ -81,6 +81,7 @@ from torch import nn
 from stratacl.schemas.model import AttentionKernels
 
 from .flops import ragged
+from .phase import CostPhase
 
 ATTENTION_MODES = tuple(m.value for m in AttentionKernels)  # the schema's vocabulary (stratacl.schemas.model)
 # Config attribute / override key that picks the mode when `ModelCosts(attention=...)` is not given.
@@ -120,7 +121,7 @@ class AttnStructure:
 
     def replaced(self, phase: str, window: int | None = None) -> bool:
         """Does a production kernel differ from the reference here?"""
-        return self.sparse or window is not None or (self.mla is not None and phase == "decode")
+        return self.sparse or window is not None or (self.mla is not None and phase == CostPhase.decode)
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,33 @@ from .fakemodel import (
     rep_layer,
     torch_dtype,
 )
-from .measure import PHASES, Measured, make_shape, measure_shape
+from .measure import PHASES, Measured, Shape, make_shape, measure_shape
+from .phase import CostPhase
 from .sizes import ROLES, count_by_role, count_layer_by_role
 
 CACHE_VERSION = "modelcost-8"  # 8: production decode does not count the dynamic cache's concatenation; 7: matmuls with K < 16 are vector work; 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes; 5: chain-fused pass bytes; 6: query heads sharing a KV head packed into rows
 ATTENTION_CORE_FORMAT = "bf16"  # scores/values over the KV cache: bf16 in W8A8 and FP8 stacks
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeKey:
+    """One measured shape on one TP/EP shard: what `ModelCosts` memoises costs by."""
+
+    phase: str
+    tokens: int
+    context: int
+    seq_len: int
+    tp: int
+    ep: int
+
+    @classmethod
+    def of(cls, shape: Shape, tp: int, ep: int) -> ShapeKey:
+        return cls(shape.phase, shape.tokens, shape.context, shape.seq_len, tp, ep)
+
+    def disk(self) -> str:
+        """The disk cache's spelling: the fields' tuple, the phase as its plain value, so the
+        cache files on disk stay valid whatever phase type a caller passes."""
+        return str((str(self.phase), self.tokens, self.context, self.seq_len, self.tp, self.ep))
 
 
 @dataclass(frozen=True)
@@ -126,8 +148,8 @@ class ModelCosts:
         self._layout: LayerLayout = layer_layout(hf_config, self._meta)
         self._mode = FakeTensorMode()
         self._shards: dict[tuple[int, int], torch.nn.Module] = {}
-        self._memo: dict[tuple, dict[str, LayerCost]] = {}
-        self._cores: dict[tuple, dict[str, CoreCost]] = {}
+        self._memo: dict[ShapeKey, dict[str, LayerCost]] = {}
+        self._cores: dict[ShapeKey, dict[str, CoreCost]] = {}
         self._disk = DiskCache(cache_dir)
         self._model_key = (f"{CACHE_VERSION}|{dtype_bytes}|{self.formats.key()}|{self.routing}|{attention}|"
                            f"{hf_config.to_json_string(use_diff=False)}")
@@ -346,7 +368,7 @@ class ModelCosts:
         shape, key = self._shape_key(tokens, context, phase, tp, ep, seq_len)
         if key in self._memo:
             return self._memo[key]
-        disk_key = f"{self._model_key}|{key}"
+        disk_key = f"{self._model_key}|{key.disk()}"
         cached = self._disk.get(disk_key)
         if cached is not None:
             result = {t: LayerCost(**v) for t, v in cached.items()}
@@ -356,19 +378,20 @@ class ModelCosts:
         self._memo[key] = result
         return result
 
-    def _shape_key(self, tokens: int, context: int, phase: str, tp: int, ep: int, seq_len: int | None):
+    def _shape_key(self, tokens: int, context: int, phase: str, tp: int, ep: int,
+                   seq_len: int | None) -> tuple[Shape, ShapeKey]:
         if self.bucket == "pow2":
             tokens, context = _pow2(tokens), _pow2(context) if context else 0
             seq_len = _pow2(seq_len) if seq_len else None
         shape = make_shape(phase, tokens, context, seq_len)
-        return shape, (shape.phase, shape.tokens, shape.context, shape.seq_len, tp, ep)
+        return shape, ShapeKey.of(shape, tp, ep)
 
-    def _compute(self, shape, tp: int, ep: int) -> dict[str, LayerCost]:
+    def _compute(self, shape: Shape, tp: int, ep: int) -> dict[str, LayerCost]:
         m = self._measure(shape, tp, ep)
         io = m  # a backward measurement records its (untagged) forward's module boundaries too
         cores = {t: core_cost(r.structure, r.call, shape.phase, shape.n_seq, shape.q_len, shape.context,
                               self.dtype_bytes) for t, r in m.attn.items()}
-        self._cores[(shape.phase, shape.tokens, shape.context, shape.seq_len, tp, ep)] = cores
+        self._cores[ShapeKey.of(shape, tp, ep)] = cores
         out = {}
         for t in self.layer_types():
             tot = m.totals.get(t)
@@ -377,7 +400,7 @@ class ModelCosts:
             core = cores.get(t)
             w_all, w_read, w_routed = self._weights3(tp, ep, t, m.expert_rows)
             acts = io.act_in.get(t, 0) + io.act_out.get(t, 0)
-            if shape.phase == "train_bwd":
+            if shape.phase == CostPhase.train_bwd:
                 fused = 2 * w_read + 2 * acts
                 kv, routed = 0.0, 2 * w_routed
             else:
@@ -454,7 +477,7 @@ class ModelCosts:
 
 
 def _attention_kind(phase: str) -> str:
-    return "attention_decode" if phase == "decode" else "attention_prefill"
+    return "attention_decode" if phase == CostPhase.decode else "attention_prefill"
 
 
 def _parts(tot, core: CoreCost | None, phase: str, fused: int, kv: float,  # noqa: ANN001

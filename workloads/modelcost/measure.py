@@ -29,8 +29,9 @@ from .attn_hooks import KernelHooks, Record
 from .counter import OpCounter, OpTotals
 from .errors import CostInputError
 from .fakemodel import LayerLayout, base_model, decoder_layers, is_moe, rep_layer
+from .phase import CostPhase
 
-PHASES = ("prefill", "decode", "train_fwd", "train_bwd")
+PHASES = tuple(p.value for p in CostPhase)
 _FFN_ENTRY = ("post_attention_layernorm", "ffn_hc", "pre_feedforward_layernorm", "mlp")
 _HEAD_ENTRY = ("hc_head", "norm")
 
@@ -44,11 +45,11 @@ class Shape:
 
     @property
     def n_seq(self) -> int:
-        return self.tokens if self.phase == "decode" else self.tokens // self.seq_len
+        return self.tokens if self.phase == CostPhase.decode else self.tokens // self.seq_len
 
     @property
     def q_len(self) -> int:
-        return 1 if self.phase == "decode" else self.seq_len
+        return 1 if self.phase == CostPhase.decode else self.seq_len
 
 
 def make_shape(phase: str, tokens: int, context: int, seq_len: int | None) -> Shape:
@@ -60,7 +61,7 @@ def make_shape(phase: str, tokens: int, context: int, seq_len: int | None) -> Sh
         raise CostInputError(f"context: must be >= 0, got {context}")
     if phase.startswith("train") and context:
         raise CostInputError("context: training phases have no KV cache; use seq_len for sequence length")
-    seq = 1 if phase == "decode" else (seq_len or tokens)
+    seq = 1 if phase == CostPhase.decode else (seq_len or tokens)
     if tokens % seq:
         raise CostInputError(f"seq_len: {seq} does not divide tokens={tokens}")
     return Shape(phase, tokens, context, seq)
@@ -251,7 +252,7 @@ def measure_shape(
             layer.mlp.experts = RoutedExperts(layer.mlp.experts, routing, n_experts, ep, sink)
     counter = OpCounter()
     train = shape.phase.startswith("train")
-    tagger = _Tagger(model, layout, counter, backward=shape.phase == "train_bwd")
+    tagger = _Tagger(model, layout, counter, backward=shape.phase == CostPhase.train_bwd)
     reps = {t: rep_layer(model, i).self_attn for t, i in layout.reps.items() if t.startswith("attention")}
     hooks = KernelHooks(model, reps if attention == "production" else {}, counter, shape.phase)
     try:
@@ -266,10 +267,10 @@ def measure_shape(
             ids = torch.zeros(shape.n_seq, shape.q_len, dtype=torch.long)
             paged = _uncounted_cache_updates(cache if attention == "production" else None, counter)
             with counter, paged:
-                if shape.phase == "train_bwd":
+                if shape.phase == CostPhase.train_bwd:
                     counter.tag = None  # forward is priced by train_fwd
-                logits, cache = _forward(model, ids, cache, not train, shape.phase == "prefill")
-                if shape.phase == "train_bwd":
+                logits, cache = _forward(model, ids, cache, not train, shape.phase == CostPhase.prefill)
+                if shape.phase == CostPhase.train_bwd:
                     fwd_sinks = list(sink)
                     counter.tag = "lm_head"
                     with warnings.catch_warnings():

@@ -9,6 +9,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .counter import OpCounter
 from .errors import CostInputError
 from .fakemodel import fakeify, torch_dtype
+from .phase import CostPhase
 
 
 def mlp_cost(layer_sizes: list[int], batch: int, phase: str = "train_fwd", dtype_bytes: int = 2,
@@ -16,7 +17,7 @@ def mlp_cost(layer_sizes: list[int], batch: int, phase: str = "train_fwd", dtype
     """Cost of Linear+activation stack `layer_sizes[0] -> ... -> layer_sizes[-1]` on `batch` rows."""
     if len(layer_sizes) < 2 or any(int(s) < 1 for s in layer_sizes):
         raise CostInputError(f"layer_sizes: need >= 2 positive sizes, got {layer_sizes}")
-    if phase not in ("prefill", "train_fwd", "train_bwd"):
+    if phase not in (CostPhase.prefill, CostPhase.train_fwd, CostPhase.train_bwd):
         raise CostInputError(f"phase: {phase!r}; valid options: prefill, train_fwd, train_bwd")
     acts = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "gelu": nn.GELU}
     if activation not in acts:
@@ -30,12 +31,12 @@ def mlp_cost(layer_sizes: list[int], batch: int, phase: str = "train_fwd", dtype
         net = nn.Sequential(*mods).to(dtype)
     fakeify(net, mode)
     with mode:
-        x = torch.empty(batch, layer_sizes[0], dtype=dtype, requires_grad=phase == "train_bwd")
+        x = torch.empty(batch, layer_sizes[0], dtype=dtype, requires_grad=phase == CostPhase.train_bwd)
     counter = OpCounter()
     with mode, torch.set_grad_enabled(phase.startswith("train")), counter:
-        counter.tag = None if phase == "train_bwd" else "mlp"
+        counter.tag = None if phase == CostPhase.train_bwd else "mlp"
         y = net(x)
-        if phase == "train_bwd":
+        if phase == CostPhase.train_bwd:
             counter.tag = "mlp"
             y.backward(torch.empty_like(y))
     t = counter.totals["mlp"]
