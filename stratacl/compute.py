@@ -45,6 +45,8 @@ for both directions, so a fetch and a write-back on one CPU share it while each 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from stratacl.config import Plane
@@ -179,21 +181,47 @@ def _remote_pool_loads(fabric: Fabric, ranks: tuple[int, ...], nbytes: float, pl
     return [("all", R[f"{far}_{way}"], remote * nbytes / fabric.port_Bps[far])]
 
 
+@dataclass(frozen=True, slots=True)
+class OpShape:
+    """Every field a compute or memcpy op's phases depend on, with its stream's core limit: ops of
+    one shape lower alike (a model's layers repeat)."""
+
+    kind: str
+    ranks: tuple[int, ...]
+    nbytes: tuple[float, ...]
+    flops: tuple[float, ...]
+    hbm_bytes: tuple[float, ...]
+    core: str
+    fixed_time_s: float
+    vector_flops: tuple[float, ...]
+    block_dim: int
+    limit: tuple[int, int]
+    dtype: str
+    kernel: str
+    gemms: tuple[tuple[int, int, int, int], ...]
+    peer: str
+    direction: str
+
+    @classmethod
+    def of(cls, op: Op, limit: tuple[int, int]) -> OpShape:
+        return cls(op.kind, op.ranks, op.nbytes, op.flops, op.hbm_bytes, op.core, op.fixed_time_s,
+                   op.vector_flops, op.block_dim, limit, op.dtype, op.kernel, op.gemms, op.peer, op.direction)
+
+
 class ComputeLowering:
-    """Lowers compute and memcpy ops, memoised by op shape (layers repeat). `stream_cores` are the
-    per-stream core limits the replay runs with (the trace's, unless the library drops them)."""
+    """Lowers compute and memcpy ops, memoised by `OpShape`. `stream_cores` are the per-stream
+    core limits the replay runs with (the trace's, unless the library drops them)."""
 
     KINDS = (OpKind.compute, OpKind.memcpy)
 
     def __init__(self, fabric: Fabric, stream_cores: dict[str, tuple[int, int]] | None = None) -> None:
         self.fabric = fabric
         self.stream_cores = stream_cores or {}
-        self._cache: dict[tuple[object, ...], list[Phase]] = {}
+        self._cache: dict[OpShape, list[Phase]] = {}
 
     def lower(self, op: Op) -> list[Phase]:
         limit = self.stream_cores.get(op.stream, NO_LIMIT)
-        key = (op.kind, op.ranks, op.nbytes, op.flops, op.hbm_bytes, op.core, op.fixed_time_s,
-               op.vector_flops, op.block_dim, limit, op.dtype, op.kernel, op.gemms, op.peer, op.direction)
+        key = OpShape.of(op, limit)
         hit = self._cache.get(key)
         if hit is None:
             if op.kind == OpKind.compute:
