@@ -41,6 +41,14 @@ class Setup:
     work_bytes: np.ndarray
 
 
+@dataclass(frozen=True, slots=True)
+class ShardCache:
+    """A die's shard set and its cache size: what its cache model depends on."""
+
+    segments: tuple[Segment, ...]
+    cache_bytes: float
+
+
 @dataclass
 class LibraryRun:
     memory: DieBudget
@@ -119,10 +127,10 @@ def library_run(setup: Setup, library: Library, seed: int) -> LibraryRun:
                      setup.plan.bytes_per_die(), held, library.name, reserved, frag)
     s = zipf_exponent(cfg)
     rows, rate, models = [], np.ones(cfg.ranks), []
-    memo: dict[tuple, CacheModel] = {}
+    memo: dict[ShardCache, CacheModel] = {}
     for d, segs in enumerate(setup.segments):
         cache = np.inf if mem.resident[d] else float(mem.cache_bytes[d])
-        key = (tuple(segs), cache)
+        key = ShardCache(tuple(segs), cache)
         if key not in memo:  # many dies serve identical shard sets
             memo[key] = CacheModel(segs, cache, s, str(cfg.cache_policy))
         models.append(memo[key])

@@ -10,6 +10,7 @@ Measurements are cached on disk.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +33,15 @@ PREFILL_TOKENS = (256, 1024, 4096, 16384)  # tokens per die per iteration
 # 1024 and 8192 alone, decode at 110K tokens was priced 6.7 % over its own measured shape).
 DECODE_CONTEXT = (1024, 2048, 8192, 32768, 131072)
 PREFILL_CONTEXT = (0, 2048, 8192, 32768, 131072)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredShape:
+    """One measured shape of a phase: tokens per die after `context` cached tokens each."""
+
+    tokens: int
+    context: int
+    phase: str
 
 
 class ServingCosts:
@@ -68,10 +78,10 @@ class ServingCosts:
         self.split_core = mc.core_split_types()
         for t in self.split_core:
             self.dtypes[t + CORE] = ATTENTION_CORE_FORMAT
-        self._memo: dict[tuple, dict[str, Cost]] = {}
+        self._memo: dict[MeasuredShape, dict[str, Cost]] = {}
 
     def _measure(self, tokens: int, context: int, phase: str) -> dict[str, Cost]:
-        key = (tokens, context, phase)
+        key = MeasuredShape(tokens, context, phase)
         hit = self._memo.get(key)
         if hit is None:
             ep = self.measure_ep[phase]

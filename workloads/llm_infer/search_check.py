@@ -5,6 +5,7 @@ of a finalist layout at a grid of rates."""
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,35 @@ def layout_config(base: LlmInferConfig, p: PrefillRole, d: DecodeRole, n_p: int 
     return cfg
 
 
+@dataclass(frozen=True, slots=True)
+class ServingKey:
+    """A layout's roles and instance counts: one serving model each."""
+
+    prefill: PrefillRole
+    decode: DecodeRole
+    prefill_instances: int
+    decode_instances: int
+    batch_cap: int
+
+
+@dataclass(frozen=True, slots=True)
+class KvKey:
+    """What a decode role's KV room per die depends on (not its stream layout)."""
+
+    library: str
+    dp: int
+    tbo: bool
+    mtp: bool
+    max_batch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ValidKey:
+    library: str
+    role: PrefillRole | DecodeRole
+    largest_kv: float
+
+
 class IterationOracle:
     """Role costs per library on the run's fabric, each role shape's iteration model built once
     (its traces memoised across libraries and batch sizes)."""
@@ -50,12 +80,12 @@ class IterationOracle:
     def __init__(self, ctx: RunContext, base: LlmInferConfig, mc: ModelCosts) -> None:
         self.ctx, self.base, self.mc = ctx, base, mc
         self.kv_tok = float(mc.kv_bytes_per_token())
-        self._serving: dict[tuple, Serving] = {}
-        self._kv: dict[tuple, float] = {}
-        self._valid: dict[tuple, ConfigError | None] = {}
+        self._serving: dict[ServingKey, Serving] = {}
+        self._kv: dict[KvKey, float] = {}
+        self._valid: dict[ValidKey, ConfigError | None] = {}
 
     def serving(self, p: PrefillRole, d: DecodeRole, n_p: int = 1, n_d: int = 1, batch_cap: int = 0) -> Serving:
-        key = (p, d, n_p, n_d, batch_cap)
+        key = ServingKey(p, d, n_p, n_d, batch_cap)
         hit = self._serving.get(key)
         if hit is None:
             cfg = layout_config(self.base, p, d, n_p, n_d, batch_cap)
@@ -80,7 +110,7 @@ class IterationOracle:
         return self._decode_model(role).iters.decode(library, batch, context).time_s
 
     def kv_per_die(self, library: str, role: DecodeRole) -> float:
-        key = (library, role.dp, role.tbo, role.mtp, role.max_batch)
+        key = KvKey(library, role.dp, role.tbo, role.mtp, role.max_batch)
         if key not in self._kv:
             self._kv[key] = self._decode_model(role).dies(library, ServingPhase.decode, False)[0].plan.kv
         return self._kv[key]
@@ -95,7 +125,7 @@ class IterationOracle:
     def validate(self, library: str, role: PrefillRole | DecodeRole, largest_kv: float) -> None:
         """Divisibility and memory of a role shape, as the serving workload checks them; the error
         names the search field (the workload's own field in the problem)."""
-        key = (library, role, largest_kv)
+        key = ValidKey(library, role, largest_kv)
         if key in self._valid:  # the same verdict at every SLO scale
             if self._valid[key] is not None:
                 raise self._valid[key]

@@ -36,6 +36,21 @@ INDEX = 4  # int32 expert ids
 BLOCK_MEMO = 1 << 14  # block op lists kept
 
 
+@dataclass(frozen=True, slots=True)
+class BlockKey:
+    """A block's op list is the same for every layer of one tensor kind at one shape."""
+
+    kind: int  # the layer's tensor kind (`ServingTensors.kind`)
+    micro_batch: int
+    tokens: int
+    routed: int | None  # rows reaching this die's experts; None: the attention block
+
+
+@dataclass(frozen=True, slots=True)
+class LogitsKey:
+    rows: int
+
+
 @dataclass(frozen=True)
 class Layer:
     attention: str  # layer type of the attention block
@@ -67,7 +82,7 @@ class ServingTensors:
         kinds: dict[Layer, int] = {}
         self._kind = [kinds.setdefault(x, len(kinds)) for x in self.layers]  # layers with the same tensors
         self.moe_layers = sum(1 for x in self.layers if x.ffn == "moe" and self.experts)
-        self._blocks: dict[tuple, Ops] = {}  # block ops by shape: iterations repeat shapes
+        self._blocks: dict[BlockKey | LogitsKey, Ops] = {}  # block ops by shape: iterations repeat shapes
         self.generation = 0  # bumped when `_blocks` is cleared: a shape's ops become a new object
 
     def _layer(self, attention: str, ffn: str) -> Layer:
@@ -101,7 +116,7 @@ class ServingTensors:
         """Ops of layer i's attention block (`routed` None) or FFN block for micro-batch m of
         `tokens` tokens, `routed` rows of which reach this die's experts; the dispatch / combine
         receive buffers are named `dispatch.m` / `combine.m`."""
-        key = (self._kind[i], m, tokens, routed)
+        key = BlockKey(self._kind[i], m, tokens, routed)
         ops = self._blocks.get(key)
         if ops is None:
             layer = self.layers[i]
@@ -116,7 +131,7 @@ class ServingTensors:
         return (("alloc", "residual", self.streams * tokens * self.hidden * self.act),)
 
     def logits_ops(self, rows: int) -> Ops:
-        key = ("logits", rows)
+        key = LogitsKey(rows)
         ops = self._blocks.get(key)
         if ops is None:
             ops = self._blocks[key] = (("alloc", "logits", rows * self.vocab * FP32), ("free", "logits"))
