@@ -179,7 +179,7 @@ def _grammar_error(args: list[str], i: int, exc: OverrideParseException) -> tupl
 def check_model_source(argv: list[str]) -> None:
     """A preset and a config_json / model_type both given on the command line name two models: the
     run would have to drop one, so refuse rather than guess (a config_json or model_type alone
-    replaces the workload's default preset, stratacl/schemas/model.py)."""
+    replaces the workload's default preset, workloads/common/model_schema.py)."""
     given = {}
     for a in argv:
         k, eq, value = a.partition("=")

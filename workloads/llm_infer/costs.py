@@ -14,9 +14,9 @@ from collections import Counter
 import numpy as np
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_infer import LayoutConfig
 from workloads.common.cost import Cost
 from workloads.common.placement import Placement, contiguous, eplb
+from workloads.llm_infer.schema import LayoutConfig
 from workloads.modelcost import ATTENTION_CORE_FORMAT, ModelCosts
 
 CORE = ".core"  # suffix of an attention type's core part when it runs in another format

@@ -18,11 +18,11 @@ import pandas as pd
 
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.requests import Requests, pool
 from workloads.llm_infer.scheduling import ServingPhase
+from workloads.llm_infer.schema import LlmInferConfig
 from workloads.llm_infer.search import (
     Bisection,
     DecodeRole,

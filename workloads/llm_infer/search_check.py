@@ -11,13 +11,13 @@ import pandas as pd
 
 from stratacl.errors import ConfigError
 from stratacl.metrics import latency_percentiles
-from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
 from stratacl.workload_api import RunContext
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.prefill_context import prefill_context
 from workloads.llm_infer.requests import generate
 from workloads.llm_infer.scheduling import ServingPhase
+from workloads.llm_infer.schema import LlmInferConfig, StreamLayout
 from workloads.llm_infer.search import DecodeRole, Layout, PrefillRole
 from workloads.llm_infer.stability import served_fractions
 from workloads.llm_infer.workload import Serving, serving_costs

@@ -78,11 +78,11 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from stratacl.schemas.model import AttentionKernels
+from workloads.common.model_schema import AttentionKernels
 
 from .flops import ragged
 
-ATTENTION_MODES = tuple(m.value for m in AttentionKernels)  # the schema's vocabulary (stratacl.schemas.model)
+ATTENTION_MODES = tuple(m.value for m in AttentionKernels)  # the schema's vocabulary (workloads.common.model_schema)
 # Config attribute / override key that picks the mode when `ModelCosts(attention=...)` is not given.
 ATTENTION_KEY = "modelcost_attention"
 

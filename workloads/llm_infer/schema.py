@@ -5,16 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from hydra.core.config_store import ConfigStore
-
 from stratacl.errors import ConfigError
-from stratacl.schemas.base import WorkloadConfig, knob
-from stratacl.schemas.deployment_search import SearchConfig
-from stratacl.schemas.model import (  # ModelRef re-exported: the shared model reference
+from stratacl.workload_config import WorkloadConfig, knob
+from workloads.common.model_schema import (  # ModelRef re-exported: the shared model reference
     ModelRef,
     QuantPreset,
 )
-from stratacl.schemas.moe import ExpertSkew
+from workloads.llm_infer.search_schema import SearchConfig
+from workloads.moe.schema import ExpertSkew
 
 
 class Arrival(StrEnum):
@@ -228,6 +226,9 @@ class LlmInferConfig(WorkloadConfig):
                               "a saturation_warmup_s below saturation_duration_s")
         if self.mode == ServingMode.search:
             self.search.check(f"{prefix}.search")
+
+    def check_inputs(self, prefix: str = "workload") -> None:
+        self.model.check(f"{prefix}.model")  # loads, and is of a family the cost model measures
         if self.mode == ServingMode.fixed:
             return  # fixed shapes: no arrivals, no window
         r = self.requests
@@ -259,5 +260,3 @@ class LlmInferConfig(WorkloadConfig):
 
             check_table(r, self.warmup_s, prefix)
 
-
-ConfigStore.instance().store(group="workload", name="llm_infer_schema", node=LlmInferConfig)
