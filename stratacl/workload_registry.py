@@ -1,9 +1,8 @@
-"""The workload registry: every package `workloads.<name>` that exports a `SPEC`.
+"""The workload registry: every package `workloads.<name>` that exports a `SPEC`, and every
+installed distribution's package named under the `stratacl.workloads` entry-point group
+(`[project.entry-points."stratacl.workloads"] <name> = "<package>"`, docs/extending.md).
 
-The core knows no workload by name. `workloads` is a namespace that any directory on `sys.path`
-may add packages to (`workloads/__init__.py` extends its path), so a user's own workload is a
-package `workloads/<name>/` in their own tree, found here exactly like the bundled ones. Loading
-the registry imports every package's `__init__` (each must stay light: its spec, schema and
+The core knows no workload by name. Loading the registry imports every package's `__init__` (each must stay light: its spec, schema and
 metric tables, never torch) and stores each schema in Hydra's ConfigStore as
 `workload/<name>_schema`, which `conf/workload/<name>.yaml` lists first in its defaults. A package
 without a YAML of its own gets one: `workload=<name>` composes its schema's defaults.
@@ -14,6 +13,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Mapping
+from importlib.metadata import entry_points
 from types import MappingProxyType
 
 from hydra.core.config_store import ConfigStore
@@ -23,6 +23,7 @@ from stratacl.paths import CONF
 from stratacl.workload_spec import WorkloadSpec
 
 PACKAGE = "workloads"
+ENTRY_POINTS = "stratacl.workloads"
 _specs: dict[str, WorkloadSpec] = {}
 _loaded = False
 
@@ -38,16 +39,22 @@ def specs() -> Mapping[str, WorkloadSpec]:
                 found = getattr(importlib.import_module(f"{PACKAGE}.{mod.name}"), "SPEC", None)
                 if isinstance(found, WorkloadSpec):
                     register(found, package=mod.name)
+        for ep in entry_points(group=ENTRY_POINTS):
+            found = getattr(importlib.import_module(ep.value), "SPEC", None)
+            if not isinstance(found, WorkloadSpec):
+                raise ConfigError(f"entry point {ENTRY_POINTS}:{ep.name}", f"module '{ep.value}' has no SPEC",
+                                  "export SPEC = WorkloadSpec(...) from the package's __init__")
+            register(found, package=None if found.name == ep.name else ep.name)
     return MappingProxyType(_specs)
 
 
 def register(spec: WorkloadSpec, package: str | None = None) -> None:
     """Add a workload: its schema into the ConfigStore, its metric names checked against the
     others' (a name means one thing across workloads)."""
-    where = f"{PACKAGE}.{package or spec.name}.SPEC"
+    where = f"{package or spec.name}.SPEC"
     if package is not None and spec.name != package:
-        raise ConfigError(f"{where}.name", f"'{spec.name}' differs from its package '{package}'",
-                          f"name the spec '{package}' (workload=<name> imports workloads.<name>)")
+        raise ConfigError(f"{where}.name", f"'{spec.name}' differs from the name it is registered by, "
+                          f"'{package}'", f"name the spec '{package}'")
     if spec.name in _specs and _specs[spec.name] is not spec:
         raise ConfigError(where, f"a second workload named '{spec.name}'", "rename one of the packages")
     _check_metrics(spec, where)
