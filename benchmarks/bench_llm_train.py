@@ -24,7 +24,7 @@ from stratacl.comm.library import LibraryModel
 from stratacl.config import to_object
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
-from workloads.llm_train import iteration_trace, prepare
+from workloads.llm_train.workload import iteration_trace, prepare
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 BUDGET_S = 30.0

@@ -12,7 +12,7 @@ The manifest (`manifest.json`) maps each run's summary.json (relative path) to i
 
 `--ci` runs every case at the CI size (`CI` below) and compares with the committed reference
 (benchmarks/golden: manifest.json and the reference summaries); it exits 1 on any difference.
-`--update` rewrites that reference: only for a change meant to move results, with the reason
+`--ci --only CASE ...` runs and compares those cases alone. `--update` rewrites that reference: only for a change meant to move results, with the reason
 in the commit message.
 """
 
@@ -188,18 +188,21 @@ def update_reference(out: Path, selected: list[tuple[str, list[str], bool]]) -> 
     print(f"wrote {GOLDEN / 'manifest.json'}: {len(hashes)} summaries")
 
 
-def compare_reference(out: Path, selected: list[tuple[str, list[str], bool]]) -> int:
-    """Compare with benchmarks/golden; a case list that differs from the reference's is a failure."""
+def compare_reference(out: Path, selected: list[tuple[str, list[str], bool]], only: list[str] | None = None) -> int:
+    """Compare with benchmarks/golden (the cases in `only`, default all); a case list that differs
+    from the reference's is a failure."""
     if not (GOLDEN / "manifest.json").exists():
         print(f"no reference at {GOLDEN / 'manifest.json'} — fix: write one with --ci --update", file=sys.stderr)
         return 2
     ref = json.loads((GOLDEN / "manifest.json").read_text())
+    if only:
+        ref["cases"] = {n: c for n, c in ref["cases"].items() if n in only}
     if ref["cases"] != _case_list(selected):
         names = sorted(n for n in set(ref["cases"]) | {n for n, _, _ in selected}
                        if ref["cases"].get(n) != _case_list(selected).get(n))
         print(f"the cases or their overrides differ from {GOLDEN / 'manifest.json'}: {', '.join(names)}")
         return 1
-    return compare(out, GOLDEN, None, ref["summaries"])
+    return compare(out, GOLDEN, only, ref["summaries"])
 
 
 def _cpu_s() -> float:
@@ -218,13 +221,17 @@ def main() -> int:
     args = ap.parse_args()
     if args.update and not args.ci:
         ap.error("--update rewrites the CI reference: use it with --ci")
-    if args.ci and args.only:
-        ap.error("--ci runs every case (the reference holds them all): drop --only")
+    if args.update and args.only:
+        ap.error("--update rewrites the whole reference: drop --only")
     if args.out is None and not args.ci:
         ap.error("--out is required without --ci")
     out: Path = args.out or Path(tempfile.mkdtemp(prefix="golden_ci_"))
     out.mkdir(parents=True, exist_ok=True)
-    selected = ci_cases() if args.ci else [c for c in cases() if not args.only or c[0] in args.only]
+    pool = ci_cases() if args.ci else cases()
+    unknown = sorted(set(args.only or ()) - {name for name, _, _ in pool})
+    if unknown:
+        ap.error(f"unknown cases {unknown}: use names from {[name for name, _, _ in pool]}")
+    selected = [c for c in pool if not args.only or c[0] in args.only]
     t0 = time.perf_counter()
     for name, overrides, multirun in selected:
         wall = run_case(out, name, overrides, multirun)
@@ -239,7 +246,7 @@ def main() -> int:
         update_reference(out, selected)
         return 0
     if args.ci:
-        return compare_reference(out, selected)
+        return compare_reference(out, selected, args.only)
     return compare(out, args.compare, args.only) if args.compare else 0
 
 

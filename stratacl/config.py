@@ -2,7 +2,7 @@
 
 The dataclasses are registered with Hydra's ConfigStore, so a wrong type or an unknown choice
 (enums) in a YAML file or an override fails at compose time. Every numeric field declares its range
-(`knob(..., gt=0)`, stratacl/schemas/base.py); `validate_run` checks those ranges over the whole
+(`knob(..., gt=0)`, stratacl/workload_config.py); `validate_run` checks those ranges over the whole
 tree, then the cross-field meaning (β under the port rate, planes the fabric has, known presets),
 before anything is simulated, naming the field and the fix.
 Values live in `conf/`; the defaults here are only shapes, not calibration.
@@ -19,11 +19,11 @@ import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
+from stratacl import workload_registry
 from stratacl.errors import ConfigError
 from stratacl.paths import CONF
-from stratacl.schemas.base import check_ranges, knob  # (the package registers the workload schemas)
-from stratacl.schemas.model import ModelRef
 from stratacl.trace import COLLECTIVES, MOE_MODES
+from stratacl.workload_config import check_ranges, knob
 
 # --------------------------------------------------------------------------- fabric
 
@@ -412,6 +412,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     cs.store(group="fabric", name="fabric_schema", node=FabricConfig)
+    workload_registry.specs()  # every workload package's schema (workload/<name>_schema)
 
 
 register_configs()
@@ -625,9 +626,7 @@ def validate_run(cfg: RunConfig) -> None:
     """Everything checkable before a simulation: every field's range, then cross-field meaning."""
     check_ranges(cfg)
     cfg.workload.check()  # the workload schema's cross-field checks (e.g. measurement windows)
-    model = getattr(cfg.workload, "model", None)
-    if isinstance(model, ModelRef):  # a model that does not load or is of no supported family
-        model.check("workload.model")
+    cfg.workload.check_inputs()  # inputs the workload loads (a model config), before any work
     validate_fabric(cfg.fabric)
     if not cfg.library:
         raise ConfigError("library", "no library selected", "e.g. library=[hccl,stratacl]")

@@ -1,5 +1,6 @@
 """What each metric means for a verdict: which way is better, its unit, a short label, and the
-mechanism it measures. Defined once; the run report (`stratacl/report.py`), the verdict
+mechanism it measures. The core's metrics are here; a workload's own are in its spec
+(`workloads/<name>/metrics.py`, `stratacl/workload_spec.py`). The run report (`stratacl/report.py`), the verdict
 (`stratacl/verdict.py`) and the analysis notebooks read it.
 
 A metric is found by exact name first, then by the first matching pattern (metric families such
@@ -12,9 +13,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from stratacl.metrics import SIZE_BANDS, band_range
+
+if TYPE_CHECKING:
+    from stratacl.workload_spec import WorkloadSpec
 
 Better = Literal["higher", "lower"] | None
 
@@ -35,7 +39,8 @@ class MetricInfo:
     short: str = ""  # the name a verdict line gives the metric (default: label)
 
 
-def _m(better: Better, unit: str, label: str, **kw: object) -> MetricInfo:
+def metric(better: Better, unit: str, label: str, **kw: object) -> MetricInfo:
+    """A metric-table entry: `metric("lower", "s", "decode step", mechanism=EXPOSED)`."""
     return MetricInfo(better, unit, label, **kw)  # type: ignore[arg-type]
 
 
@@ -46,140 +51,31 @@ P99_TIE = 0.05
 ITER = "iteration_time_s"
 
 EXACT: dict[str, MetricInfo] = {
-    # llm_infer, request mode
-    "throughput_tok_per_s": _m("higher", "tok/s", "output throughput", pinned=True),
-    "total_throughput_tok_per_s": _m("higher", "tok/s", "total throughput", pinned=True),
-    "requests_per_s": _m("higher", "req/s", "completed requests", pinned=True),
-    "saturation_throughput_tok_per_s": _m("higher", "tok/s", "saturation throughput (closed loop)"),
-    "saturation_requests_per_s": _m("higher", "req/s", "saturation request rate (closed loop)"),
-    "saturation_population": _m("higher", "requests", "closed-loop population (KV-bound)", mechanism=MEMORY),
-    "saturation_mean_decode_batch_per_die": _m(None, "seq", "decode batch/die at saturation"),
-    "saturation_kv_utilisation": _m(None, "fraction", "KV use at saturation"),
-    "saturation_prefill_die_busy_fraction": _m(None, "fraction", "prefill die busy at saturation"),
-    "slo_capacity_req_per_s": _m("higher", "req/s", "SLO capacity"),
-    "slo_capacity_capped": _m(None, "flag", "SLO search capped"),
-    "mean_decode_batch_per_die": _m(None, "seq", "decode batch/die"),
-    "max_decode_batch_per_die": _m(None, "seq", "max decode batch/die"),
-    "kv_utilisation_mean": _m(None, "fraction", "KV cache use"),
-    "decode_step_s_mean": _m("lower", "s", "decode step"),
-    "decode_exposed_comm_share": _m("lower", "fraction", "exposed comm share of a decode step", mechanism=EXPOSED),
-    # utilisation and load (workload.py summarise, deployment.py load_metrics): context, not judged
-    "prefill_die_busy_fraction": _m(None, "fraction", "prefill die busy (its own tokens)"),
-    "decode_die_busy_fraction": _m(None, "fraction", "decode die stepping (time, not load)"),
-    "decode_batch_fraction": _m(None, "fraction", "decode batch / TPOT-feasible batch"),
-    "load_fraction": _m(None, "fraction", "served rate / layout's analytic capacity"),
-    "offered_load_fraction": _m(None, "fraction", "offered rate / layout's analytic capacity"),
-    "overloaded": _m(None, "flag", "overloaded (regime note)"),
-    "offered_req_per_s": _m(None, "req/s", "offered rate (arrivals in the window)"),
-    "served_fraction": _m(None, "fraction", "share of the arrival rate served (backlog floor)"),
-    "prefill_served_fraction": _m(None, "fraction", "share of the prompt-token arrival rate prefilled"),
-    "decode_served_fraction": _m(None, "fraction", "share of decode arrivals admitted"),
-    "backlog_growth_req_per_s": _m(None, "req/s", "backlog growth (arrival rate not served)"),
-    "prefill_load_fraction": _m(None, "fraction", "served rate / prefill capacity"),
-    "decode_load_fraction": _m(None, "fraction", "served rate / decode capacity"),
-    "prefill_capacity_req_per_s": _m("higher", "req/s", "prefill capacity (analytic)"),
-    "decode_capacity_req_per_s": _m("higher", "req/s", "decode capacity at the TPOT SLO (analytic)"),
-    "decode_slo_batch_per_die": _m("higher", "seq", "TPOT-feasible decode batch/die"),
-    # llm_infer, deployment search (mode=search): DistServe goodput at each library's best layout
-    "goodput_req_per_s": _m("higher", "req/s", "goodput at the best layout"),
-    "goodput_per_die": _m("higher", "req/s/die", "goodput/die at the best layout"),
-    "goodput_capped": _m(None, "flag", "goodput capped (top served rate met the SLO)"),
-    "analytic_capacity_req_per_s": _m("higher", "req/s", "best analytic capacity"),
-    "best_layout_analytic_req_per_s": _m(None, "req/s", "analytic capacity of the goodput-best layout"),
-    "goodput_over_analytic": _m(None, "ratio", "served goodput / analytic capacity"),
-    "fixed_layout_goodput_req_per_s": _m("higher", "req/s", "goodput at the configured layout"),
-    "fixed_layout_goodput_per_die": _m("higher", "req/s/die", "goodput/die at the configured layout"),
-    "fixed_layout_analytic_req_per_s": _m("higher", "req/s", "configured layout's analytic capacity"),
-    "fixed_layout_capped": _m(None, "flag", "configured layout's goodput capped"),
-    "slo_ttft_s": _m(None, "s", "TTFT SLO"),
-    "slo_tpot_s": _m(None, "s", "TPOT SLO"),
-    "candidates": _m(None, "layouts", "candidate layouts priced"),
-    "iteration_traces_simulated": _m(None, "traces", "iteration traces simulated"),
-    "weights_GiB_per_die": _m(None, "GiB", "weights/die"),
-    "activations_GiB_per_die": _m(None, "GiB", "activations/die"),
-    "comm_buffers_GiB_per_die": _m("lower", "GiB", "comm buffers/die"),
-    "pool_GiB_per_die": _m("lower", "GiB", "registered pool/die"),
-    "library_GiB_per_die": _m("lower", "GiB", "library memory/die", mechanism=MEMORY),
-    "kv_cache_GiB_per_die": _m("higher", "GiB", "KV cache/die", mechanism=MEMORY),
-    "reserved_GiB_per_die": _m(None, "GiB", "allocator reserved/die"),
-    "fragmentation_GiB_per_die": _m("lower", "GiB", "fragmentation/die", mechanism=MEMORY),
-    "startup_fragmentation_GiB_per_die": _m("lower", "GiB", "start-up fragmentation/die"),
-    "expandable_segments": _m(None, "flag", "expandable segments on"),
-    "remap_fraction": _m("lower", "fraction", "decode iterations remapping"),
-    "prefill_remap_fraction": _m("lower", "fraction", "prefill iterations remapping"),
-    "jit_hit_rate": _m("higher", "fraction", "JIT registration hit rate"),
-    "prefill_jit_hit_rate": _m("higher", "fraction", "prefill JIT hit rate"),
-    "register_ms_per_decode_iter": _m("lower", "ms", "registration per decode iteration"),
-    "register_ms_per_prefill_iter": _m("lower", "ms", "registration per prefill iteration"),
-    # llm_infer, fixed mode
-    "decode_tok_per_s_per_npu": _m("higher", "tok/s", "decode throughput/NPU"),
-    "decode_tpot_s": _m("lower", "s", "decode TPOT"),
-    "decode_step_s": _m("lower", "s", "decode step"),
-    "decode_exposed_comm_s": _m("lower", "s", "exposed comm per decode step", mechanism=EXPOSED, per="decode_step_s"),
-    "prefill_tok_per_s_per_npu": _m("higher", "tok/s", "prefill throughput/NPU"),
-    "prefill_iter_s": _m("lower", "s", "prefill iteration"),
-    "prefill_exposed_comm_s": _m("lower", "s", "exposed comm per prefill iteration", mechanism=EXPOSED,
-                                 per="prefill_iter_s"),
-    "decode_weights_GB_per_die": _m(None, "GB", "decode weights/die"),
-    "decode_kv_GB_per_die": _m("higher", "GB", "decode KV cache/die", mechanism=MEMORY),
-    "prefill_weights_GB_per_die": _m(None, "GB", "prefill weights/die"),
-    # training (llm_train, dlrm_train)
-    "iteration_time_s": _m("lower", "s", "iteration time"),
-    "iteration_time_s_first": _m("lower", "s", "first iteration"),
-    "iteration_time_s_last": _m("lower", "s", "last iteration"),
-    "compute_s": _m(None, "s", "compute"),
-    "exposed_comm_s": _m("lower", "s", "exposed communication", mechanism=EXPOSED, per=ITER),
-    "tokens_per_s": _m("higher", "tok/s", "training throughput"),
-    "samples_per_s": _m("higher", "samples/s", "training throughput"),
-    "comm_wire_s": _m("lower", "s", "comm wire time", mechanism=WIRE, per=ITER),
-    "comm_copy_s": _m("lower", "s", "comm copies", mechanism=COPY, per=ITER),
-    "comm_sync_s": _m("lower", "s", "comm sync", mechanism=SYNC, per=ITER),
-    "comm_register_s": _m("lower", "s", "comm registration", mechanism=REGISTER, per=ITER),
-    "comm_launch_s": _m("lower", "s", "comm launch", mechanism=LAUNCH, per=ITER),
-    "peak_mem_GB_per_die": _m("lower", "GB", "peak memory/die", mechanism=MEMORY),
-    "reserved_GB_per_die": _m(None, "GB", "allocator reserved/die"),
-    "fragmentation_GB_per_die": _m("lower", "GB", "fragmentation/die", mechanism=MEMORY),
-    "recompute_forced": _m("lower", "flag", "recompute forced by memory"),
-    "exposed_cache_miss_s": _m("lower", "s", "exposed cache-miss fetch"),
-    "cache_traffic_s": _m("lower", "s", "cache traffic"),
-    "cache_hit_rate": _m("higher", "fraction", "cache hit rate"),
-    "cache_hit_rate_min": _m("higher", "fraction", "min cache hit rate"),
-    "cache_GB_per_die": _m("higher", "GB", "embedding cache/die", mechanism=MEMORY),
-    "table_GB_per_die_max": _m(None, "GB", "tables/die (max)"),
-    "library_memory_GB_per_die": _m("lower", "GB", "library memory/die", mechanism=MEMORY),
-    "reserved_GB_per_die_max": _m(None, "GB", "allocator reserved/die (max)"),
-    "fragmentation_GB_per_die_max": _m("lower", "GB", "fragmentation/die (max)", mechanism=MEMORY),
-    "cache_miss_GB_per_iter_max_die": _m("lower", "GB", "cache misses/iteration (max die)"),
-    "dense_allreduce_MB": _m(None, "MB", "dense all-reduce"),
-    # interference
-    "compute_alone_s": _m(None, "s", "compute alone"),
-    "comm_alone_s": _m("lower", "s", "communication alone"),
-    "back_to_back_s": _m("lower", "s", "compute then comm"),
-    "overlapped_s": _m("lower", "s", "overlapped step"),
-    "compute_overlapped_s": _m("lower", "s", "compute under overlap"),
-    "overlap_s": _m(None, "s", "overlap window"),
-    "compute_slowdown": _m("lower", "fraction", "compute slowdown"),
-    "concurrent_compute_slowdown": _m("lower", "fraction", "concurrent compute slowdown"),
-    "step_vs_back_to_back": _m("lower", "ratio", "step / back-to-back"),
-    "comm_vector_core_s": _m("lower", "core·s", "vector cores held by comm"),
-    "comm_hbm_GB_per_die": _m("lower", "GB", "comm HBM traffic/die", mechanism=COPY),
-    "fwd_compute_slowdown": _m("lower", "fraction", "forward compute slowdown"),
-    "bwd_compute_slowdown": _m("lower", "fraction", "backward compute slowdown"),
-    # collectives
-    "busbw_GBps_mean": _m("higher", "GB/s", "busbw, mean over sizes"),
-    "time_s_total": _m("lower", "s", "operator time, summed over sizes"),
-    # the collectives verdict: operator time per size band, geometric mean over the band's sizes
-    **{f"{band}_op_time_s": _m("lower", "s", f"operator time, {band} ({band_range(band)}), geomean over sizes",
-                               short=f"{band} ({band_range(band)})")
-       for band, _, _ in SIZE_BANDS},
+    # a training step (llm_train, dlrm_train and any training workload)
+    "iteration_time_s": metric("lower", "s", "iteration time"),
+    "iteration_time_s_first": metric("lower", "s", "first iteration"),
+    "iteration_time_s_last": metric("lower", "s", "last iteration"),
+    "compute_s": metric(None, "s", "compute"),
+    "exposed_comm_s": metric("lower", "s", "exposed communication", mechanism=EXPOSED, per=ITER),
+    "tokens_per_s": metric("higher", "tok/s", "training throughput"),
+    "samples_per_s": metric("higher", "samples/s", "training throughput"),
+    "comm_wire_s": metric("lower", "s", "comm wire time", mechanism=WIRE, per=ITER),
+    "comm_copy_s": metric("lower", "s", "comm copies", mechanism=COPY, per=ITER),
+    "comm_sync_s": metric("lower", "s", "comm sync", mechanism=SYNC, per=ITER),
+    "comm_register_s": metric("lower", "s", "comm registration", mechanism=REGISTER, per=ITER),
+    "comm_launch_s": metric("lower", "s", "comm launch", mechanism=LAUNCH, per=ITER),
+    "peak_mem_GB_per_die": metric("lower", "GB", "peak memory/die", mechanism=MEMORY),
+    "reserved_GB_per_die": metric(None, "GB", "allocator reserved/die"),
+    "fragmentation_GB_per_die": metric("lower", "GB", "fragmentation/die", mechanism=MEMORY),
+    "recompute_forced": metric("lower", "flag", "recompute forced by memory"),
     # per-iteration accounting the report adds from a run's rows (stratacl/verdict.py accounting)
-    **{f"{phase}_iter_time_s": _m("lower", "s", f"{phase} iteration") for phase in ("decode", "prefill")},
-    **{f"{phase}_iter_{key}": _m("lower", "s", f"{what} per {phase} iteration", mechanism=mech,
+    **{f"{phase}_iter_time_s": metric("lower", "s", f"{phase} iteration") for phase in ("decode", "prefill")},
+    **{f"{phase}_iter_{key}": metric("lower", "s", f"{what} per {phase} iteration", mechanism=mech,
                                   per=f"{phase}_iter_time_s")
        for phase in ("decode", "prefill")
        for key, what, mech in (("exposed_comm_s", "exposed comm", EXPOSED), ("copy_s", "copies", COPY),
                                ("register_s", "registration", REGISTER), ("launch_s", "launch", LAUNCH))},
-    **{f"op_{key}": _m("lower", "s", f"operator {key[:-2]}, summed over sizes", mechanism=mech, per="time_s_total")
+    **{f"op_{key}": metric("lower", "s", f"operator {key[:-2]}, summed over sizes", mechanism=mech, per="time_s_total")
        for key, mech in (("wire_s", WIRE), ("copy_s", COPY), ("sync_s", SYNC), ("register_s", REGISTER),
                          ("launch_s", LAUNCH))},
 }
@@ -188,45 +84,23 @@ BANDS = "|".join(band for band, _, _ in SIZE_BANDS)
 BAND_PART = re.compile(rf"^(\w+)_({BANDS})_op_time_s$")  # one collective's operator time in a band
 
 PATTERNS: list[tuple[re.Pattern[str], MetricInfo]] = [
-    (re.compile(r"_p\d+_s$"), _m("lower", "s", "", tie=P99_TIE)),  # latency percentiles
-    (re.compile(r"_busbw_GBps(_mean|_peak)?$"), _m("higher", "GB/s", "")),
-    (re.compile(r"(^|_)time_us$"), _m("lower", "µs", "")),
-    (re.compile(r"_time_s(_total)?$"), _m("lower", "s", "")),
-    (re.compile(r"_tok_per_s"), _m("higher", "tok/s", "")),
-    (re.compile(r"_GBps"), _m("higher", "GB/s", "")),
+    (re.compile(r"_p\d+_s$"), metric("lower", "s", "", tie=P99_TIE)),  # latency percentiles
+    (re.compile(r"_busbw_GBps(_mean|_peak)?$"), metric("higher", "GB/s", "")),
+    (re.compile(r"(^|_)time_us$"), metric("lower", "µs", "")),
+    (re.compile(r"_time_s(_total)?$"), metric("lower", "s", "")),
+    (re.compile(r"_tok_per_s"), metric("higher", "tok/s", "")),
+    (re.compile(r"_GBps"), metric("higher", "GB/s", "")),
     # a rate is not a time: an offered rate or a search ceiling is context, a capacity says so by name
-    (re.compile(r"_req_per_s$"), _m(None, "req/s", "")),
-    (re.compile(r"_per_s$"), _m(None, "1/s", "")),
-    (re.compile(r"(_s|_s_mean)$"), _m("lower", "s", "")),
-    (re.compile(r"_Gi?B(_per_die)?$"), _m(None, "GB", "")),
+    (re.compile(r"_req_per_s$"), metric(None, "req/s", "")),
+    (re.compile(r"_per_s$"), metric(None, "1/s", "")),
+    (re.compile(r"(_s|_s_mean)$"), metric("lower", "s", "")),
+    (re.compile(r"_Gi?B(_per_die)?$"), metric(None, "GB", "")),
 ]
 
 UNKNOWN = MetricInfo(None, "", "")
 
-# The metrics a verdict leads with, per workload, in order: the first present one is the lead.
-# llm_infer: a deployment search (mode=search) leads with goodput per die at each library's best
-# layout; at a fixed request rate with tail latency and closed-loop saturation, not the
-# output throughput (the offered load pins it).
-HEADLINES: dict[str, tuple[str, ...]] = {
-    "llm_infer": ("goodput_per_die", "fixed_layout_goodput_per_die", "tpot_p99_s", "e2e_p99_s",
-                  "saturation_throughput_tok_per_s", "slo_capacity_req_per_s",
-                  "ttft_p99_s", "decode_tok_per_s_per_npu", "decode_tpot_s", "prefill_tok_per_s_per_npu"),
-    "collectives": tuple(f"{band}_op_time_s" for band, _, _ in SIZE_BANDS),
-    "moe": ("dispatch_ht_time_us", "combine_ht_time_us", "dispatch_ll_time_us", "combine_ll_time_us"),
-    "llm_train": ("iteration_time_s", "iteration_time_s_last"),
-    "dlrm_train": ("iteration_time_s",),
-    "interference": ("overlapped_s",),
-}
+# The metrics a verdict leads with when the workload's spec names none (a replayed trace).
 DEFAULT_HEADLINES = ("iteration_time_s", "time_s", "makespan_s", "time_s_total")
-
-# Metrics a verdict shows beside its headlines, never judged: what explains or qualifies them
-# (interference: how much the compute itself slowed under the overlap; collectives: the
-# whole-sweep aggregates, which hide the size regimes the bands separate).
-HEADLINE_CONTEXT: dict[str, tuple[str, ...]] = {
-    "collectives": ("time_s_total", "busbw_GBps_mean"),
-    "interference": ("concurrent_compute_slowdown", "compute_slowdown", "fwd_compute_slowdown",
-                     "bwd_compute_slowdown"),
-}
 
 
 # The unit of a metric no entry above names, read off its name (first match); a name with none of
@@ -244,7 +118,7 @@ NAME_UNITS: list[tuple[re.Pattern[str], str]] = [
 
 def info(metric: str) -> MetricInfo:
     """The metric's direction, unit and label (label defaults to the name, unit to `NAME_UNITS`)."""
-    found = EXACT.get(metric)
+    found = EXACT.get(metric) or _workload_metric(metric)
     if found is None:
         found = next((m for pat, m in PATTERNS if pat.search(metric)), UNKNOWN)
     if not found.label:
@@ -269,9 +143,23 @@ def _label(metric: str) -> str:
     return re.sub(r"_(s|us|GBps)$", "", metric).replace("_", " ")
 
 
+def _workload_metric(metric: str) -> MetricInfo | None:
+    """A workload's own metric (its spec's table; names are unique across workloads)."""
+    from stratacl.workload_registry import specs
+
+    return next((sp.metrics[metric] for sp in specs().values() if metric in sp.metrics), None)
+
+
+def _spec(workload: str) -> WorkloadSpec | None:
+    from stratacl.workload_registry import specs
+
+    return specs().get(workload)
+
+
 def headlines(workload: str, available: set[str] | list[str]) -> list[str]:
     """The workload's headline metrics present in `available`, lead first."""
-    names = HEADLINES.get(workload, DEFAULT_HEADLINES)
+    sp = _spec(workload)
+    names = sp.headlines if sp is not None and sp.headlines else DEFAULT_HEADLINES
     return [m for m in names if m in available]
 
 
@@ -284,24 +172,18 @@ def parts(metric: str, available: set[str] | list[str]) -> list[str]:
     return [a for a in available if (p := BAND_PART.fullmatch(a)) and p.group(2) == m.group(1)]
 
 
-# Flags (metric = 1) under which a workload's headlines do not mean what they say on their own: the
-# verdict names the libraries that raise one and why.
-CAVEATS: dict[str, dict[str, str]] = {
-    "llm_infer": {"overloaded": "overloaded (regime note): the queue grows, so latency P99s grow with "
-                                "the run's length, not only with the library; "
-                                "compare at a rate both serve (workload.requests.rate below both capacities, "
-                                "or +experiment=deployment_search)"},
-}
-
-
 def caveats(workload: str) -> dict[str, str]:
-    """The workload's caveat flags and what each means for its verdict."""
-    return CAVEATS.get(workload, {})
+    """The workload's caveat flags (metric = 1) under which its headlines do not mean what they
+    say on their own, and what each means for its verdict (the spec's `caveats`)."""
+    sp = _spec(workload)
+    return dict(sp.caveats) if sp is not None else {}
 
 
 def context(workload: str, available: set[str] | list[str]) -> list[str]:
-    """The workload's context metrics present in `available`."""
-    return [m for m in HEADLINE_CONTEXT.get(workload, ()) if m in available]
+    """The workload's context metrics (its spec's, shown beside the headlines, never judged)
+    present in `available`."""
+    sp = _spec(workload)
+    return [m for m in (sp.context if sp is not None else ()) if m in available]
 
 
 def short(metric: str) -> str:

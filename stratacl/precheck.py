@@ -24,6 +24,7 @@ from hydra.errors import HydraException, OverrideParseException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from stratacl import workload_registry
 from stratacl.config import RENAMED_KNOBS, selected_libraries, to_object, validate_run
 from stratacl.errors import ConfigError
 from stratacl.paths import CONF
@@ -38,7 +39,10 @@ _OTHER_MODES = {"-m", "--multirun", "-c", "--cfg", "-h", "--help", "--hydra-help
 
 
 def options(group: str) -> list[str]:
-    """The user-facing choices of a config group (schema nodes left out)."""
+    """The user-facing choices of a config group (schema nodes left out; workloads: the registry's,
+    which include packages that ship no YAML of their own)."""
+    if group == "workload":
+        return sorted(workload_registry.specs())
     d = CONF / group
     return sorted(p.stem for p in d.glob("*.yaml")) if d.is_dir() else []
 
@@ -179,7 +183,7 @@ def _grammar_error(args: list[str], i: int, exc: OverrideParseException) -> tupl
 def check_model_source(argv: list[str]) -> None:
     """A preset and a config_json / model_type both given on the command line name two models: the
     run would have to drop one, so refuse rather than guess (a config_json or model_type alone
-    replaces the workload's default preset, stratacl/schemas/model.py)."""
+    replaces the workload's default preset, workloads/common/model_schema.py)."""
     given = {}
     for a in argv:
         k, eq, value = a.partition("=")

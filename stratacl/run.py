@@ -8,12 +8,10 @@ summary.json behind.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import math
 import os
-import pkgutil
 import shutil
 import sys
 import time
@@ -29,7 +27,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from stratacl import limits
+from stratacl import limits, workload_registry
 from stratacl.comm.library import LibraryModel
 from stratacl.compare import ratios
 from stratacl.config import RunConfig, moved_preset_notes, to_object, validate_run
@@ -46,7 +44,7 @@ from stratacl.run_traces import TRACES_DIR, TraceRecorder
 from stratacl.sweep_resume import RememberSweepDir, resume_command, skip_finished
 from stratacl.timeline import interval_timeline, write_timeline
 from stratacl.verdict import accounting, merge_accounting, verdict
-from stratacl.workload_api import RunContext, Workload, WorkloadResult
+from stratacl.workload_api import RunContext, WorkloadResult
 
 register_run_dir()  # before Hydra resolves hydra.run.dir, in the CLI and in launcher workers
 log = logging.getLogger("stratacl")
@@ -54,32 +52,11 @@ log = logging.getLogger("stratacl")
 OUTPUTS = ("summary.json", "results.parquet", "timeline.json", "run_timeline.json", "utilisation.parquet")
 
 
-def load_workload(name: str) -> Workload:
-    """The registry is the `workloads` package: `workloads.<name>.run(ctx)`, imported lazily so a
-    collectives run never pays for importing torch."""
-    if not name.isidentifier():
-        raise ConfigError("workload.name", f"'{name}' is not a workload name")
-    try:
-        module = importlib.import_module(f"workloads.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name not in (f"workloads.{name}", "workloads"):
-            raise
-        known = sorted(m.name for m in pkgutil.iter_modules(workloads_pkg_path()) if not m.name.startswith("_"))
-        raise ConfigError("workload.name", f"unknown workload '{name}'", f"use one of {known}") from None
-    return module.run
-
-
 def size_check(cfg: RunConfig) -> None:
     """Refuse a run whose estimated size exceeds `limits` (the workload's `estimate(cfg)`)."""
-    estimate = getattr(importlib.import_module(f"workloads.{cfg.workload.name}"), "estimate", None)
+    estimate = workload_registry.spec(cfg.workload.name).estimate()
     if estimate is not None:
         limits.check(estimate(cfg.workload), cfg.limits, len(cfg.library))
-
-
-def workloads_pkg_path() -> list[str]:
-    import workloads
-
-    return list(workloads.__path__)
 
 
 def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict[str, Any]:
@@ -88,7 +65,7 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict[str, Any]:
     validate_run(cfg)
     fabric = Fabric(cfg.fabric)
     libraries = {name: LibraryModel(name, lib, fabric) for name, lib in cfg.library.items()}
-    workload = load_workload(cfg.workload.name)
+    workload = workload_registry.spec(cfg.workload.name).run()
     size_check(cfg)
     log.info("run: workload %s, fabric %s (%d dies), libraries %s (baseline %s), seed %d, into %s",
              cfg.workload.name, fabric.name, fabric.world, list(libraries), cfg.baseline, cfg.seed, out_dir)

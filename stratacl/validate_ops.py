@@ -189,13 +189,13 @@ def moe_metrics(overrides: tuple[str, ...]) -> dict[str, float]:
     from stratacl.comm.library import LibraryModel
     from stratacl.fabric import Fabric
     from stratacl.workload_api import RunContext
-    from workloads import moe
+    from stratacl.workload_registry import spec
 
     cfg = compose(overrides)
     fab = Fabric(cfg.fabric)
     libs = {name: LibraryModel(name, cfg.library[name], fab) for name in cfg.library}
     ctx = RunContext(cfg=cfg, fabric=fab, libraries=libs, baseline=cfg.baseline, seed=cfg.seed)
-    return moe.run(ctx).metrics[cfg.baseline]
+    return spec("moe").run()(ctx).metrics[cfg.baseline]
 
 
 MetricsFn = Callable[[tuple[str, ...]], dict[str, float]]

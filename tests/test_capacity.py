@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from test_llm_infer import Env
 
-from stratacl.schemas.llm_infer import CapacityConfig
 from workloads.llm_infer import workload
 from workloads.llm_infer.capacity import meets, population, slo_capacity
 from workloads.llm_infer.requests import Requests
+from workloads.llm_infer.schema import CapacityConfig
 from workloads.llm_infer.workload import saturation, slo_search
 
 

@@ -15,7 +15,7 @@ from stratacl.comm.library import LibraryModel
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.workload_api import RunContext
-from workloads import collectives
+from workloads.collectives import workload as collectives
 
 COLLS = "[allreduce,allgather,reducescatter,alltoall,broadcast,p2p]"
 SMALL = ["workload.ranks=16", "workload.max_bytes=262144", f"workload.collectives={COLLS}",

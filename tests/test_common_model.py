@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from stratacl.errors import ConfigError
-from stratacl.schemas import llm_infer
-from stratacl.schemas.llm_train import LlmTrainConfig
-from stratacl.schemas.model import ModelRef
 from workloads.common.model import hf_config, model_costs
+from workloads.common.model_schema import ModelRef
 from workloads.common.routing import RoutingModel
+from workloads.llm_infer import schema as llm_infer
 from workloads.llm_train.model import model_ref
+from workloads.llm_train.schema import LlmTrainConfig
 
 SMALL = {"num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
          "num_key_value_heads": 2, "vocab_size": 1024}

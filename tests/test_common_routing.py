@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_train import SkewScheduleConfig
 from workloads.common.errors import CostInputError
 from workloads.common.routing import (
     RoutingModel,
@@ -19,6 +18,7 @@ from workloads.common.routing import (
     zipf_exponent,
     zipf_shares,
 )
+from workloads.llm_train.schema import SkewScheduleConfig
 
 N, EP, TOP_K = 32, 4, 4
 

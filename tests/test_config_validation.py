@@ -29,7 +29,7 @@ from stratacl.config import Plane, RunConfig, validate_fabric, validate_run
 from stratacl.errors import ConfigError
 from stratacl.fabric import RESOURCES, Fabric
 from stratacl.precheck import one_line
-from stratacl.schemas.base import BOUND, Bound, WorkloadConfig, check_ranges
+from stratacl.workload_config import BOUND, Bound, WorkloadConfig, check_ranges
 
 WORKLOADS = sorted(p.stem for p in (ROOT / "conf" / "workload").glob("*.yaml"))
 GPU_LIBS = ["nccl", "nccl_ubr", "nccl_roa", "stratacl_gpu"]  # the presets on the nvlink plane

@@ -247,8 +247,8 @@ def test_training_routing_scales_a_token_sample() -> None:
 def test_moe_workload_counts_token_node_pairs_as_deepep_does() -> None:
     """DeepEP's internode convention (tests/legacy/test_internode.py): `num_rdma_token_sent` = the
     (token, node) pairs of a rank's tokens, its own node included."""
-    from stratacl.schemas.moe import MoeConfig, MoeMode
-    from workloads import moe
+    from workloads.moe import workload as moe
+    from workloads.moe.schema import MoeConfig, MoeMode
 
     cfg = MoeConfig(ep=EP, tokens_ht=TOKENS, experts=EXPERTS, top_k=TOP_K, iters=1, warmup=0,
                     dispatch_bytes_per_token=int(FP8), n_group=4, topk_group=2)

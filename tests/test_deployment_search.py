@@ -237,7 +237,7 @@ def test_die_busy_is_clipped_to_the_window() -> None:
     window's start counts only its part inside it)."""
     import pandas as pd
 
-    from stratacl.schemas.llm_infer import LayoutConfig, SchedulerConfig
+    from workloads.llm_infer.schema import LayoutConfig, SchedulerConfig
     from workloads.llm_infer.workload import summarise
 
     class Sim:
@@ -262,9 +262,9 @@ def test_a_rate_the_run_does_not_keep_up_with_fails_whatever_the_window_attainme
     """Every request of the window meets the SLO at every rate, but above 30 req/s the served
     fraction (prompt tokens first-served in the window ÷ arriving in it) is 0.9, below 0.95: a
     backlog grows, so the goodput is below 30 req/s, not at the search's ceiling."""
-    from stratacl.schemas.deployment_search import SearchConfig
     from workloads.llm_infer.deployment import Checks
     from workloads.llm_infer.search import Layout
+    from workloads.llm_infer.search_schema import SearchConfig
 
     class Oracle:
         def check(self, library: str, lay: Layout, rate: float) -> dict:
@@ -279,8 +279,8 @@ def test_a_rate_the_run_does_not_keep_up_with_fails_whatever_the_window_attainme
 def test_check_window_warms_up_over_a_decode_residence() -> None:
     """1025-token outputs at a 50 ms TPOT stay 51.2 s in decode: the checks' warm-up covers that
     (the configured 10 s would measure decode before its slots fill) and keeps the measured span."""
-    from stratacl.schemas.llm_infer import LlmInferConfig
     from workloads.llm_infer.deployment import check_window
+    from workloads.llm_infer.schema import LlmInferConfig
 
     cfg = LlmInferConfig()
     out = check_window(cfg, Lengths(np.full(10, 100), np.full(10, 1025), 1.0), Slo(2.5, 0.05))
@@ -293,9 +293,9 @@ def test_check_window_warms_up_over_a_decode_residence() -> None:
 def test_checks_serve_memoises_a_rate_and_stops_where_the_trace_runs_out() -> None:
     """A served rate is simulated once (the bisection, the SLO scales and the fixed-load rates share
     it); a rate the trace holds too few requests for gives None, any other ConfigError is raised."""
-    from stratacl.schemas.deployment_search import SearchConfig
     from workloads.llm_infer.deployment import Checks
     from workloads.llm_infer.search import Layout
+    from workloads.llm_infer.search_schema import SearchConfig
 
     calls: list[float] = []
 

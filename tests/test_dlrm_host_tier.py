@@ -214,7 +214,7 @@ def test_zipf_exponent_derived_from_the_cited_skew_figure() -> None:
     """Bagpipe's "1 % of embeddings, more than 92 % of accesses" on Criteo Kaggle's 26 tables: at the
     derived exponent the hottest 1 % of all 33.8 M rows (ranked by their own lookup probability,
     counted row by row with numpy, not through cache.py) get 92 % of the lookups."""
-    from stratacl.schemas.dlrm_train import CRITEO_KAGGLE_ROWS
+    from workloads.dlrm_train.schema import CRITEO_KAGGLE_ROWS
 
     cfg = compose_run(["workload=dlrm_train"]).workload
     s = zipf_exponent(cfg)

@@ -9,9 +9,6 @@ from helpers import make_library
 
 from stratacl.config import DataPath, ExpansionMode, Mover
 from stratacl.engine.replay import simulate
-from stratacl.schemas.interference import InterferenceConfig
-from stratacl.schemas.llm_train import TrainStepConfig
-from stratacl.schemas.model import ModelRef, QuantPreset
 from stratacl.trace import Trace
 from workloads.common.kernels import (
     INFERENCE_FUSED,
@@ -20,9 +17,12 @@ from workloads.common.kernels import (
     split,
     stream_limits,
 )
-from workloads.interference import LayerWork, _figures, build_trace
+from workloads.common.model_schema import ModelRef, QuantPreset
+from workloads.interference.schema import InterferenceConfig
+from workloads.interference.workload import LayerWork, _figures, build_trace
 from workloads.llm_train.blocks import Cost, ModelPlan, SubBlock, Unit
 from workloads.llm_train.layout import Layout
+from workloads.llm_train.schema import TrainStepConfig
 
 
 def test_kernel_rule() -> None:
@@ -100,7 +100,7 @@ def test_held_vector_cores_slow_the_mixed_kernel_not_the_matmul(cm384) -> None: 
 
 def test_interference_layer_index_is_checked(monkeypatch) -> None:  # noqa: ANN001
     from stratacl.errors import ConfigError
-    from workloads import interference
+    from workloads.interference import workload as interference
 
     work = _work()
     monkeypatch.setattr(interference, "build_plan", lambda *_a, **_k: work.plan)  # no model measurement
@@ -122,7 +122,7 @@ def test_interference_plans_with_every_llm_train_model_field() -> None:
     """The layer is planned from the interference config itself (llm_train's TrainStepConfig):
     a quant preset reaches the layer's matmul formats (it was silently dropped before)."""
     assert {f.name for f in fields(TrainStepConfig)} <= {f.name for f in fields(InterferenceConfig)}
-    from workloads import interference
+    from workloads.interference import workload as interference
 
     small = dict(dies=8, fsdp=8, tp=1, ep=1, global_batch=8, seq_len=128, num_layers=1)
     model = dict(preset="deepseek_v3", overrides={"first_k_dense_replace": 1})

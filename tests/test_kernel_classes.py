@@ -95,7 +95,7 @@ def test_every_compute_op_of_every_workload_has_a_kernel_class() -> None:
     _check_classes(tr)
     assert {"gemm", "grouped_gemm", "attention_prefill", "elementwise", "routing"} <= {op.kernel for op in tr.ops}
     from workloads.dlrm_train.workload import run as _  # noqa: F401  (import check)
-    from workloads.interference import build_trace, layer_work
+    from workloads.interference.workload import build_trace, layer_work
     cfg = compose_run(["workload=interference"]).workload
     tr_i, _tags = build_trace(cfg, layer_work(cfg), compute=True, comm=False)
     _check_classes(tr_i)

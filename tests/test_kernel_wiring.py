@@ -22,11 +22,11 @@ from workloads.common.model import model_costs
 from workloads.llm_infer import iteration as infer_iteration
 from workloads.llm_infer.costs import CORE, ServingCosts
 from workloads.llm_infer.iteration import IterationModel
-from workloads.llm_train import iteration_trace, prepare
 from workloads.llm_train import schedule as train_schedule
 from workloads.llm_train.blocks import Cost, ModelPlan, SubBlock, Unit
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.schedule import Knobs, build_iteration
+from workloads.llm_train.workload import iteration_trace, prepare
 
 TRAIN = ["workload=llm_train", "workload.num_layers=4", "workload.dies=16", "workload.fsdp=4",
          "workload.tp=4", "workload.ep=8", "workload.global_batch=4", "workload.seq_len=512",

@@ -8,7 +8,8 @@ from helpers import compose_run
 
 from stratacl.errors import ConfigError
 from stratacl.limits import RunSize, check
-from workloads import collectives, moe
+from workloads.collectives import workload as collectives
+from workloads.moe import workload as moe
 
 
 def test_collectives_estimate_counts_the_trace_exactly() -> None:

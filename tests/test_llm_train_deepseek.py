@@ -12,8 +12,8 @@ from helpers import compose_run
 from stratacl.comm.library import LibraryModel
 from stratacl.fabric import Fabric
 from workloads.common.model import model_costs
-from workloads.llm_train import fit_memory, prepare
 from workloads.llm_train.saved_deepseek import per_routed_row_bytes, per_token_bytes
+from workloads.llm_train.workload import fit_memory, prepare
 
 EXP = "+experiment=llm_train_deepseek_v3"
 CONF = Path(__file__).resolve().parents[1] / "conf" / "library"

@@ -9,9 +9,9 @@ from helpers import compose_run
 
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
-from workloads.llm_train import prepare
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.memory import check_fits, memory_breakdown
+from workloads.llm_train.workload import prepare
 
 BASE = ["workload=llm_train", "workload.num_layers=4", "workload.dies=16", "workload.fsdp=4",
         "workload.tp=4", "workload.ep=8", "workload.global_batch=4", "workload.seq_len=512"]

@@ -10,9 +10,9 @@ from helpers import compose_run, make_library
 
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
-from workloads.llm_train import fit_memory, prepare
 from workloads.llm_train.allocation import allocator_peak, iteration_ops
 from workloads.llm_train.memory import memory_breakdown
+from workloads.llm_train.workload import fit_memory, prepare
 
 BASE = ["workload=llm_train", "workload.num_layers=4", "workload.dies=16", "workload.fsdp=4",
         "workload.tp=4", "workload.ep=8", "workload.global_batch=4", "workload.seq_len=512"]

@@ -12,7 +12,6 @@ from helpers import compose_run, make_library
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
-from workloads.llm_train import prepare
 from workloads.llm_train.allocation import ITERATIONS
 from workloads.llm_train.crosscheck import mlp_stack_plan
 from workloads.llm_train.layout import Layout
@@ -20,6 +19,7 @@ from workloads.llm_train.pipeline import Pipe, build_pipeline, stage_figures
 from workloads.llm_train.pp_memory import pipeline_ops
 from workloads.llm_train.pp_schedules import PpSchedule
 from workloads.llm_train.schedule import Knobs
+from workloads.llm_train.workload import prepare
 
 HIDDEN, TOKENS = 2048, 8192
 # no optimizer work and no recompute: every stage's time is its forwards and backwards

@@ -11,9 +11,9 @@ from helpers import compose_run
 from stratacl.comm.library import LibraryModel
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
-from workloads.llm_train import iteration_trace, prepare
 from workloads.llm_train.model import model_costs
 from workloads.llm_train.report import iteration_figures
+from workloads.llm_train.workload import iteration_trace, prepare
 
 # DeepSeek-V3.2 cut to 4 layers (3 dense + 1 MoE) on 16 dies: fsdp 4 × tp 4, ep 8 → efsdp 2
 SMALL = ["workload=llm_train", "workload.num_layers=4", "workload.dies=16", "workload.fsdp=4",

@@ -12,7 +12,7 @@ from helpers import compose_run, make_library
 from stratacl.comm import sdma
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
-from workloads.moe import build_trace
+from workloads.moe.workload import build_trace
 
 
 def _busbw(fab: Fabric, preset: str, ep: int, mode: str, coll: str = "dispatch") -> float:

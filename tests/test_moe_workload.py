@@ -14,7 +14,7 @@ from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext
-from workloads import moe
+from workloads.moe import workload as moe
 
 SMALL = ["workload=moe", "workload.ep=8", "workload.experts=32", "workload.top_k=4", "workload.tokens_ht=256",
          "workload.tokens_ll=32", "workload.iters=2", "workload.warmup=1",

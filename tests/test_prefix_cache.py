@@ -17,7 +17,6 @@ from helpers import compose_run
 
 from stratacl.comm.library import LibraryModel
 from stratacl.fabric import Fabric
-from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext
 from workloads.common.model import model_costs
 from workloads.llm_infer import prefix_trace
@@ -25,6 +24,7 @@ from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import IterationModel, IterStats
 from workloads.llm_infer.prefix import PrefixCache, block_tokens
 from workloads.llm_infer.requests import Requests
+from workloads.llm_infer.schema import LlmInferConfig
 from workloads.llm_infer.serving import ServingSim
 
 SOURCE = Path("/work/shared/data/mooncake_2025/conversation_trace.jsonl")  # the release, where present

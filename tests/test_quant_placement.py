@@ -10,9 +10,9 @@ from helpers import compose_run, make_library
 
 from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
-from stratacl.schemas.model import ModelRef
 from stratacl.workload_api import RunContext
 from workloads.common.model import model_costs
+from workloads.common.model_schema import ModelRef
 from workloads.common.placement import contiguous, copies, eplb
 from workloads.common.quant import resolve
 from workloads.common.routing import expert_weights, route

@@ -246,7 +246,7 @@ def test_a_config_json_gives_every_model_quantity() -> None:
     """Parameters, depth and experts of the run come from the user's config.json (public totals:
     Llama-3-70B 70.6 B, Qwen3-30B-A3B 30.5 B parameters, the model cards)."""
     from workloads.common.model import describe_model, hf_config
-    from workloads.llm_train import estimate
+    from workloads.llm_train.workload import estimate
     from workloads.modelcost import ModelCosts
 
     for path, params, layers, experts in ((LLAMA_70B, 70.6e9, 80, 0), (QWEN3_30B, 30.5e9, 48, 128)):

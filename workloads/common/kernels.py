@@ -61,9 +61,9 @@ from typing import Protocol
 import numpy as np
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_infer import StreamLayout
 from stratacl.trace import Trace
 from stratacl.vocab import CoreKind, KernelClass
+from workloads.llm_infer.schema import StreamLayout
 
 from .cost import Part
 

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from transformers import PretrainedConfig
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.model import ModelRef
+from workloads.common.model_schema import ModelRef
 from workloads.common.quant import resolve
 from workloads.common.routing import RoutingModel
 from workloads.modelcost import ModelCosts, load_model_config

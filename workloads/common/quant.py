@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.model import QuantPreset, TensorClass
 from stratacl.vocab import NumericFormat as F
+from workloads.common.model_schema import QuantPreset, TensorClass
 
 # Bytes per element, including the block scales a format carries:
 # - int8 / fp8: per-channel (W8A8) or 128×128-block fp32 scales (DeepSeek-V3 FP8, tech report

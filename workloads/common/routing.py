@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.moe import ExpertSkew
 from workloads.common.errors import CostInputError
+from workloads.moe.schema import ExpertSkew
 
 if TYPE_CHECKING:
-    from stratacl.schemas.llm_train import SkewScheduleConfig
+    from workloads.llm_train.schema import SkewScheduleConfig
 
 
 # ---------------------------------------------------------------------------- popularity

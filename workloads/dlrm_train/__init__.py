@@ -7,6 +7,13 @@ misses per batch), `memory` (per-die HBM budget), `traffic` (all-to-all
 volumes), `builder` (the trace), `analysis` (iteration split), `workload` (run).
 """
 
-from .workload import estimate, run
+from __future__ import annotations
 
-__all__ = ["estimate", "run"]
+from stratacl.workload_spec import WorkloadSpec
+
+from .metrics import HEADLINES, METRICS
+from .schema import DlrmTrainConfig
+
+SPEC = WorkloadSpec(name="dlrm_train", schema=DlrmTrainConfig, entry="workloads.dlrm_train.workload", metrics=METRICS, headlines=HEADLINES)
+
+__all__ = ["SPEC", "DlrmTrainConfig"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.dlrm_train import DlrmTrainConfig
+from workloads.dlrm_train.schema import DlrmTrainConfig
 
 from .cache import Segment, hit_rates
 

@@ -13,7 +13,7 @@ the cache gets what is left, so a library that fragments more serves from a smal
 
 from __future__ import annotations
 
-from stratacl.schemas.dlrm_train import DlrmTrainConfig
+from workloads.dlrm_train.schema import DlrmTrainConfig
 
 from .model import DenseCosts
 from .traffic import IterationTraffic

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stratacl.schemas.dlrm_train import DlrmTrainConfig
 from stratacl.trace import Trace
 from workloads.common.cost import Cost
 from workloads.common.kernels import DLRM_FUSED, add_cost
+from workloads.dlrm_train.schema import DlrmTrainConfig
 
 from .model import DenseCosts, embedding_cost
 from .planner import Plan

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.dlrm_train import DlrmTrainConfig
+from workloads.dlrm_train.schema import DlrmTrainConfig
 
 from .model import DenseCosts
 

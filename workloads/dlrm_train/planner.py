@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.dlrm_train import Sharding
+from workloads.dlrm_train.schema import Sharding
 
 from .tables import Table
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.dlrm_train import DlrmTrainConfig
+from workloads.dlrm_train.schema import DlrmTrainConfig
 
 TiB = 2**40
 

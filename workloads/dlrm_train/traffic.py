@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stratacl.schemas.dlrm_train import DlrmTrainConfig
+from workloads.dlrm_train.schema import DlrmTrainConfig
 
 from .cache import Segment
 from .planner import Plan

@@ -11,8 +11,8 @@ from stratacl.errors import ConfigError
 from stratacl.fabric import Fabric
 from stratacl.limits import RunSize
 from stratacl.memory import MemoryPeak
-from stratacl.schemas.dlrm_train import DlrmTrainConfig
 from stratacl.workload_api import Library, RunContext, WorkloadResult
+from workloads.dlrm_train.schema import DlrmTrainConfig
 
 from .access import zipf_exponent
 from .allocation import die_ops

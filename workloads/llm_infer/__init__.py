@@ -7,6 +7,11 @@ on top of iteration times simulated on the fabric (iteration.py).
 
 from __future__ import annotations
 
-from workloads.llm_infer.workload import estimate, run
+from stratacl.workload_spec import WorkloadSpec
 
-__all__ = ["estimate", "run"]
+from .metrics import CAVEATS, HEADLINES, METRICS
+from .schema import LlmInferConfig
+
+SPEC = WorkloadSpec(name="llm_infer", schema=LlmInferConfig, entry="workloads.llm_infer.workload", metrics=METRICS, headlines=HEADLINES, caveats=CAVEATS)
+
+__all__ = ["SPEC", "LlmInferConfig"]

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stratacl.schemas.llm_infer import CapacityConfig, LlmInferConfig
 from workloads.llm_infer.requests import Requests
 from workloads.llm_infer.scheduling import decode_batch_cap
+from workloads.llm_infer.schema import CapacityConfig, LlmInferConfig
 
 
 def population(cfg: LlmInferConfig, reqs: Requests, kv_per_die: float, kv_tok: float) -> int:

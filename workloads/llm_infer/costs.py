@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_infer import LayoutConfig
 from workloads.common.cost import Cost
 from workloads.common.placement import Placement, contiguous, eplb
+from workloads.llm_infer.schema import LayoutConfig
 from workloads.modelcost import ATTENTION_CORE_FORMAT, ModelCosts
 from workloads.modelcost.phase import CostPhase
 

@@ -18,11 +18,11 @@ import pandas as pd
 
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.requests import Requests, pool
 from workloads.llm_infer.scheduling import ServingPhase
+from workloads.llm_infer.schema import LlmInferConfig
 from workloads.llm_infer.search import (
     Bisection,
     DecodeRole,
@@ -377,8 +377,9 @@ def regime(library: str, m: dict[str, float], model: str, keep_up: float) -> str
     if not np.isfinite(served):
         queue = "the backlog was not measured (no arrivals in the window)"
     elif served < keep_up:
-        role = "prefill" if m.get("prefill_served_fraction", served) <= m.get("decode_served_fraction", np.inf) else "decode"
-        latency = "ttft_p99_s" if role == "prefill" else "e2e_p99_s"
+        role = (ServingPhase.prefill if m.get("prefill_served_fraction", served) <= m.get("decode_served_fraction", np.inf)
+                else ServingPhase.decode)
+        latency = "ttft_p99_s" if role == ServingPhase.prefill else "e2e_p99_s"
         queue = (f"the {role} queue grows: the run serves {served:.0%} of the arrival rate, the backlog growing by "
                  f"{m['backlog_growth_req_per_s']:.3g} req/s; {latency[:-6].upper()} p99 {m[latency]:.3g} s")
     else:

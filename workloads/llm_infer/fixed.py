@@ -24,7 +24,6 @@ import pandas as pd
 
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.model import model_name
 from workloads.llm_infer import scheduling as rules
@@ -32,6 +31,7 @@ from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.memory import role_dies, serving_tensors
 from workloads.llm_infer.scheduling import ServingPhase
+from workloads.llm_infer.schema import LlmInferConfig
 
 KEYS = ["decode_tok_per_s_per_npu", "decode_tpot_s", "decode_step_s", "decode_exposed_comm_s",
         "prefill_tok_per_s_per_npu", "prefill_iter_s", "prefill_exposed_comm_s",

@@ -25,7 +25,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
 from stratacl.trace import REGISTERED, MoeShape, Trace
 from stratacl.vocab import MoeMode, OpKind
 from stratacl.workload_api import RunContext
@@ -43,6 +42,7 @@ from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import CORE, ServingCosts, payload_bytes
 from workloads.llm_infer.memory import registers_just_in_time
 from workloads.llm_infer.scheduling import ServingPhase
+from workloads.llm_infer.schema import LlmInferConfig, StreamLayout
 
 # Shapes. A prefill iteration is priced exactly: its own trace at its own token count (memoised).
 # Prefill time in tokens is a staircase a grid cannot follow within 2 %: the kernel model's tile

@@ -35,7 +35,6 @@ import numpy as np
 from stratacl.errors import ConfigError
 from stratacl.memory import DieMemory, GiB, OutOfMemoryError
 from stratacl.memory.communicators import Communicator, MoeWindows
-from stratacl.schemas.llm_infer import LlmInferConfig
 from stratacl.workload_api import Library, RegistrationMechanism
 from workloads.common.cost import Cost
 from workloads.common.placement import Placement, contiguous
@@ -43,6 +42,7 @@ from workloads.common.routing import by_rank
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import ServingCosts, payload_bytes
 from workloads.llm_infer.scheduling import ServingPhase
+from workloads.llm_infer.schema import LlmInferConfig
 from workloads.llm_infer.tensors import ServingTensors
 from workloads.modelcost import ModelCosts
 

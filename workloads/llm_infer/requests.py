@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_infer import RequestsConfig
 from workloads.llm_infer import prefix_trace
+from workloads.llm_infer.schema import RequestsConfig
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from stratacl.schemas.llm_infer import SchedulerConfig
+from workloads.llm_infer.schema import SchedulerConfig
 
 
 class ServingPhase(StrEnum):

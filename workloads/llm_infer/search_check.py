@@ -12,13 +12,13 @@ import pandas as pd
 
 from stratacl.errors import ConfigError
 from stratacl.metrics import latency_percentiles
-from stratacl.schemas.llm_infer import LlmInferConfig, StreamLayout
 from stratacl.workload_api import RunContext
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_infer.prefill_context import prefill_context
 from workloads.llm_infer.requests import generate
 from workloads.llm_infer.scheduling import ServingPhase
+from workloads.llm_infer.schema import LlmInferConfig, StreamLayout
 from workloads.llm_infer.search import DecodeRole, Layout, PrefillRole
 from workloads.llm_infer.stability import served_fractions
 from workloads.llm_infer.workload import Serving, serving_costs
@@ -138,13 +138,13 @@ class IterationOracle:
             raise
 
     def _validate(self, library: str, role: PrefillRole | DecodeRole, largest_kv: float) -> None:
-        kind = "prefill" if isinstance(role, PrefillRole) else "decode"
+        kind = ServingPhase.prefill if isinstance(role, PrefillRole) else ServingPhase.decode
         try:
-            srv = self._prefill_model(role) if kind == "prefill" else self._decode_model(role)
+            srv = self._prefill_model(role) if kind == ServingPhase.prefill else self._decode_model(role)
             die = srv.dies(library, kind, False)[0]  # start-up: weights, buffers, profiled activations
         except ConfigError as e:
             raise ConfigError(f"search.{kind}_dp", f"{e.field}: {e.problem}", e.fix) from None
-        if kind == "decode" and die.plan.kv < largest_kv:
+        if kind == ServingPhase.decode and die.plan.kv < largest_kv:
             raise ConfigError("search.decode_dp", f"a decode die's {die.plan.kv / GiB:.2f} GiB KV cache with "
                               f"'{library}' holds less than the trace's largest request ({largest_kv / GiB:.2f} GiB)",
                               "larger decode instances (more EP: fewer expert weights per die)")

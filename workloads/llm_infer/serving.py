@@ -43,13 +43,13 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from stratacl.schemas.llm_infer import LayoutConfig, LlmInferConfig, SchedulerConfig
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.iteration import IterationModel, IterStats
 from workloads.llm_infer.memory import ServingDie, StepMemory
 from workloads.llm_infer.prefix import MISS, Hit, PrefixCache
 from workloads.llm_infer.requests import Requests
 from workloads.llm_infer.scheduling import ServingPhase
+from workloads.llm_infer.schema import LayoutConfig, LlmInferConfig, SchedulerConfig
 
 QUIET = StepMemory()
 

@@ -11,7 +11,6 @@ from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
 from stratacl.metrics import LATENCY_DEFINITION, latency_percentiles
-from stratacl.schemas.llm_infer import LlmInferConfig, ServingMode
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.model import describe_model, model_costs, model_name
 from workloads.common.routing import expert_weights
@@ -37,6 +36,7 @@ from workloads.llm_infer.requests import (
     window_start,
 )
 from workloads.llm_infer.scheduling import ServingPhase, decode_batch_cap, emitted_tokens_per_step
+from workloads.llm_infer.schema import LlmInferConfig, ServingMode
 from workloads.llm_infer.serving import ServingSim
 from workloads.llm_infer.stability import served_fractions
 from workloads.modelcost import ModelCosts

@@ -14,11 +14,11 @@ import math
 from dataclasses import replace
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_train import SavedActivations, TrainStepConfig
-from stratacl.schemas.model import ModelRef
 from workloads.common.model import hf_config
 from workloads.common.model import model_costs as load_model_costs
+from workloads.common.model_schema import ModelRef
 from workloads.common.routing import RoutingModel
+from workloads.llm_train.schema import SavedActivations, TrainStepConfig
 from workloads.modelcost import ATTENTION_CORE_FORMAT, CostInputError, ModelCosts
 
 from .activations import saved_bytes_by_type

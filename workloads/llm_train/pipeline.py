@@ -37,10 +37,10 @@ import numpy as np
 
 from stratacl.errors import ConfigError
 from stratacl.metrics import union_length
-from stratacl.schemas.llm_train import LayerSplit
 from stratacl.trace import MoeShape, Trace
 from stratacl.vocab import OpKind
 from workloads.common.routing import EpRouting
+from workloads.llm_train.schema import LayerSplit
 
 from .blocks import ModelPlan, SubBlock
 from .layout import Layout

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.llm_train import PpScheduleName as PpSchedule
+from workloads.llm_train.schema import PpScheduleName as PpSchedule
 
 
 # F forward, B full backward, I input-gradient backward, W weight-gradient backward

@@ -78,12 +78,12 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from stratacl.schemas.model import AttentionKernels
+from workloads.common.model_schema import AttentionKernels
 
 from .flops import ragged
 from .phase import CostPhase
 
-ATTENTION_MODES = tuple(m.value for m in AttentionKernels)  # the schema's vocabulary (stratacl.schemas.model)
+ATTENTION_MODES = tuple(m.value for m in AttentionKernels)  # the schema's vocabulary (workloads.common.model_schema)
 # Config attribute / override key that picks the mode when `ModelCosts(attention=...)` is not given.
 ATTENTION_KEY = "modelcost_attention"
 
@@ -322,7 +322,7 @@ def core_cost(s: AttnStructure, call: AttnCall, phase: str, n_seq: int, q_len: i
         form, part = ("mla_absorbed", absorbed) if absorbed.cube <= expanded.cube else ("mla_expanded", expanded)
     visited = ts.dense if form == "mla_expanded" else ts.visited
     unread = 0 if form == "mla_expanded" else n_seq * ts.unread * part.entry_bytes
-    if phase == "train_bwd":  # dQ, dK, dV, dP: the forward's matmuls twice over
+    if phase == CostPhase.train_bwd:  # dQ, dK, dV, dP: the forward's matmuls twice over
         return CoreCost(form, 2 * part.cube, part.vector, 2 * part.hbm, 0, n_seq * visited, 0,
                         tuple((m, n, k, 2 * c) for m, n, k, c in part.gemms))
     cube, vector, hbm = part.cube, part.vector, part.hbm

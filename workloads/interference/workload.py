@@ -26,7 +26,6 @@ import pandas as pd
 
 from stratacl.errors import ConfigError
 from stratacl.metrics import union_length
-from stratacl.schemas.interference import InterferenceConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.kernels import (
@@ -36,6 +35,7 @@ from workloads.common.kernels import (
     split_cost,
     stream_limits,
 )
+from workloads.interference.schema import InterferenceConfig
 from workloads.llm_train.blocks import ModelPlan, SubBlock, Unit
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.model import build_plan

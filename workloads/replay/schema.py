@@ -6,9 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-
-from stratacl.schemas.base import WorkloadConfig, knob
+from stratacl.workload_config import WorkloadConfig, knob
 
 
 @dataclass
@@ -22,9 +20,7 @@ class ReplayConfig(WorkloadConfig):
 
     def check_run(self, run: Any) -> None:  # noqa: ANN401 - RunConfig (validate_run calls it)
         """The trace must load and fit the fabric: checked before the run directory exists."""
-        from workloads.replay import check  # the loaders live with the workload
+        from workloads.replay.workload import check  # the loaders live with the workload
 
         check(self, run.fabric)
 
-
-ConfigStore.instance().store(group="workload", name="replay_schema", node=ReplayConfig)

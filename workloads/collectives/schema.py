@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hydra.core.config_store import ConfigStore
-
-from stratacl.schemas.base import WorkloadConfig, knob
+from stratacl.workload_config import WorkloadConfig, knob
 
 
 @dataclass
@@ -25,5 +23,3 @@ class CollectivesConfig(WorkloadConfig):
     warmup: int = knob(1, ge=0)  # runs per point before measuring (first-use registration lands here)
     iters: int = knob(1, ge=1)  # measured runs per point (mean reported)
 
-
-ConfigStore.instance().store(group="workload", name="collectives_schema", node=CollectivesConfig)

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from hydra.core.config_store import ConfigStore
-
-from stratacl.schemas.base import WorkloadConfig, knob
+from stratacl.workload_config import WorkloadConfig, knob
 
 # Criteo Terabyte raw categorical cardinalities, 26 features (see conf/workload/dlrm_train.yaml).
 CRITEO_TB_ROWS = [
@@ -80,5 +78,3 @@ class DlrmTrainConfig(WorkloadConfig):
     ddp_first_bucket_MB: float = knob(1.0, gt=0)
     ddp_bucket_MB: float = knob(25.0, gt=0)
 
-
-ConfigStore.instance().store(group="workload", name="dlrm_train_schema", node=DlrmTrainConfig)

@@ -5,16 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from hydra.core.config_store import ConfigStore
-
 from stratacl.errors import ConfigError
-from stratacl.schemas.base import WorkloadConfig, knob
-from stratacl.schemas.deployment_search import SearchConfig
-from stratacl.schemas.model import (  # ModelRef re-exported: the shared model reference
+from stratacl.workload_config import WorkloadConfig, knob
+from workloads.common.model_schema import (  # ModelRef re-exported: the shared model reference
     ModelRef,
-    QuantPreset,
 )
-from stratacl.schemas.moe import ExpertSkew
+from workloads.llm_infer.search_schema import SearchConfig
+from workloads.moe.schema import ExpertSkew
 
 
 class Arrival(StrEnum):
@@ -122,8 +119,9 @@ class SchedulerConfig:
     tbo_min_tokens: int = knob(64, ge=0)  # per die: below this one micro-batch (splitting would re-read weights)
     mtp: bool = True  # multi-token prediction (one draft token per step)
     # streams and core split of a TBO decode step (two micro-batches); prefill and single-batch
-    # decode always run the SGLang-style streams with no split
-    decode_stream_layout: StreamLayout = StreamLayout.cloudmatrix_tbo
+    # decode always run the SGLang-style streams with no split (conf/workload/llm_infer.yaml sets
+    # CloudMatrix-Infer's split for its default fabric)
+    decode_stream_layout: StreamLayout = StreamLayout.none
     mtp_acceptance: float = knob(0.85, ge=0, le=1)  # DeepSeek-V3 report §5.4.3: 85-90 % second-token acceptance
     # decode steps run as captured graphs, as CloudMatrix-Infer runs them (2506.12708 §4.2.4): each
     # step pays the die's graph launch (REFERENCE §2: 0.6-0.8 ms), once more per host-synchronising
@@ -201,8 +199,9 @@ class LlmInferConfig(WorkloadConfig):
     name: str = "llm_infer"
     mode: ServingMode = ServingMode.serve
     fixed: FixedShapeConfig = field(default_factory=FixedShapeConfig)
-    # served W8A8 as on Ascend (conf/workload/llm_infer.yaml; workloads/common/quant.py)
-    model: ModelRef = field(default_factory=lambda: ModelRef(quant=QuantPreset.w8a8))
+    # the formats it is served in: conf/workload/llm_infer.yaml serves W8A8 as on Ascend
+    # (workloads/common/quant.py); the schema's default is the model's own dtype
+    model: ModelRef = field(default_factory=ModelRef)
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     requests: RequestsConfig = field(default_factory=RequestsConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -228,6 +227,9 @@ class LlmInferConfig(WorkloadConfig):
                               "a saturation_warmup_s below saturation_duration_s")
         if self.mode == ServingMode.search:
             self.search.check(f"{prefix}.search")
+
+    def check_inputs(self, prefix: str = "workload") -> None:
+        self.model.check(f"{prefix}.model")  # loads, and is of a family the cost model measures
         if self.mode == ServingMode.fixed:
             return  # fixed shapes: no arrivals, no window
         r = self.requests
@@ -259,5 +261,3 @@ class LlmInferConfig(WorkloadConfig):
 
             check_table(r, self.warmup_s, prefix)
 
-
-ConfigStore.instance().store(group="workload", name="llm_infer_schema", node=LlmInferConfig)

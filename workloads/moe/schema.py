@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from hydra.core.config_store import ConfigStore
-
-from stratacl.schemas.base import WorkloadConfig, knob
 from stratacl.vocab import MoeMode  # re-exported: ht runs tokens_ht per rank, ll tokens_ll
+from stratacl.workload_config import WorkloadConfig, knob
 
 
 class ExpertSkew(StrEnum):
@@ -41,5 +39,3 @@ class MoeConfig(WorkloadConfig):
     iters: int = knob(4, ge=1)  # measured iterations, each with a fresh routing sample
     warmup: int = knob(4, ge=0)  # iterations before measuring (registration, first-use costs)
 
-
-ConfigStore.instance().store(group="workload", name="moe_schema", node=MoeConfig)

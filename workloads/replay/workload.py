@@ -22,9 +22,9 @@ from stratacl.compare import pivot_table
 from stratacl.config import FabricConfig, world_size
 from stratacl.errors import ConfigError, TraceError
 from stratacl.limits import RunSize
-from stratacl.schemas.replay import ReplayConfig
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.replay.schema import ReplayConfig
 
 FIELD = "workload.trace"
 FIX = "give a .parquet trace (Trace.save, runs/<dir>/traces/<name>.parquet), a directory of " \

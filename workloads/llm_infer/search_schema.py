@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stratacl.errors import ConfigError
-from stratacl.schemas.base import knob
+from stratacl.workload_config import knob
 
 # SLOs per trace class (docs/sources.md "Serving SLOs"): TTFT from DistServe's application classes
 # (arXiv 2401.09670 Table 1: chatbot 2.5 s with OPT-66B, summarisation / long context 15 s, code

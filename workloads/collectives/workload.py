@@ -23,10 +23,10 @@ from stratacl.compare import pivot_table
 from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
 from stratacl.metrics import algbw, bands_text, busbw_factor, geomean, human_bytes, size_band
-from stratacl.schemas.collectives import CollectivesConfig
 from stratacl.trace import COLLECTIVES, MOE_COLLS, Trace
 from stratacl.vocab import Collective, OpKind
 from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.collectives.schema import CollectivesConfig
 
 
 def message_sizes(cfg: CollectivesConfig) -> list[int]:

@@ -25,10 +25,10 @@ import pandas as pd
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
-from stratacl.schemas.moe import MoeConfig, MoeMode
 from stratacl.trace import MoeShape, Trace
 from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.routing import GroupLimit, copies_matrix, expert_weights, group_tokens, route
+from workloads.moe.schema import MoeConfig, MoeMode
 
 # (column, the bytes it counts, the factor on them given n ranks): each bandwidth convention once
 _CONVENTIONS = (

@@ -60,13 +60,17 @@ def knob(default: Any = MISSING, *, factory: Any = None, ge: float | None = None
 
 @dataclass
 class WorkloadConfig:
-    """Base of every workload schema (stratacl/schemas/<name>.py); `name` selects the workload."""
+    """Base of every workload schema (`workloads/<name>/schema.py`); `name` selects the workload."""
 
     name: str = MISSING
 
     def check(self, prefix: str = "workload") -> None:
         """Cross-field checks of this workload's own fields (measurement windows), run with the
         range checks before anything is written; a schema overrides it where fields interact."""
+
+    def check_inputs(self, prefix: str = "workload") -> None:
+        """Inputs the workload will load (a model's config), checked after `check` and before any
+        work; a schema that references such inputs overrides it."""
 
 
 # --------------------------------------------------------------------------- the walker

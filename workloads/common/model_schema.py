@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from stratacl.schemas.base import knob
 from stratacl.vocab import NumericFormat
+from stratacl.workload_config import knob
 
 
 class AttentionKernels(StrEnum):

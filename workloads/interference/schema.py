@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hydra.core.config_store import ConfigStore
-
-from stratacl.schemas.base import knob
-from stratacl.schemas.llm_infer import StreamLayout
-from stratacl.schemas.llm_train import TrainStepConfig
+from stratacl.workload_config import knob
+from workloads.llm_infer.schema import StreamLayout
+from workloads.llm_train.schema import TrainStepConfig
 
 
 @dataclass
@@ -23,5 +21,3 @@ class InterferenceConfig(TrainStepConfig):
     fused: list[str] = field(default_factory=lambda: ["attention"])  # layer types run as mixed kernels
     stream_layout: StreamLayout = StreamLayout.none  # per-stream core limits (workloads/common/kernels.py)
 
-
-ConfigStore.instance().store(group="workload", name="interference_schema", node=InterferenceConfig)

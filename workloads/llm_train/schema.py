@@ -6,10 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-
-from stratacl.schemas.base import WorkloadConfig, knob
-from stratacl.schemas.model import ModelRef
+from stratacl.workload_config import WorkloadConfig, knob
+from workloads.common.model_schema import ModelRef
 
 
 @dataclass
@@ -48,6 +46,9 @@ class TrainStepConfig(WorkloadConfig):
     sequence_parallel: bool = True
     flash_attention: bool = True  # fused kernels: no S×S scores, no fp32 upcast copies kept for backward
     saved_activations: SavedActivations = SavedActivations.autograd
+
+    def check_inputs(self, prefix: str = "workload") -> None:
+        self.model.check(f"{prefix}.model")  # loads, and is of a family the cost model measures
 
     def check_run(self, run: Any) -> None:  # noqa: ANN401 - RunConfig (validate_run calls it)
         """The batch must fit a die: checked before the run directory exists."""
@@ -111,5 +112,3 @@ class LlmTrainConfig(TrainStepConfig):
     alloc_overhead_GB: float = knob(2.0, ge=0)  # runtime context / workspaces outside the allocator, per die
     expandable_segments: bool = True  # PyTorch allocator setting (a pool library forces it off)
 
-
-ConfigStore.instance().store(group="workload", name="llm_train_schema", node=LlmTrainConfig)
