@@ -55,7 +55,7 @@ from stratacl.fabric import Fabric, R
 from stratacl.kernel_model import kernel_model
 from stratacl.phases import Phase
 from stratacl.trace import Op
-from stratacl.vocab import CopyDirection, CoreKind, HostPeer, OpKind
+from stratacl.vocab import CopyDirection, CoreKind, HostPeer, OpKind, PhaseCategory
 
 NO_LIMIT = (0, 0)
 
@@ -98,7 +98,7 @@ def lower_compute(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> 
     cores it gets; preceded by the kernel's launch."""
     flops, vflops, hbm = max(op.flops), max(op.vector_flops), max(op.hbm_bytes)
     if flops <= 0 and vflops <= 0 and hbm <= 0:
-        return [Phase("compute", delay_s=op.fixed_time_s)] if op.fixed_time_s > 0 else []
+        return [Phase(PhaseCategory.compute, delay_s=op.fixed_time_s)] if op.fixed_time_s > 0 else []
     frac = core_fraction(op, fabric, limit)
     km = kernel_model(fabric)
     kt = km.price(op, frac, fabric.cube_peak(op.dtype), fabric.vector_flops, fabric.cube_format(op.dtype))
@@ -114,9 +114,9 @@ def lower_compute(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> 
     if kt.hbm_bytes > 0:
         loads.append(("all", R["hbm"], kt.hbm_bytes / fabric.hbm_Bps))
     min_t = max(op.fixed_time_s, kt.alone_s)
-    phase = Phase("compute", loads=tuple(loads), min_time_s=min_t,
+    phase = Phase(PhaseCategory.compute, loads=tuple(loads), min_time_s=min_t,
                   hbm_bytes=rank_sum(op, op.hbm_bytes) + kt.reread_bytes * len(op.ranks))
-    return [Phase("launch", delay_s=kt.launch_s), phase] if kt.launch_s > 0 else [phase]
+    return [Phase(PhaseCategory.launch, delay_s=kt.launch_s), phase] if kt.launch_s > 0 else [phase]
 
 
 def lower_memcpy(op: Op, fabric: Fabric) -> list[Phase]:
@@ -128,7 +128,7 @@ def lower_memcpy(op: Op, fabric: Fabric) -> list[Phase]:
     if fabric.sdma_Bps > 0:
         loads.append(("all", R["sdma"], nbytes / fabric.sdma_Bps))
     total = rank_sum(op, op.nbytes)
-    return [Phase("copy", loads=tuple(loads), hbm_bytes=2 * total, copy_bytes=total)]
+    return [Phase(PhaseCategory.copy, loads=tuple(loads), hbm_bytes=2 * total, copy_bytes=total)]
 
 
 def lower_host(op: Op, fabric: Fabric) -> list[Phase]:
@@ -161,8 +161,8 @@ def lower_host(op: Op, fabric: Fabric) -> list[Phase]:
     if fabric.sdma_Bps > 0:
         loads.append(("all", R["sdma"], nbytes / fabric.sdma_Bps))
     total = float(per_rank.sum())
-    phase = Phase("wire", loads=tuple(loads), wire_bytes=total, hbm_bytes=total)
-    return [Phase("wire", delay_s=lat), phase] if lat > 0 else [phase]
+    phase = Phase(PhaseCategory.wire, loads=tuple(loads), wire_bytes=total, hbm_bytes=total)
+    return [Phase(PhaseCategory.wire, delay_s=lat), phase] if lat > 0 else [phase]
 
 
 def _remote_pool_loads(fabric: Fabric, ranks: tuple[int, ...], nbytes: float, plane: Plane,

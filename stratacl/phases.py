@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CATEGORIES = ("compute", "wire", "copy", "sync", "register", "launch", "host")
+from stratacl.vocab import PhaseCategory
+
+CATEGORIES = tuple(c.value for c in PhaseCategory)
 
 
 @dataclass(frozen=True, slots=True)

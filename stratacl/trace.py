@@ -20,9 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    import pandas as pd
-
 from stratacl.errors import TraceError
 from stratacl.vocab import (
     Collective,
@@ -33,6 +30,9 @@ from stratacl.vocab import (
     MoeMode,
     OpKind,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The plain values of each vocabulary (stratacl.vocab), for checks and messages; the library
 # lowering, the config checks and the workloads import them from here.

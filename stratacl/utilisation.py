@@ -25,6 +25,7 @@ import pandas as pd
 
 from stratacl.fabric import RESOURCES, R
 from stratacl.phases import Phase
+from stratacl.vocab import PhaseCategory
 
 if TYPE_CHECKING:
     from stratacl.engine.fluid import Activity, FluidSystem
@@ -70,7 +71,7 @@ class UtilisationRecorder:
         engine = ""
         if any(r == R["sdma"] for _, r, _ in ph.loads):
             engine = "sdma"
-        elif ph.category != "compute" and any(r == R["vec"] for _, r, _ in ph.holds):
+        elif ph.category != PhaseCategory.compute and any(r == R["vec"] for _, r, _ in ph.holds):
             engine = "cores"  # a communication kernel occupying vector cores
         if ph.parts:  # a merged delay: one interval per part
             for cat, sec in ph.parts:

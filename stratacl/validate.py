@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from stratacl.compute import ComputeLowering
 from stratacl.fabric import Fabric
 from stratacl.trace import Op
-from stratacl.vocab import OpKind
+from stratacl.vocab import OpKind, PhaseCategory
 
 TABLE = Path(__file__).parent / "data" / "kernels" / "validation.csv"
 ROLES = ("calibrate", "check")
@@ -115,7 +115,7 @@ def row_op(row: Row) -> Op:
 def harness_time(row: Row, fabric: Fabric) -> float:
     """Device time of the row's kernel alone, from the phases the replay would run (no launch)."""
     phases = ComputeLowering(fabric).lower(row_op(row))
-    return sum(p.standalone_s() for p in phases if p.category != "launch")
+    return sum(p.standalone_s() for p in phases if p.category != PhaseCategory.launch)
 
 
 def harness_value(row: Row, fabric: Fabric | None = None) -> float:

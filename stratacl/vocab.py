@@ -48,6 +48,18 @@ class HostPeer(StrEnum):
     pool = "pool"  # the DRAM pool striped over every CPU of the supernode
 
 
+class PhaseCategory(StrEnum):
+    """Where a phase's time goes (`stratacl.phases.Phase.category`, the replay's time split)."""
+
+    compute = "compute"
+    wire = "wire"  # bytes on links
+    copy = "copy"  # staging copies
+    sync = "sync"  # handshakes and flags
+    register = "register"  # buffer registration
+    launch = "launch"  # kernel and graph launches
+    host = "host"  # the host in the loop (device->host round trips)
+
+
 class CopyDirection(StrEnum):
     """A host copy's direction (`Op.direction`)."""
 
