@@ -206,6 +206,18 @@ def test_class_and_shape_are_in_the_memo_key(cm384) -> None:  # noqa: ANN001
     assert len(times) == 3
 
 
+def test_ops_of_one_shape_share_a_lowering_and_the_stream_limit_is_in_the_key(cm384) -> None:  # noqa: ANN001
+    a = gemm_op(4096, 4096, 7168, hbm=1e8, stream="mb0")
+    b = copy.copy(a)
+    b.id, b.name, b.deps = 7, "other layer", (0,)  # not what its phases depend on
+    low = ComputeLowering(cm384, {"mb1": (cm384.cube_cores // 2, cm384.vector_cores // 2)})
+    assert low.lower(b) is low.lower(a) and low.lower(a) == lower_compute(a, cm384)
+    c = copy.copy(a)
+    c.stream = "mb1"  # half the cores: its own entry, slower
+    assert alone(low.lower(c)) > alone(low.lower(a))
+    assert low.lower(c) == lower_compute(c, cm384, (cm384.cube_cores // 2, cm384.vector_cores // 2))
+
+
 def test_generic_kernel_uses_its_core_kinds_fraction(cm384) -> None:  # noqa: ANN001
     frac = cm384.cfg.die.kernel.classes["generic_cube"].compute_fraction["bf16"]
     op = Op(id=0, kind="compute", ranks=(0,), flops=(cm384.cube_flops * 1e-3,))

@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from stratacl.errors import TraceError
-from stratacl.trace import MoeShape, Trace
+from stratacl.trace import COLLECTIVES, EXCHANGES, HOST_PEERS, KINDS, MOE_COLLS, MoeShape, Trace
+from stratacl.vocab import Collective, CopyDirection, CoreKind, HostPeer, OpKind
 
 
 def small_trace() -> Trace:
@@ -37,6 +39,28 @@ def test_round_trip_is_exact(tmp_path) -> None:  # noqa: ANN001
     assert loaded.world_size == tr.world_size and loaded.meta == tr.meta
     assert loaded.buffers == {"act0": (0,), "kv": (-1,)}
     assert tr.to_frame().shape[0] == 5
+
+
+def test_a_trace_built_with_vocabulary_members_equals_the_plain_string_one(tmp_path) -> None:  # noqa: ANN001
+    """The StrEnum vocabularies are the strings traces store: ops built with members equal the
+    plain-string ops, validate, and load back as plain strings."""
+    def build(kind: Callable[[str], str]) -> Trace:
+        tr = Trace(world_size=4)
+        tr.add_family("tp", [range(4)])
+        a = tr.compute(range(4), flops=1e9, core=kind(CoreKind.mixed), vector_flops=1e6)
+        tr.collective(kind(Collective.allgather), "tp", 2**20, deps=[a])
+        tr.add(kind(OpKind.p2p), [0, 1], src=[0], dst=[1], nbytes=1e3)
+        tr.memcpy([2], 1e6, peer=kind(HostPeer.host), direction=kind(CopyDirection.d2h))
+        return tr
+
+    members, plain = build(lambda m: m), build(str)
+    members.validate()
+    assert members.ops == plain.ops
+    loaded = Trace.load(members.save(tmp_path / "t.parquet"))
+    assert loaded.ops == plain.ops
+    assert all(type(op.kind) is str and type(op.coll) is str and type(op.core) is str for op in loaded.ops)
+    assert KINDS == ("compute", "collective", "p2p", "memcpy") and HOST_PEERS == ("", "host", "pool")
+    assert EXCHANGES == ("alltoall", "alltoallv", "dispatch", "combine") and set(MOE_COLLS) <= set(COLLECTIVES)
 
 
 def test_truncated_file_fails_clearly(tmp_path) -> None:  # noqa: ANN001
