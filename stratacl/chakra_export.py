@@ -9,7 +9,7 @@ import re
 from collections import defaultdict
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,6 +33,15 @@ CHAKRA_TO_COLL = {"ALL_REDUCE": "allreduce", "ALL_GATHER": "allgather", "REDUCE_
                    "REDUCE_SCATTER_BLOCK": "reducescatter", "ALL_TO_ALL": "alltoall",
                    "BROADCAST": "broadcast", "BARRIER": "allreduce"}
 
+
+
+class OpTimes(Protocol):
+    """Simulated per-op start / end times (s): a `SimResult`, or a run's saved `ReplayTimes`."""
+
+    @property
+    def start(self) -> np.ndarray: ...
+    @property
+    def end(self) -> np.ndarray: ...
 
 
 def chakra_pb() -> tuple[Any, Any]:
@@ -101,7 +110,7 @@ def node_attrs(node: Any) -> dict[str, object]:
 
 
 def export_chakra(trace: Trace, out_dir: str | Path, prefix: str = "trace",
-                  sim: Any | None = None) -> list[Path]:
+                  sim: OpTimes | None = None) -> list[Path]:
     """Write `<out_dir>/<prefix>.<rank>.et` for every rank of the trace and `<prefix>.json`.
 
     `sim` (a `SimResult` of this trace, or anything with its per-op `start` / `end` arrays in
@@ -307,7 +316,7 @@ def _group_index(trace: Trace, op: Op) -> dict[int, tuple[str, int, int]]:
 
 
 def _nodes(pb: Any, trace: Trace, op: Op, base: int, r: int, pos: int,
-           groups: dict[int, tuple[str, int, int]], pg_id: dict[str, str], sim: Any | None,
+           groups: dict[int, tuple[str, int, int]], pg_id: dict[str, str], sim: OpTimes | None,
            clock: _Carry) -> list[Any]:
     common = {"is_cpu_op": False, "stratacl_op": op.id, "stratacl_kind": op.kind,
               "stratacl_stream": op.stream, "stratacl_rank_pos": pos}

@@ -19,12 +19,16 @@ import re
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from stratacl.errors import ConfigError, TraceError
 from stratacl.trace import Trace
+
+if TYPE_CHECKING:
+    from stratacl.engine.replay import SimResult
 
 TRACES_DIR = "traces"
 INDEX = "index.json"
@@ -46,7 +50,7 @@ class _Saved:
     ops: int
     world_size: int
     meta: dict[str, object]
-    times: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # library -> (start, end)
+    times: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # library -> (start, end)
     makespan_s: dict[str, float] = field(default_factory=dict)
 
 
@@ -58,7 +62,7 @@ class TraceRecorder:
         self._seen: dict[int, tuple[weakref.ref[Trace], _Saved]] = {}
         self._saved: list[_Saved] = []
 
-    def record(self, trace: Trace, library: str, res: Any) -> None:  # noqa: ANN401 - SimResult
+    def record(self, trace: Trace, library: str, res: SimResult) -> None:
         key = id(trace)
         hit = self._seen.get(key)
         if hit is None or hit[0]() is not trace:  # a new object (an id can be reused after GC)
@@ -127,8 +131,8 @@ class ReplayTimes:
     `sim` reads)."""
 
     library: str
-    start: Any
-    end: Any
+    start: np.ndarray
+    end: np.ndarray
 
 
 def replay_times(trace_file: Path, library: str | None = None) -> ReplayTimes | None:
