@@ -3,8 +3,8 @@ a `CachingAllocator`, with the registration mechanism of the library's data path
 
 A workload declares what each iteration allocates and frees (`run`), or asks what a whole
 sequence reserves at its peak (`peak`). Iterations that repeat one from the same allocator state
-replay from a memo: same addresses, no map events, no allocator work. The registration objects
-(`on_alloc`, `jit`) are the workload's to query at a buffer's communication use.
+replay from a memo: same addresses, no map events, no allocator work. The `registrar` is the
+workload's to ask at a buffer's communication use.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stratacl.memory.allocator import Block, CachingAllocator, MemEvent, OutOfMemoryError
-from stratacl.memory.on_alloc import RegistrationOnAllocation
-from stratacl.memory.registration_cache import JitRegistrationCache
+from stratacl.memory.mechanism import NoRegistration, Registrar
 
 Op = tuple  # ("alloc", name, nbytes) | ("free", name)
 _MEMO_MAX = 256
@@ -32,13 +31,13 @@ class MemoryPeak:
 
 
 class DieMemory:
-    """Named tensors on one die. Pass the registration objects un-attached: this attaches them."""
+    """Named tensors on one die. Pass the registrar un-attached (None: no registration): this
+    attaches it."""
 
-    def __init__(self, allocator: CachingAllocator, *, on_alloc: RegistrationOnAllocation | None = None,
-                 jit: JitRegistrationCache | None = None, memo_max: int = _MEMO_MAX) -> None:
+    def __init__(self, allocator: CachingAllocator, registrar: Registrar | None = None, *,
+                 memo_max: int = _MEMO_MAX) -> None:
         self.allocator = allocator
-        self.on_alloc = on_alloc.attach(allocator) if on_alloc is not None else None
-        self.jit = jit.attach(allocator) if jit is not None else None
+        self.registrar = (NoRegistration() if registrar is None else registrar).attach(allocator)
         self.tensors: dict[str, Block] = {}
         self._memo: dict[tuple, tuple] = {}
         self.memo_max = memo_max
