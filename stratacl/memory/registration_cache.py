@@ -94,6 +94,7 @@ class JitRegistrationCache(Registrar):
         return self.cost.of(end - beg, self.peers)
 
     def wait_s(self, addr: int, size: int, t: float) -> float:
+        """`lookup`: a use registers on its own path, whenever it comes."""
         return self.lookup(addr, size)
 
     def buffer_wait_s(self, name: str, nbytes: float, peers: int, now: float, mapped_at: float | None) -> float:
