@@ -23,6 +23,7 @@ from stratacl.config import (
 )
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
+from stratacl.memory import JitRegistrationCache, NoRegistration, RegistrationOnAllocation
 from stratacl.trace import Trace
 
 
@@ -65,8 +66,9 @@ def test_what_each_data_path_holds_and_registers(cm384, path, mechanism) -> None
     assert lib.held_memory_bytes(3) == (3 * 2 * 200 * 2**20 if staged else 1.72e9 if pool else 0.0)
     assert lib.forces_expandable_segments_off == pool
     die = lib.die_memory(64e9, peers=15)
-    assert (die.jit is not None, die.on_alloc is not None) == (mechanism == RegistrationMechanism.jit,
-                                                                mechanism == RegistrationMechanism.on_alloc)
+    expected = {RegistrationMechanism.jit: JitRegistrationCache, RegistrationMechanism.on_alloc: RegistrationOnAllocation,
+                RegistrationMechanism.none: NoRegistration}[mechanism]
+    assert type(die.registrar) is expected
 
 
 def test_staged_payload_larger_than_buffer_runs_in_rounds(cm384) -> None:  # noqa: ANN001

@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import ClassVar, TypedDict
+from typing import ClassVar
 
 from stratacl.comm.buffers import MiB, buffer_sizes_MiB
 from stratacl.config import DataPath, LibraryConfig, RegistrationMechanism
-from stratacl.memory import JitRegistrationCache, RegistrationCost, RegistrationOnAllocation
+from stratacl.memory import (
+    JitRegistrationCache,
+    NoRegistration,
+    Registrar,
+    RegistrationCost,
+    RegistrationOnAllocation,
+)
 from stratacl.memory.communicators import Communicator
-
-
-class Listeners(TypedDict, total=False):
-    """A data path's registration mechanism (at most one), as `DieMemory` keyword arguments."""
-
-    jit: JitRegistrationCache
-    on_alloc: RegistrationOnAllocation
 
 DEFAULT_CCL_MiB = 200.0  # HCCL_BUFFSIZE default (REFERENCE §3; conf/library/hccl.yaml comm_buffer_MiB)
 
@@ -84,10 +83,10 @@ class DataPathModel:
         """Fraction of a send/recv's payload copied through a buffer on each end."""
         return self.cfg.stage_anyway.get("p2p", 0.0)
 
-    def allocator_listeners(self, cost: RegistrationCost, peers: int) -> Listeners:
-        """The registration mechanism listening to the device allocator's map events
-        (`DieMemory` keyword arguments)."""
-        return {}
+    def registrar(self, cost: RegistrationCost, peers: int) -> Registrar:
+        """A fresh, un-attached registration mechanism of one die: `peers` are those the memory
+        the allocator maps is registered with (a trace passes its own per collective)."""
+        return NoRegistration()
 
 
 class Staged(DataPathModel):
@@ -127,8 +126,8 @@ class JitRegister(DataPathModel):
     kind = DataPath.jit_register
     registration = RegistrationMechanism.jit
 
-    def allocator_listeners(self, cost: RegistrationCost, peers: int) -> Listeners:
-        return {"jit": JitRegistrationCache(cost, peers, match=self.cfg.jit_cache_match)}
+    def registrar(self, cost: RegistrationCost, peers: int) -> Registrar:
+        return JitRegistrationCache(cost, peers, match=self.cfg.jit_cache_match)
 
 
 class OnAlloc(DataPathModel):
@@ -136,8 +135,8 @@ class OnAlloc(DataPathModel):
     registration = RegistrationMechanism.on_alloc
     cost_depends_on_mapping = True  # a remap just before use can leave registration exposed
 
-    def allocator_listeners(self, cost: RegistrationCost, peers: int) -> Listeners:
-        return {"on_alloc": RegistrationOnAllocation(cost, peers)}
+    def registrar(self, cost: RegistrationCost, peers: int) -> Registrar:
+        return RegistrationOnAllocation(cost, peers)
 
 
 class Pool(DataPathModel):

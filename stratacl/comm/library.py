@@ -129,11 +129,11 @@ class LibraryModel:
                    va_base: int = 1 << 40) -> DieMemory:
         """One die's device allocator as this library leaves it to the framework: expandable
         segments as the framework sets them unless the library forces them off, with the
-        library's registration mechanism listening to its map/unmap events (a JIT cache matching
-        by `jit_cache_match`, or registration-on-allocation) for `peers` peers."""
+        data path's registrar listening to its map/unmap events (a JIT cache matching by
+        `jit_cache_match`, registration-on-allocation, or none) for `peers` peers."""
         es = expandable_segments and not self.forces_expandable_segments_off
         alloc = CachingAllocator(AllocatorConfig(int(capacity_bytes), expandable_segments=es, va_base=va_base))
-        return DieMemory(alloc, **self.path.allocator_listeners(self.registration_cost(), peers))
+        return DieMemory(alloc, self.path.registrar(self.registration_cost(), peers))
 
     # ------------------------------------------------------------------ algorithm choice
     def candidates(self, coll: str) -> list[str]:
@@ -523,8 +523,7 @@ class LibraryRuntime:
         self.model = model
         self.trace = trace
         self.fabric = model.fabric
-        self.registration = RegistrationState(model.path.allocator_listeners(model.registration_cost(), 0),
-                                              trace.buffers)
+        self.registration = RegistrationState(model.path.registrar(model.registration_cost(), 0), trace.buffers)
         self._cache: dict[tuple, tuple[list[Phase], int, OpInfo]] = {}
         self._limits = model.core_limits(trace)
         self._p2p_ends: dict[tuple, tuple[np.ndarray, tuple[float, ...], int]] = {}  # (src, dst) -> tiers, β, per node
