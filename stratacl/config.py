@@ -362,6 +362,8 @@ class LibraryConfig:
     host_sync: list[str] = field(default_factory=list)
     host_roundtrip_us: float = knob(0.0, ge=0)  # device→host copy of the counts + host handling + relaunch
     moe_signal_rtts: float = knob(0.0, ge=0)  # dispatch/combine: extra round trips of remote-atomic signalling
+    # a plugin mechanism's own knobs by mechanism name, checked against its Config (comm/mechanism.py)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # knobs that moved, named in the compose-time error of an old override (stratacl/precheck.py)

@@ -35,18 +35,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from stratacl.comm import algorithms as alg
 from stratacl.comm import nccl_tuning as tune
+from stratacl.comm.context import CommContext
 from stratacl.config import Plane
 from stratacl.fabric import Fabric, Tier
 from stratacl.trace import EXCHANGES
-
-if TYPE_CHECKING:
-    from stratacl.comm.library import LibraryModel
 
 PROTO_WIRE = {"LL": 2.0, "LL128": 16 / 15, "Simple": 1.0}  # wire bytes per data byte
 RING_BYTES = {"allreduce": 2, "allgather": 1, "reducescatter": 1}  # × (n−1)/n · S per die
@@ -250,25 +247,33 @@ def choices(coll: str, size: float, lay: Layout, channels: int, arch: str, nvls_
     return out
 
 
-def nccl_plan(lib: LibraryModel, coll: str, size: float, tidx: np.ndarray,
+@dataclass(frozen=True)
+class NcclKnobs:
+    """NCCL_ALGO / NCCL_PROTO: the algorithms and protocols NCCL may choose among (empty: its defaults)."""
+
+    nccl_algos: tuple[str, ...] = ()
+    nccl_protos: tuple[str, ...] = ()
+
+
+def nccl_plan(ctx: CommContext, knobs: NcclKnobs, coll: str, size: float, tidx: np.ndarray,
               peer_bytes: tuple[float, ...]) -> alg.WirePlan:
     """The plan NCCL runs for `coll`: exchanges through PXN, the others as its tuning model picks."""
-    fab, cfg = lib.fabric, lib.cfg
-    lay = layout(tidx, fab, cfg.plane)
+    fab, plane, channels = ctx.fabric, ctx.plane, ctx.comm_cores
+    lay = layout(tidx, fab, plane)
     n = tidx.shape[0]
     if coll in EXCHANGES:
         if lay is None:
-            return alg.fullmesh(coll, n, size, tidx, fab, cfg.plane, peer_bytes, algorithm="nccl:p2p")
+            return alg.fullmesh(coll, n, size, tidx, fab, plane, peer_bytes, algorithm="nccl:p2p")
         plan = pxn_exchange(size, lay, peer_bytes)
         return replace(plan, algorithm=f"nccl:{plan.algorithm}", latency_s=_p2p_latency(lay))
     if lay is None:
-        return replace(alg.ring(coll, n, size, tidx, fab, cfg.plane), algorithm="nccl:ring")
-    found = choices(coll, size, lay, cfg.comm_cores, fab.gpu_arch, fab.nvls, fab.host_cpu,
-                    tuple(cfg.nccl_algos), tuple(cfg.nccl_protos))
+        return replace(alg.ring(coll, n, size, tidx, fab, plane), algorithm="nccl:ring")
+    found = choices(coll, size, lay, channels, fab.gpu_arch, fab.nvls, fab.host_cpu,
+                    knobs.nccl_algos, knobs.nccl_protos)
     if not found:  # NCCL_ALGO / NCCL_PROTO leave nothing for this collective: NCCL falls back to ring
-        found = choices(coll, size, lay, cfg.comm_cores, fab.gpu_arch, fab.nvls, fab.host_cpu, ("ring",))
+        found = choices(coll, size, lay, channels, fab.gpu_arch, fab.nvls, fab.host_cpu, ("ring",))
     best = min(found, key=lambda ch: ch.latency_us + size / (1000.0 * ch.alg_bw_GBps))
-    return chosen_plan(best, size, cfg.launch_us, cfg.comm_cores)
+    return chosen_plan(best, size, ctx.launch_us, channels)
 
 
 def chosen_plan(ch: Choice, size: float, launch_us: float, channels: int) -> alg.WirePlan:
