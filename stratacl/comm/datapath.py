@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, TypedDict
 
 from stratacl.comm.buffers import MiB, buffer_sizes_MiB
@@ -66,10 +66,10 @@ class DataPathModel(Mechanism):
 
     @dataclass(frozen=True)
     class Config:
-        stage_anyway: Mapping[str, float] = field(default_factory=dict)  # copies a zero-copy path still does
-        pipeline_chunks: int = 1  # >1: copies overlap the transfer in that many chunks per buffer
-        comm_buffer_MiB: float = 200.0  # one comm buffer (pipeline slots are cut from it)
-        copy_GBps: float = 0.0  # device-to-device copy rate (0 = HBM-bound)
+        stage_anyway: Mapping[str, float]  # copies a zero-copy path still does, per collective
+        pipeline_chunks: int  # >1: copies overlap the transfer in that many chunks per buffer
+        comm_buffer_MiB: float  # one comm buffer (pipeline slots are cut from it)
+        copy_GBps: float  # device-to-device copy rate (0 = HBM-bound)
 
     registration: ClassVar[RegistrationMechanism] = RegistrationMechanism.none
     stages: ClassVar[bool] = False  # copies every collective's user data through comm buffers
@@ -105,6 +105,10 @@ class DataPathModel(Mechanism):
             return NO_STAGING
         cin, cout = staging_bytes(coll, size, n)
         return self._filled(1, frac * cin, frac * cout, kernel_cores)
+
+    def sync_s(self, step_latency_s: float, rounds: int) -> float:
+        """The latency of a plan stage's synchronised steps, re-run in each staging round."""
+        return step_latency_s * rounds
 
     def p2p_staging(self, nbytes: float, kernel_cores: int) -> Staging:
         """The copies of a send/recv of `nbytes`: the same bytes through a buffer on each end."""
@@ -147,7 +151,7 @@ DATA_PATHS: Registry[type[DataPathModel]] = Registry("data_path")
 class Staged(DataPathModel):
     @dataclass(frozen=True)
     class Config(DataPathModel.Config):
-        comm_buffers: int = 2  # buffers per communicator (in + out)
+        comm_buffers: int  # buffers per communicator (in + out)
 
     stages = True
     config: Staged.Config
@@ -185,7 +189,7 @@ class Staged(DataPathModel):
 class JitRegister(DataPathModel):
     @dataclass(frozen=True)
     class Config(DataPathModel.Config):
-        jit_cache_match: JitMatch = JitMatch.exact  # how the registration cache matches buffers
+        jit_cache_match: JitMatch  # how the registration cache matches buffers
 
     registration = RegistrationMechanism.jit
     config: JitRegister.Config
@@ -207,7 +211,7 @@ class OnAlloc(DataPathModel):
 class Pool(DataPathModel):
     @dataclass(frozen=True)
     class Config(DataPathModel.Config):
-        pool_GB: float = 0.0  # the pre-registered pool
+        pool_GB: float  # the pre-registered pool
 
     forces_expandable_segments_off = True
     config: Pool.Config

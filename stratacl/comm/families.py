@@ -9,7 +9,7 @@ own selection (hierarchical.py). All-to-all-style exchanges run pairwise or one-
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -95,7 +95,7 @@ class Mesh(AlgorithmFamily):
 
 @dataclass(frozen=True)
 class HcclAlgoConfig:
-    hccl_algo: Mapping[str, str] = field(default_factory=dict)  # HCCL_ALGO's level-1 per operator
+    hccl_algo: Mapping[str, str]  # HCCL_ALGO's level-1 per operator
 
 
 @FAMILIES.register(Algorithm.hccl)
@@ -147,7 +147,7 @@ class Auto(AlgorithmFamily):
 
     @dataclass(frozen=True)
     class Config:
-        auto_candidates: tuple[str, ...] = ()
+        auto_candidates: tuple[str, ...]
 
     config: Auto.Config
 

@@ -291,7 +291,7 @@ class LibraryModel:
         stages = plan.stages or (plan,)  # hierarchical plans: their stages in order
         staged: list[Phase] = []
         for i, st in enumerate(stages):
-            sync_s = st.latency_s * copies.rounds
+            sync_s = self.path.sync_s(st.latency_s, copies.rounds)
             if st.wire_s > 0:
                 overlapped = (copies.copy_in + copies.copy_out - copies.fill_in - copies.fill_out) / len(stages)
                 # one operator, one submitting agent: only the first stage pays the agent's launch
@@ -384,7 +384,7 @@ class LibraryModel:
             phases.append(_p2p_roles(self._copy_phase(fill, 1, cores), 0.0, "src"))
         overlapped = 2 * (copies.copy_in - fill)
         phases += [p if p.is_delay else _p2p_roles(p, total_bytes, copy_bytes=p.copy_bytes / per_node)
-                   for p in self._transfer_phases(plan, per_node, overlapped, cores, plan.latency_s)]
+                   for p in self._transfer_phases(plan, per_node, overlapped, cores, self.path.sync_s(plan.latency_s, 1))]
         if fill > 0:
             phases.append(_p2p_roles(self._copy_phase(fill, 1, cores), 0.0, "dst"))
         return merge_delays(phases)

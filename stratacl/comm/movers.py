@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from stratacl.comm import algorithms as alg
@@ -70,8 +70,8 @@ class VectorCores(MoverModel):
 class Sdma(MoverModel):
     @dataclass(frozen=True)
     class Config:
-        sdma_submit_cores: int = 1  # device trigger: vector cores that write the descriptors
-        unit_KiB: Mapping[str, float] = field(default_factory=dict)  # descriptor size per tier
+        sdma_submit_cores: int  # device trigger: vector cores that write the descriptors
+        unit_KiB: Mapping[str, float]  # descriptor size per tier
 
     config: Sdma.Config
 
@@ -91,11 +91,11 @@ class Sdma(MoverModel):
         holds no AI core. `agent_running`: a later stage of a hierarchical plan, whose submitting
         agent is already launched.
         """
-        ctx, fab, cfg = self.ctx, self.ctx.fabric, self.config
+        ctx, fab, own = self.ctx, self.ctx.fabric, self.config
         loads.append(("all", R["sdma"], max(plan.send_bytes, plan.recv_bytes) / fab.sdma_Bps))
         trig = self.trigger.value
-        units = {t: cfg.unit_KiB[name] * 1024 for t, name in enumerate(TIER_ORDER) if name in cfg.unit_KiB}
-        sub = sdma.submission(plan, fab, trig, min(cfg.sdma_submit_cores, ctx.kernel_cores(cores)), units)
+        units = {t: own.unit_KiB[name] * 1024 for t, name in enumerate(TIER_ORDER) if name in own.unit_KiB}
+        sub = sdma.submission(plan, fab, trig, min(own.sdma_submit_cores, ctx.kernel_cores(cores)), units)
         start = (0.0 if agent_running else fab.sdma_launch_s[trig]) + sub.first_s + fab.sdma_startup_s
         during = min(sub.rest_s, fab.sdma_startup_s)  # the agents go on writing while engines start
         rest = sub.rest_s - during

@@ -251,8 +251,8 @@ def choices(coll: str, size: float, lay: Layout, channels: int, arch: str, nvls_
 class NcclKnobs:
     """NCCL_ALGO / NCCL_PROTO: the algorithms and protocols NCCL may choose among (empty: its defaults)."""
 
-    nccl_algos: tuple[str, ...] = ()
-    nccl_protos: tuple[str, ...] = ()
+    nccl_algos: tuple[str, ...]
+    nccl_protos: tuple[str, ...]
 
 
 def nccl_plan(ctx: CommContext, knobs: NcclKnobs, coll: str, size: float, tidx: np.ndarray,
