@@ -17,7 +17,7 @@ import numpy as np
 from stratacl.comm import algorithms as alg
 from stratacl.comm import hierarchical as hier
 from stratacl.comm import partition
-from stratacl.config import Partitioning
+from stratacl.config import Partitioning, Plane
 from stratacl.fabric import Fabric, R, Tier
 from stratacl.phases import Phase
 
@@ -65,7 +65,7 @@ class CommContext:
     """The fabric facts and the comm kernel's core facts a mechanism prices with."""
 
     fabric: Fabric
-    plane: str
+    plane: Plane
     launch_us: float  # fixed per-operator launch overhead
     comm_cores: int  # vector cores a comm kernel holds
     partitioning: Partitioning

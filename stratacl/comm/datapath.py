@@ -21,11 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, TypedDict
 
-from stratacl.comm.buffers import MiB, buffer_sizes_MiB
+from stratacl.comm.buffers import buffer_sizes_MiB
 from stratacl.comm.mechanism import Mechanism
 from stratacl.comm.registry import Registry
 from stratacl.config import DataPath, JitMatch, RegistrationMechanism
 from stratacl.memory import JitRegistrationCache, RegistrationCost, RegistrationOnAllocation
+from stratacl.memory.allocator import MiB
 from stratacl.memory.communicators import Communicator
 
 

@@ -33,6 +33,8 @@ token follow from them and the op's `peer_bytes` (its format: FP8 + scales, BF16
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from stratacl.comm.context import NODE_FORWARD, CommContext, PricesOps
@@ -45,6 +47,8 @@ from stratacl.phases import Phase, delay
 ALGORITHM = NODE_FORWARD  # the plan name it reports (a one-step concurrent exchange)
 TOPK_IDX_BYTES = 8  # DeepEP's topk_idx_t is int64 (deep_ep.topk_idx_t)
 COUNT_BYTES = 4  # int32 counts in the notify exchange
+# (mode, bytes per token copy, experts per rank, top_k, group tokens) of a dispatch/combine; () otherwise
+MoeArgs = tuple[Any, ...]
 
 
 def node_size(fabric: Fabric, group: tuple[int, ...]) -> int:
@@ -95,7 +99,8 @@ def flow_bytes(coll: str, copies: np.ndarray, pairs: np.ndarray, g: int, bytes_p
     flows, or their reverse for a combine (the forwarder reduces its node's partials first)."""
     rdma, fwd = dispatch_flows(copies, pairs, g)
     flows = (rdma + fwd) * bytes_per_token
-    return flows.T if coll == "combine" else flows
+    out: np.ndarray = flows.T if coll == "combine" else flows
+    return out
 
 
 def notify_groups(group: tuple[int, ...], g: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -133,13 +138,13 @@ class FlatHt(Mechanism):
         self.config = config
 
     def node_flows(self, ctx: CommContext, coll: str, group: tuple[int, ...], peer_bytes: tuple[float, ...],
-                   moe: tuple) -> tuple[int, tuple[float, ...]]:
+                   moe: MoeArgs) -> tuple[int, tuple[float, ...]]:
         """(ranks per node, n×n wire bytes) when this path replaces the rank-level matrix; (g, ())
         where the rank-level exchange runs."""
         return 0, ()
 
     def notify(self, ctx: CommContext, ops: PricesOps, group: tuple[int, ...], peer_bytes: tuple[float, ...],
-               moe: tuple, cores: int | None) -> list[Phase]:
+               moe: MoeArgs, cores: int | None) -> list[Phase]:
         """The count exchange before an HT dispatch, priced as the library runs operators (`ops`)."""
         return ops.op_phases("alltoall", COUNT_BYTES * len(group), group, cores)
 
@@ -153,7 +158,7 @@ class NodeForwardHt(FlatHt):
     its nodes in equal contiguous blocks, or an op without (token, node) counts."""
 
     def node_flows(self, ctx: CommContext, coll: str, group: tuple[int, ...], peer_bytes: tuple[float, ...],
-                   moe: tuple) -> tuple[int, tuple[float, ...]]:
+                   moe: MoeArgs) -> tuple[int, tuple[float, ...]]:
         if not moe or moe[0] != "ht":
             return 0, ()
         n = len(group)
@@ -167,7 +172,7 @@ class NodeForwardHt(FlatHt):
         return g, tuple(flow_bytes(coll, copies, block_tokens(gtok, n, g), g, per_token).ravel())
 
     def notify(self, ctx: CommContext, ops: PricesOps, group: tuple[int, ...], peer_bytes: tuple[float, ...],
-               moe: tuple, cores: int | None) -> list[Phase]:
+               moe: MoeArgs, cores: int | None) -> list[Phase]:
         n = len(group)
         # node_flows' conditions for forwarding, without building its n×n matrix
         g = node_size(ctx.fabric, group) if moe and moe[0] == "ht" else 0

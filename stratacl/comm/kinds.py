@@ -3,6 +3,8 @@ a library's choices and plugin options against them (run before anything is buil
 
 from __future__ import annotations
 
+from typing import Any
+
 from stratacl.comm.datapath import DATA_PATHS
 from stratacl.comm.ep import HT_PATHS
 from stratacl.comm.families import FAMILIES
@@ -12,7 +14,7 @@ from stratacl.comm.registry import Registry
 from stratacl.config import LibraryConfig, resolved_mover
 from stratacl.errors import ConfigError
 
-REGISTRIES: tuple[Registry, ...] = (DATA_PATHS, FAMILIES, MOVERS, HT_PATHS)
+REGISTRIES: tuple[Registry[Any], ...] = (DATA_PATHS, FAMILIES, MOVERS, HT_PATHS)
 
 
 def selected(lib: LibraryConfig) -> dict[str, str]:

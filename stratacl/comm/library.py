@@ -29,6 +29,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
+from typing import Any, cast
 
 import numpy as np
 
@@ -46,6 +47,7 @@ from stratacl.config import (
     LibraryConfig,
     MoeLlWindows,
     Mover,
+    Plane,
     RegistrationMechanism,
     resolved_mover,
 )
@@ -79,7 +81,7 @@ class LibraryModel:
         ht = ep.HT_PATHS[cfg.moe_ht_path]
         self.ht_path = ht(self._config(ht))  # HT dispatch/combine across nodes (comm/ep.py)
 
-    def _config(self, mechanism: type[Mechanism]) -> object:
+    def _config(self, mechanism: type[Mechanism]) -> Any:
         """The mechanism's own Config from this library's knobs (comm/mechanism.py)."""
         return from_library(mechanism.Config, self.cfg, str(mechanism.kind), f"library.{self.name}")
 
@@ -156,7 +158,7 @@ class LibraryModel:
 
     def wire_plan(self, coll: str, size: float, group: tuple[int, ...],
                   peer_bytes: tuple[float, ...] = (), algorithm: str | None = None,
-                  moe: tuple = ()) -> alg.WirePlan:
+                  moe: ep.MoeArgs = ()) -> alg.WirePlan:
         """`moe` = (mode, bytes per token copy, experts per rank, top_k, group tokens) of a
         dispatch/combine. A node-forwarding library's HT dispatch/combine (comm/ep.py) runs one
         concurrent exchange of its two-hop flows instead of the rank-level matrix."""
@@ -182,7 +184,7 @@ class LibraryModel:
     # ------------------------------------------------------------------ pricing
     def collective_phases(self, coll: str, size: float, group: tuple[int, ...],
                           peer_bytes: tuple[float, ...] = (), moe_mode: str = "",
-                          cores: int | None = None, moe_shape: tuple = ()) -> list[Phase]:
+                          cores: int | None = None, moe_shape: tuple[Any, ...] = ()) -> list[Phase]:
         """Static phases of one collective on one communicator (registration is added at run
         time by the runtime). With algorithm=auto, the fastest candidate on an idle fabric.
         `cores`: vector cores the comm kernel may use (a stream limit; default comm_cores).
@@ -245,7 +247,7 @@ class LibraryModel:
         return self._best(coll, size, group, peer_bytes, cores)[0]
 
     def op_info(self, coll: str, size: float, group: tuple[int, ...],
-                peer_bytes: tuple[float, ...] = (), cores: int | None = None, moe: tuple = ()) -> OpInfo:
+                peer_bytes: tuple[float, ...] = (), cores: int | None = None, moe: ep.MoeArgs = ()) -> OpInfo:
         """The algorithm that runs and the spread of the comm cores' completion times under the
         library's core partitioning (as a vector-core mover would run this plan). `moe`: as
         `wire_plan`'s (a node-forwarding dispatch reports its own plan)."""
@@ -259,7 +261,7 @@ class LibraryModel:
         return OpInfo(algo, sched.spread)
 
     def _best(self, coll: str, size: float, group: tuple[int, ...], peer_bytes: tuple[float, ...],
-              cores: int | None = None, moe: tuple = ()) -> tuple[str, list[Phase], str]:
+              cores: int | None = None, moe: ep.MoeArgs = ()) -> tuple[str, list[Phase], str]:
         """(algorithm that runs, its phases, the candidate that produced it)."""
         best: tuple[str, list[Phase], str] = ("", [], "")
         best_t = math.inf
@@ -334,7 +336,7 @@ class LibraryModel:
         scale = plan.send_bytes / max(sum(per_plane.values()), 1e-300)  # peer_work of one exchange
         if plan.port_bytes:  # rings: each plane's busiest die
             per_plane, scale = plan.port_bytes, 1.0
-        ports = {p: b * scale / fab.port_Bps[p] for p, b in per_plane.items()}
+        ports = {p: b * scale / fab.port_Bps[cast(Plane, p)] for p, b in per_plane.items()}
         concurrent = plan.algorithm in CONCURRENT
         pace = max((b * scale / t.beta_Bps for b, t in tiers), default=0.0) if concurrent else plan.wire_s
         inter = sum(b * scale for b, t in tiers if t.index >= 2 and t.plane == "ub")
@@ -373,7 +375,7 @@ class LibraryModel:
         """Send/recv of `nbytes` per pair (the slowest pair); staged libraries copy on both ends.
         `per_node`: most pairs whose sender (or receiver) shares a node (switch port groups)."""
         tier = self.fabric.tier(tier_index, self.cfg.plane)
-        wire_s = {tier.plane: nbytes / tier.beta_Bps}
+        wire_s: dict[str, float] = {tier.plane: nbytes / tier.beta_Bps}
         plan = alg.WirePlan(algorithm="p2p", steps=1, latency_s=tier.alpha_s + tier.sync_s, tx_s=wire_s,
                             rx_s=dict(wire_s), send_bytes=nbytes, recv_bytes=nbytes, group_wire_bytes=total_bytes,
                             peers=1, peer_work=((nbytes, tier.index),))
@@ -472,9 +474,9 @@ class LibraryRuntime:
         self.fabric = model.fabric
         self.registration = RegistrationState(model.path.allocator_listeners(model.registration_cost(), 0),
                                               trace.buffers)
-        self._cache: dict[tuple, tuple[list[Phase], int, OpInfo]] = {}
+        self._cache: dict[tuple[Any, ...], tuple[list[Phase], int, OpInfo]] = {}
         self._limits = model.core_limits(trace)
-        self._p2p_ends: dict[tuple, tuple[np.ndarray, tuple[float, ...], int]] = {}  # (src, dst) -> tiers, β, per node
+        self._p2p_ends: dict[tuple[Any, ...], tuple[np.ndarray, tuple[float, ...], int]] = {}  # (src, dst) -> tiers, β, per node
 
     def cores(self, op: Op) -> int | None:
         """Vector cores the op's comm kernel may use: its stream's AIV limit (None: no limit)."""
@@ -525,7 +527,7 @@ class LibraryRuntime:
         # accounting fields count bytes over the whole op (all groups)
         return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1, info
 
-    def _moe_shape(self, op: Op) -> tuple:
+    def _moe_shape(self, op: Op) -> tuple[Any, ...]:
         """(bytes per token copy, experts per rank, top_k, the op's (token, block) counts) of a
         dispatch/combine op: the trace's `MoeShape` and the op's `group_tokens`; () for other ops."""
         shape = self.trace.moe if op.moe_mode else None

@@ -9,12 +9,15 @@ import enum
 import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from stratacl.config import LibraryConfig
 from stratacl.errors import ConfigError
 
-C = TypeVar("C")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+C = TypeVar("C", bound="DataclassInstance")
 LIBRARY_FIELDS = frozenset(f.name for f in fields(LibraryConfig))
 
 

@@ -62,7 +62,7 @@ class Layout:
     net: Tier | None  # the scale-out tier (None inside one domain)
 
 
-def layout(tidx: np.ndarray, fabric: Fabric, plane: str) -> Layout | None:
+def layout(tidx: np.ndarray, fabric: Fabric, plane: Plane) -> Layout | None:
     """NVLink domains of a communicator from its tier matrix; None when they hold different
     numbers of members (NCCL then runs what its search finds; the caller falls back to a ring)."""
     n = tidx.shape[0]
@@ -145,7 +145,8 @@ def dtree_links(n: int) -> np.ndarray:
     """Links of every rank summed over NCCL's two trees (ncclGetDtree: mirror, or shift if odd)."""
     t0 = btree_links(n)
     t1 = t0[(np.arange(n) - 1) % n] if n % 2 else t0[n - 1 - np.arange(n)]
-    return t0 + t1
+    links: np.ndarray = t0 + t1
+    return links
 
 
 def tree(size: float, lay: Layout) -> alg.WirePlan:
@@ -195,7 +196,8 @@ def pxn_exchange(size: float, lay: Layout, peer_bytes: tuple[float, ...]) -> alg
     busiest = int(np.argmax(nvl_tx / lay.nvl.beta_Bps + (net_tx / lay.net.beta_Bps if lay.net else 0.0)))
     plan = _wire("pxn" if lay.nodes > 1 else "p2p", 1, lay, n, float(nvl_tx.max()), float(nvl_rx.max()),
                  float(net_tx.max()), float(net_rx.max()))
-    peers = tuple((float(m[busiest, j]), (lay.net if not same[busiest, j] else lay.nvl).index)
+    far = lay.net or lay.nvl  # (messages that leave a domain exist only beside a net tier)
+    peers = tuple((float(m[busiest, j]), (far if not same[busiest, j] else lay.nvl).index)
                   for j in range(n) if j != busiest and m[busiest, j] > 0)
     return replace(plan, peers=n - 1, peer_work=peers, group_wire_bytes=float(m.sum()))
 

@@ -26,7 +26,7 @@ class Registry(Generic[T]):
             key = str(name)
             if key in self._classes and self._classes[key] is not cls:
                 raise ValueError(f"{self.field} '{key}' is already registered by {self._classes[key].__qualname__}")
-            cls.kind = name
+            setattr(cls, "kind", name)  # noqa: B010 - T is any class
             self._classes[key] = cls
             return cls
         return add
