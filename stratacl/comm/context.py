@@ -9,7 +9,7 @@ get a `PricesOps` (the library's `op_phases`) beside the context.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -68,12 +68,12 @@ class CommContext:
     plane: Plane
     launch_us: float  # fixed per-operator launch overhead
     comm_cores: int  # vector cores a comm kernel holds
-    partitioning: Partitioning
-    unit_KiB: Mapping[str, float] = field(default_factory=dict)  # balanced: transfer unit per tier
-    fanout_cap: int = 4
-    refine_units_below: float = 0.0
-    min_unit_KiB: float = 4.0
-    hccl: HcclFacts = field(default_factory=lambda: HcclFacts(aiv=False, zerocopy=False, ccl_bytes=0.0))
+    partitioning: Partitioning  # how the cores share the per-peer payloads (partition.py)
+    unit_KiB: Mapping[str, float]  # balanced: transfer unit per tier
+    fanout_cap: int  # balanced: cores one peer may use
+    refine_units_below: float  # balanced: halve the units while fewer than this many per core
+    min_unit_KiB: float  # balanced: the finest unit
+    hccl: HcclFacts
 
     def tier(self, index: int) -> Tier:
         return self.fabric.tier(index, self.plane)

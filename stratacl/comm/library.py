@@ -5,6 +5,10 @@ of phases:
 
     launch → [registration wait] → [copy in] → sync steps → wire → [copy out]
 
+Each mechanism below is a class in an open registry keyed by name (built-ins by their enum's
+value; plugins add more: docs/extending.md), built with its own typed Config (mechanism.py) and
+pricing through a `CommContext` (context.py), never through this model.
+
 - data path (datapath.py, one class per `DataPath`): `staged` copies user data into/out of the
   communicator's buffers (HBM traffic) in rounds of the buffer size, each round re-running the
   algorithm's synchronised steps, optionally pipelined in chunks; `jit_register` / `on_alloc`
@@ -36,7 +40,7 @@ import numpy as np
 from stratacl.comm import algorithms as alg
 from stratacl.comm import ep
 from stratacl.comm.context import CONCURRENT, CommContext, HcclFacts
-from stratacl.comm.datapath import DATA_PATHS, Staging, staging_bytes
+from stratacl.comm.datapath import DATA_PATHS, staging_bytes
 from stratacl.comm.families import FAMILIES, AlgorithmFamily
 from stratacl.comm.mechanism import Mechanism, from_library
 from stratacl.comm.movers import MOVERS, MoverModel
@@ -67,13 +71,15 @@ class LibraryModel:
         self.cfg = cfg
         self.fabric = fabric
         self.mover, self.trigger = resolved_mover(cfg)
-        self.path = DATA_PATHS[cfg.data_path](self._config(DATA_PATHS[cfg.data_path]))  # comm/datapath.py
+        path = DATA_PATHS[cfg.data_path]
+        self.path = path(self._config(path))  # comm/datapath.py
         # what the mechanisms may know of the library (comm/context.py)
         self.ctx = CommContext(
-            fabric, cfg.plane, cfg.launch_us, cfg.comm_cores, cfg.partitioning, dict(cfg.unit_KiB),
-            cfg.fanout_cap, cfg.refine_units_below, cfg.min_unit_KiB,
-            HcclFacts(aiv=cfg.expansion_mode == ExpansionMode.aiv, zerocopy=not self.path.stages,
-                      ccl_bytes=self.path.ccl_bytes()))
+            fabric=fabric, plane=cfg.plane, launch_us=cfg.launch_us, comm_cores=cfg.comm_cores,
+            partitioning=cfg.partitioning, unit_KiB=dict(cfg.unit_KiB), fanout_cap=cfg.fanout_cap,
+            refine_units_below=cfg.refine_units_below, min_unit_KiB=cfg.min_unit_KiB,
+            hccl=HcclFacts(aiv=cfg.expansion_mode == ExpansionMode.aiv, zerocopy=not self.path.stages,
+                           ccl_bytes=self.path.ccl_bytes()))
         self.mover_model = self._mover(self.mover)  # comm/movers.py
         self._core_mover = self._mover(Mover.vector_cores)
         self._families: dict[str, AlgorithmFamily] = {}
@@ -287,7 +293,7 @@ class LibraryModel:
     def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan, cores: int | None = None) -> list[Phase]:
         mover = self.mover_for(coll, plan)
         phases: list[Phase] = delay("launch", self.cfg.launch_us * 1e-6)
-        copies: Staging = self.path.staging(coll, size, n, self.ctx.kernel_cores(cores))
+        copies = self.path.staging(coll, size, n, self.ctx.kernel_cores(cores))
         if copies.fill_in > 0:  # with pipelining only the first slot's copy is exposed
             phases.append(self._copy_phase(copies.fill_in, n, cores, mover))
         stages = plan.stages or (plan,)  # hierarchical plans: their stages in order
