@@ -45,7 +45,8 @@ def options(group: str) -> list[str]:
 
 def one_line(exc: BaseException) -> str:
     """`config field '<key>': <problem> — fix: <hint>` from a Hydra/OmegaConf composition error."""
-    parts, e = [], exc
+    parts: list[str] = []
+    e: BaseException | None = exc
     while e is not None and len(parts) < 4:  # Hydra wraps the OmegaConf error that has the details
         parts.append(str(e))
         e = e.__cause__ or e.__context__
