@@ -9,9 +9,9 @@ import pytest
 from helpers import compose_run, make_library
 
 from stratacl.comm import partition
-from stratacl.comm.datapath import DATA_PATHS
+from stratacl.comm.context import DEFAULT_UNIT_KiB
+from stratacl.comm.datapath import DATA_PATHS, staging_bytes
 from stratacl.comm.families import FAMILIES
-from stratacl.comm.library import DEFAULT_UNIT_KiB, staging_bytes
 from stratacl.comm.movers import MOVERS
 from stratacl.config import (
     Algorithm,
@@ -314,7 +314,7 @@ def test_balanced_units_unsized_tiers_take_the_finest_configured(cm384) -> None:
     tiers = ("die", "node", "supernode", "scaleout")
 
     def schedule(units: dict[str, float]):  # noqa: ANN202
-        return make_library(cm384, "stratacl", unit_KiB=units).core_schedule(plan)
+        return make_library(cm384, "stratacl", unit_KiB=units).ctx.core_schedule(plan)
 
     assert schedule({"node": 64.0}) == schedule(dict.fromkeys(tiers, 64.0))
     assert schedule({}) == schedule(dict.fromkeys(tiers, DEFAULT_UNIT_KiB))

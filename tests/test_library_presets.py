@@ -35,6 +35,8 @@ DELIBERATE: dict[str, dict[str, tuple[object, object]]] = {
         "vector_core_colls": (None, []),
         # where an LL dispatch/combine lands a peer's tokens (per-expert slots unless all-to-all-v)
         "moe_ll_windows": (None, "per_expert"),
+        # a plugin mechanism's own knobs by mechanism name (stratacl/comm/mechanism.py)
+        "options": (None, {}),
     },
     # issue 32: the GPU StrataCL design moves routed exchanges on the SMs (added with the preset)
     "stratacl_gpu": {"vector_core_colls": (None, ["alltoallv", "dispatch", "combine"])},
