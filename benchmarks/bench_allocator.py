@@ -107,8 +107,10 @@ def iteration(tokens: int, routed: np.ndarray) -> list[tuple]:
 def drive(expandable: bool, iterations: int, seed: int, warmup: int) -> dict:
     rng = np.random.default_rng(seed)
     alloc = CachingAllocator(AllocatorConfig(CAPACITY, expandable_segments=expandable))
-    mem = DieMemory(alloc, on_alloc=RegistrationOnAllocation(COST, PEERS),
-                    jit=JitRegistrationCache(COST, PEERS))
+    # both mechanisms listen to one allocator, to compare them on the same map events
+    roa = RegistrationOnAllocation(COST, PEERS).attach(alloc)
+    jit = JitRegistrationCache(COST, PEERS).attach(alloc)
+    mem = DieMemory(alloc)
     jit_exact = JitRegistrationCache(COST, PEERS, match=JitMatch.exact).attach(alloc)
     for i, nbytes in enumerate(weights()):
         mem.alloc(f"w{i}", nbytes, 0.0)
@@ -118,7 +120,6 @@ def drive(expandable: bool, iterations: int, seed: int, warmup: int) -> dict:
     batch = 64
     t0 = 3.0  # first decode iteration starts after warm-up (≥ 2.6 s, REFERENCE §4)
     steady = t0 + warmup * ITER_S
-    roa, jit = mem.on_alloc, mem.jit
     waits: list[float] = []
     wall = time.perf_counter()
     for it in range(iterations):

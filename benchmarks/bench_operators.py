@@ -46,7 +46,7 @@ def policy_generation_us(repeats: int = 50) -> tuple[float, float]:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        sched = lib.core_schedule(plan)
+        sched = lib.ctx.core_schedule(plan)
         times.append(time.perf_counter() - t0)
     return sorted(times)[len(times) // 2] * 1e6, sched.spread
 

@@ -10,6 +10,7 @@ Values live in `conf/`; the defaults here are only shapes, not calibration.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -310,11 +311,13 @@ class LibraryConfig:
     """A communication library as a point in the design space (docs/architecture.md)."""
 
     description: str = ""
-    data_path: DataPath = DataPath.staged
-    algorithm: Algorithm = Algorithm.ring
+    # the mechanisms, by registered name (stratacl/comm/kinds.py): a built-in's enum value below or
+    # a plugin's name (RunConfig.plugins)
+    data_path: str = DataPath.staged.value
+    algorithm: str = Algorithm.ring.value
     auto_candidates: list[Algorithm] = field(default_factory=list)  # algorithm=auto chooses among these
     partitioning: Partitioning = Partitioning.uniform
-    mover: Mover = Mover.vector_cores
+    mover: str = Mover.vector_cores.value
     trigger: Trigger = Trigger.aicpu
     # the scale-up plane it uses beyond the die (ub on Ascend, nvlink on NVIDIA), or rdma: everything
     # beyond the node over the NICs (DeepEP-style)
@@ -341,7 +344,7 @@ class LibraryConfig:
     # does not remove staging for reducescatter and only partly for ring allreduce)
     stage_anyway: dict[str, float] = knob(factory=dict, ge=0, le=1)
     moe_layout_exchange: bool = True  # MoE dispatch: exchange per-peer counts first (an extra step)
-    moe_ht_path: MoeHtPath = MoeHtPath.flat  # HT dispatch/combine across nodes (comm/ep.py)
+    moe_ht_path: str = MoeHtPath.flat.value  # HT dispatch/combine across nodes (comm/ep.py)
     moe_ll_windows: MoeLlWindows = MoeLlWindows.per_expert  # LL dispatch/combine: receive windows per peer
     expansion_mode: ExpansionMode = ExpansionMode.custom  # HCCL-style mode; not custom: sets mover/trigger
     sdma_submit_cores: int = knob(1, ge=1)  # device-triggered SDMA: vector cores that write the descriptors
@@ -362,6 +365,8 @@ class LibraryConfig:
     host_sync: list[str] = field(default_factory=list)
     host_roundtrip_us: float = knob(0.0, ge=0)  # device→host copy of the counts + host handling + relaunch
     moe_signal_rtts: float = knob(0.0, ge=0)  # dispatch/combine: extra round trips of remote-atomic signalling
+    # a plugin mechanism's own knobs by mechanism name, checked against its Config (comm/mechanism.py)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # knobs that moved, named in the compose-time error of an old override (stratacl/precheck.py)
@@ -398,6 +403,9 @@ class RunConfig:
     workload: Any = MISSING
     fabric: FabricConfig = MISSING
     library: dict[str, LibraryConfig] = field(default_factory=dict)
+    # modules imported before libraries are built: they register mechanisms of their own
+    # (docs/extending.md), looked up from the working directory and the Python path
+    plugins: list[str] = field(default_factory=list)
     baseline: str = "hccl"
     seed: int = knob(0, ge=0)  # numpy seeds are non-negative
     resume: bool = False  # skip the job when its output dir already holds summary.json
@@ -526,9 +534,26 @@ def moved_preset_notes(libraries: dict[str, LibraryConfig], fab: FabricConfig) -
     return notes
 
 
+def load_plugins(modules: Iterable[str]) -> None:
+    """Import the run's plugin modules, which register their mechanisms on import."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (module == exc.name or module.startswith(f"{exc.name}.")):
+                raise  # the plugin itself imports something missing: its own traceback says what
+            raise ConfigError("plugins", f"no module '{module}' to import",
+                              f"put {module.replace('.', '/')}.py in the directory you run from (or on "
+                              "PYTHONPATH), or drop it from plugins") from None
+
+
 def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     where = f"library.{name}"
     check_ranges(lib, where)
+    # the registries live with the mechanisms, which import this module
+    from stratacl.comm.kinds import check_library
+
+    check_library(where, lib)
     planes = beyond_die_planes(fab)
     if lib.plane not in planes:
         # name the presets of the fabric's scale-up plane (nvlink on NVIDIA, ub on Ascend)
@@ -573,7 +598,7 @@ def _check_names(where: str, names: list[str], allowed: tuple[str, ...]) -> None
         raise ConfigError(where, f"unknown {bad}", f"use some of {list(allowed)} (empty = NCCL's defaults)")
 
 
-def resolved_mover(lib: LibraryConfig) -> tuple[Mover, Trigger]:
+def resolved_mover(lib: LibraryConfig) -> tuple[str, Trigger]:
     """The data mover and trigger an expansion mode implies (custom: as configured).
 
     HCCL documentation (HCCL_OP_EXPANSION_MODE; architecture brief §2.4 in the HCCL repository):
@@ -598,12 +623,12 @@ def validate_expansion(name: str, lib: LibraryConfig, fab: FabricConfig) -> None
         for key, want in (("mover", mover), ("trigger", trigger)):
             got = getattr(lib, key)
             if got != want and got != getattr(defaults, key):
-                raise ConfigError(f"{where}.{key}", f"{key}={got.value} contradicts expansion_mode={mode.value} "
-                                  f"(which moves with {mover.value}, trigger {trigger.value})",
+                raise ConfigError(f"{where}.{key}", f"{key}={got} contradicts expansion_mode={mode.value} "
+                                  f"(which moves with {mover}, trigger {trigger.value})",
                                   f"drop {where}.{key} or set {where}.expansion_mode=custom")
     if mover == Mover.sdma and fab.die.sdma.engines <= 0:
         key = "mover" if mode == ExpansionMode.custom else "expansion_mode"  # whichever chose SDMA
-        raise ConfigError(f"{where}.{key}", f"{key}={getattr(lib, key).value} moves data with SDMA but "
+        raise ConfigError(f"{where}.{key}", f"{key}={getattr(lib, key)} moves data with SDMA but "
                           f"fabric '{fab.name}' has no SDMA engines",
                           "use mover=vector_cores (expansion_mode=aiv) or a fabric with fabric.die.sdma.engines > 0")
     if mover == Mover.sdma and trigger.value not in fab.die.sdma.launch_us:
@@ -659,7 +684,8 @@ def selected_libraries(cfg: DictConfig) -> list[str]:
 
 def to_object(cfg: DictConfig) -> RunConfig:
     """Resolve a composed DictConfig into typed dataclasses (enums included); libraries that are
-    not selected (`selected_libraries`) are dropped."""
+    not selected (`selected_libraries`) are dropped. The run's plugins are imported first."""
+    load_plugins(cfg.get("plugins", []))
     stray = set(cfg.library) - set(selected_libraries(cfg))
     if stray:
         cfg = cfg.copy()

@@ -49,7 +49,8 @@ def options(group: str) -> list[str]:
 
 def one_line(exc: BaseException) -> str:
     """`config field '<key>': <problem> — fix: <hint>` from a Hydra/OmegaConf composition error."""
-    parts, e = [], exc
+    parts: list[str] = []
+    e: BaseException | None = exc
     while e is not None and len(parts) < 4:  # Hydra wraps the OmegaConf error that has the details
         parts.append(str(e))
         e = e.__cause__ or e.__context__
@@ -261,10 +262,17 @@ def default_run_parent() -> Path:
 HELD = ("summary.json", "results.parquet")
 
 
+def config_overrides(argv: list[str]) -> list[str]:
+    """The overrides that shape the composed config: not flags, no hydra.* settings but the search
+    path (a user's own config directory, e.g. library presets of plugins: docs/extending.md)."""
+    return [a for a in argv if not a.startswith("-")
+            and (not a.lstrip("+~").startswith("hydra") or a.lstrip("+~").startswith("hydra.searchpath="))]
+
+
 def print_help(argv: list[str]) -> None:
     """`--help`: the choices a user can pass (Hydra's own listing also shows the `*_schema` nodes
     and `model`, which is no top-level group), then the composed config."""
-    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
+    overrides = config_overrides(argv)
     print("python -m stratacl.run [group=option ...] [key=value ...]   (--hydra-help: Hydra's flags)\n")
     print("Groups (group=option):")
     for group in ("workload", "fabric", "library", "experiment"):
@@ -293,7 +301,7 @@ def precheck(argv: list[str]) -> None:
     check_model_source(argv)
     if any(a in _OTHER_MODES or a.split("=")[0] in _OTHER_MODES for a in argv):
         return
-    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
+    overrides = config_overrides(argv)
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base=None):
             cfg = compose("config", overrides=overrides)

@@ -54,7 +54,8 @@ class Library(Protocol):
 
     def die_memory(self, capacity_bytes: float, peers: int, *, expandable_segments: bool = True,
                    va_base: int = 1 << 40) -> DieMemory:
-        """One die's allocator as the library leaves it, with its registration mechanism attached."""
+        """One die's allocator as the library leaves it, with its registration mechanism
+        (`DieMemory.registrar`, stratacl/memory/mechanism.py) attached for `peers` peers."""
 
     @property
     def cost_depends_on_mapping(self) -> bool:

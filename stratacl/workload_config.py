@@ -88,7 +88,8 @@ def check_ranges(obj: Any, prefix: str = "") -> None:
 
     `prefix` is obj's dotted path in the run config ("" for the root, "library.hccl", …).
     """
-    ints = _integer_fields(type(obj))
+    cls: type = type(obj)
+    ints = _integer_fields(cls)
     for f in fields(obj):
         path = f"{prefix}.{f.name}" if prefix else f.name
         _check(getattr(obj, f.name), path, f.metadata.get(BOUND), f.name in ints)

@@ -374,7 +374,7 @@ def test_jit_cover_vs_exact_matching():
 
 def test_die_memory_replays_a_repeated_iteration_from_the_memo():
     a, ev = make()
-    mem = DieMemory(a, jit=JitRegistrationCache(COST, PEERS))
+    mem = DieMemory(a, JitRegistrationCache(COST, PEERS))
     mem.alloc("weights", 500 * MiB)
     ops = (("alloc", "x", 24 * MiB), ("alloc", "y", 3 * MiB), ("free", "x"), ("alloc", "z", 20 * MiB),
            ("free", "y"), ("free", "z"))

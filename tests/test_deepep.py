@@ -67,7 +67,7 @@ def _flows(lib, coll: str, dest: np.ndarray, per_token: float) -> np.ndarray:  #
     copies = copies_matrix(dest * (EXPERTS // EP), EP, EXPERTS, per_expert=False)
     mat = copies if coll == "dispatch" else copies.T
     moe = ("ht", per_token, EXPERTS // EP, TOP_K, tuple(group_tokens(dest, EP)))
-    g, flows = lib.ht_path.node_flows(lib, coll, tuple(range(EP)), tuple((mat * per_token).ravel()), moe)
+    g, flows = lib.ht_path.node_flows(lib.ctx, coll, tuple(range(EP)), tuple((mat * per_token).ravel()), moe)
     assert g == G
     return np.asarray(flows).reshape(EP, EP)
 
@@ -132,9 +132,9 @@ def test_flat_inside_a_node_and_for_other_paths(h800: Fabric) -> None:
     b = lib.wire_plan("dispatch", 1e6, tuple(range(G)), peer, moe=moe[:3])
     assert a.algorithm == b.algorithm == "fullmesh" and a.tx_s == b.tx_s
     # an LL op or a flat library never forwards
-    assert lib.ht_path.node_flows(lib, "dispatch", tuple(range(EP)), (1.0,) * EP * EP, ("ll", FP8, 2, 6, (1.0,)))[1] == ()
+    assert lib.ht_path.node_flows(lib.ctx, "dispatch", tuple(range(EP)), (1.0,) * EP * EP, ("ll", FP8, 2, 6, (1.0,)))[1] == ()
     cann = make_library(h800, "cann_ep")
-    assert cann.ht_path.node_flows(cann, "dispatch", tuple(range(EP)), (1.0,) * EP * EP,
+    assert cann.ht_path.node_flows(cann.ctx, "dispatch", tuple(range(EP)), (1.0,) * EP * EP,
                                    ("ht", FP8, 2, 6, (1.0,)))[1] == ()
 
 
@@ -142,7 +142,7 @@ def test_notify_is_two_hops_after_the_layout_kernel(h800: Fabric, routed: np.nda
     lib = make_library(h800, "deepep")
     copies = copies_matrix(routed * (EXPERTS // EP), EP, EXPERTS, per_expert=False)
     moe = ("ht", FP8, EXPERTS // EP, TOP_K, tuple(group_tokens(routed, EP)))
-    notify = lib.ht_path.notify(lib, tuple(range(EP)), tuple((copies * FP8).ravel()), moe, None)
+    notify = lib.ht_path.notify(lib.ctx, lib, tuple(range(EP)), tuple((copies * FP8).ravel()), moe, None)
     kinds = [p.category for p in notify]
     assert kinds[0] == "launch" and kinds.count("launch") == 2  # layout kernel, notify kernel
     wires = [p for p in notify if p.category == "wire"]
@@ -166,7 +166,7 @@ def test_notify_forwards_exactly_where_the_dispatch_does(h800: Fabric, routed: n
              (tuple(range(EP)), peer, ("ll", *ht[1:]), False),  # LL mode
              (tuple(range(EP)), peer, ht[:4], False)]  # no (token, node) counts
     for group, pb, moe, two_hop in cases:
-        kinds = [p.category for p in lib.ht_path.notify(lib, group, pb, moe, None)]
+        kinds = [p.category for p in lib.ht_path.notify(lib.ctx, lib, group, pb, moe, None)]
         assert (kinds.count("launch") == 2) is two_hop, (len(group), len(pb), moe[0], len(moe))
 
 

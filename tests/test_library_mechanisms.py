@@ -9,9 +9,9 @@ import pytest
 from helpers import compose_run, make_library
 
 from stratacl.comm import partition
-from stratacl.comm.datapath import DATA_PATHS
+from stratacl.comm.context import DEFAULT_UNIT_KiB
+from stratacl.comm.datapath import DATA_PATHS, staging_bytes
 from stratacl.comm.families import FAMILIES
-from stratacl.comm.library import DEFAULT_UNIT_KiB, staging_bytes
 from stratacl.comm.movers import MOVERS
 from stratacl.config import (
     Algorithm,
@@ -23,6 +23,7 @@ from stratacl.config import (
 )
 from stratacl.engine.replay import simulate
 from stratacl.fabric import Fabric
+from stratacl.memory import JitRegistrationCache, NoRegistration, RegistrationOnAllocation
 from stratacl.trace import Trace
 
 
@@ -65,8 +66,9 @@ def test_what_each_data_path_holds_and_registers(cm384, path, mechanism) -> None
     assert lib.held_memory_bytes(3) == (3 * 2 * 200 * 2**20 if staged else 1.72e9 if pool else 0.0)
     assert lib.forces_expandable_segments_off == pool
     die = lib.die_memory(64e9, peers=15)
-    assert (die.jit is not None, die.on_alloc is not None) == (mechanism == RegistrationMechanism.jit,
-                                                                mechanism == RegistrationMechanism.on_alloc)
+    expected = {RegistrationMechanism.jit: JitRegistrationCache, RegistrationMechanism.on_alloc: RegistrationOnAllocation,
+                RegistrationMechanism.none: NoRegistration}[mechanism]
+    assert type(die.registrar) is expected
 
 
 def test_staged_payload_larger_than_buffer_runs_in_rounds(cm384) -> None:  # noqa: ANN001
@@ -312,7 +314,7 @@ def test_balanced_units_unsized_tiers_take_the_finest_configured(cm384) -> None:
     tiers = ("die", "node", "supernode", "scaleout")
 
     def schedule(units: dict[str, float]):  # noqa: ANN202
-        return make_library(cm384, "stratacl", unit_KiB=units).core_schedule(plan)
+        return make_library(cm384, "stratacl", unit_KiB=units).ctx.core_schedule(plan)
 
     assert schedule({"node": 64.0}) == schedule(dict.fromkeys(tiers, 64.0))
     assert schedule({}) == schedule(dict.fromkeys(tiers, DEFAULT_UNIT_KiB))

@@ -60,12 +60,12 @@ def test_ll_windows_cost_start_ups_on_vector_cores(cm384) -> None:  # noqa: ANN0
     plan = lib.wire_plan("dispatch", size, g, flat, moe=("ll", 7680.0, 8))
     assert set(plan.peer_copies) == {3}  # 4 copies over 8 experts hit 8·(1 − (7/8)^4) = 3.3 of them
     assert windows > packed
-    assert lib.transfer_windows(plan) == 31 * 3 + 31  # windows + one completion flag per peer
+    assert lib.ctx.transfer_windows(plan) == 31 * 3 + 31  # windows + one completion flag per peer
     # an SDMA lowering writes at least one descriptor per window: 3 per peer here (30 KiB each, far
     # under one descriptor's length) + one completion per peer
     packed_plan = lib.wire_plan("dispatch", size, g, flat)
     assert sdma.descriptors(packed_plan, cm384) == 31 + 31
-    assert sdma.descriptors(plan, cm384) == 31 * 3 + 31 == lib.transfer_windows(plan)
+    assert sdma.descriptors(plan, cm384) == 31 * 3 + 31 == lib.ctx.transfer_windows(plan)
 
 
 def test_the_host_in_the_loop(cm384) -> None:  # noqa: ANN001

@@ -53,7 +53,7 @@ def test_the_replay_charges_what_the_allocator_side_job_has_left(cm384, n, nbyte
     replay = _alloc_then_use(lib, n, gap, {"x": float(nbytes)})
     die = lib.die_memory(64 * GiB, n - 1)
     b = die.alloc("x", nbytes, 0.0)
-    assert replay.split["register"][1] == pytest.approx(die.on_alloc.wait_s(b.addr, b.requested, gap), abs=1e-15)
+    assert replay.split["register"][1] == pytest.approx(die.registrar.wait_s(b.addr, b.requested, gap), abs=1e-15)
 
 
 def test_two_maps_in_one_cost_window_queue_on_the_worker(cm384) -> None:  # noqa: ANN001

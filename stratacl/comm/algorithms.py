@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from stratacl.config import Plane
 from stratacl.fabric import Fabric, Tier
 
 REDUCING = ("allreduce", "reducescatter", "combine")
@@ -55,7 +56,7 @@ class WirePlan:
         return max(list(self.tx_s.values()) + list(self.rx_s.values()) + [0.0])
 
 
-def _tiers(tidx: np.ndarray, fabric: Fabric, plane: str) -> dict[int, Tier]:
+def _tiers(tidx: np.ndarray, fabric: Fabric, plane: Plane) -> dict[int, Tier]:
     """The tiers a group's members are apart (tier index -> Tier), over `plane`. Only distances that
     occur are looked up, so a fabric without e.g. a scale-out tier serves groups inside it."""
     return {int(t): fabric.tier(int(t), plane) for t in np.unique(tidx)}
@@ -84,7 +85,7 @@ def peer_matrix(n: int, size: float, peer_bytes: tuple[float, ...]) -> np.ndarra
     return m
 
 
-def ring(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str) -> WirePlan:
+def ring(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: Plane) -> WirePlan:
     tiers = _tiers(tidx, fabric, plane)
     hops = [tiers[int(tidx[i, (i + 1) % n])] for i in range(n)]
     slow = min(hops, key=lambda t: t.beta_Bps)
@@ -105,7 +106,7 @@ def ring(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane
                     reduce_bytes=red, peers=2 if n > 2 else 1, peer_work=((nbytes, slow.index),))
 
 
-def fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
+def fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: Plane,
              peer_bytes: tuple[float, ...] = (), steps_per_exchange: int = 1,
              algorithm: str = "fullmesh") -> WirePlan:
     """One logical step per exchange: every member moves its slices to/from all peers at once.
@@ -129,7 +130,7 @@ def fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, p
                     reduce_bytes=red, peers=n - 1, peer_work=_busiest_peer_work(m, tidx, tiers, exchanges))
 
 
-def pairwise(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
+def pairwise(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: Plane,
              peer_bytes: tuple[float, ...] = ()) -> WirePlan:
     """n−1 synchronised steps; in step k member i sends its slice to member (i+k) mod n."""
     tiers = _tiers(tidx, fabric, plane)
@@ -161,7 +162,7 @@ def _busiest_peer_work(m: np.ndarray, tidx: np.ndarray, tiers: dict[int, Tier],
                  for j in range(m.shape[0]) if j != i and m[i, j] > 0)
 
 
-def rhd(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str) -> WirePlan:
+def rhd(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: Plane) -> WirePlan:
     """Recursive halving-doubling (HCCL/MPI RHD; n a power of two): log2(n) exchange steps per
     reduce-scatter / all-gather half, partner = rank XOR 2^k, payload halving from S/2."""
     tiers = _tiers(tidx, fabric, plane)
@@ -179,7 +180,7 @@ def rhd(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane:
     # the steps run one after another: their port time adds up; it is charged to the plane of the
     # farthest (first) step, as a ring's is to its slowest hop
     far = int(tidx[0, 1 << (logn - 1)]) if logn else 0
-    tx = {tiers[far].plane: secs * halves}
+    tx: dict[str, float] = {tiers[far].plane: secs * halves}
     red = nbytes if coll in REDUCING else 0.0
     return WirePlan(algorithm="rhd", steps=logn * halves, latency_s=latency * halves, tx_s=tx, rx_s=dict(tx),
                     send_bytes=nbytes * halves, recv_bytes=nbytes * halves, group_wire_bytes=nbytes * halves * n,

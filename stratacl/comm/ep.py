@@ -33,17 +33,22 @@ token follow from them and the op's `peer_bytes` (its format: FP8 + scales, BF16
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any
 
 import numpy as np
 
-from stratacl.config import LibraryConfig, MoeHtPath
+from stratacl.comm.context import NODE_FORWARD, CommContext, PricesOps
+from stratacl.comm.mechanism import Mechanism
+from stratacl.comm.registry import Registry
+from stratacl.config import MoeHtPath
 from stratacl.fabric import Fabric
 from stratacl.phases import Phase, delay
 
-ALGORITHM = "node_forward"  # the plan name it reports (a one-step concurrent exchange)
+ALGORITHM = NODE_FORWARD  # the plan name it reports (a one-step concurrent exchange)
 TOPK_IDX_BYTES = 8  # DeepEP's topk_idx_t is int64 (deep_ep.topk_idx_t)
 COUNT_BYTES = 4  # int32 counts in the notify exchange
+# (mode, bytes per token copy, experts per rank, top_k, group tokens) of a dispatch/combine; () otherwise
+MoeArgs = tuple[Any, ...]
 
 
 def node_size(fabric: Fabric, group: tuple[int, ...]) -> int:
@@ -94,7 +99,8 @@ def flow_bytes(coll: str, copies: np.ndarray, pairs: np.ndarray, g: int, bytes_p
     flows, or their reverse for a combine (the forwarder reduces its node's partials first)."""
     rdma, fwd = dispatch_flows(copies, pairs, g)
     flows = (rdma + fwd) * bytes_per_token
-    return flows.T if coll == "combine" else flows
+    out: np.ndarray = flows.T if coll == "combine" else flows
+    return out
 
 
 def notify_groups(group: tuple[int, ...], g: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -120,31 +126,30 @@ def layout_bytes(tokens: float, top_k: int, n: int) -> float:
 # ---------------------------------------------------------------------------- the HT paths
 
 
-class HtModel(Protocol):
-    """What an HT path needs of the library model pricing it (comm/library.py LibraryModel)."""
-
-    cfg: LibraryConfig
-    fabric: Fabric
-
-    def op_phases(self, coll: str, size: float, group: tuple[int, ...], cores: int | None) -> list[Phase]: ...
+HT_PATHS: Registry[type[FlatHt]] = Registry("moe_ht_path")
 
 
-class FlatHt:
+@HT_PATHS.register(MoeHtPath.flat)
+class FlatHt(Mechanism):
     """`moe_ht_path: flat`: every rank-level copy straight to its destination rank (the plain full
     mesh); the counts go first as one rank-level all-to-all."""
 
-    def node_flows(self, model: HtModel, coll: str, group: tuple[int, ...], peer_bytes: tuple[float, ...],
-                   moe: tuple) -> tuple[int, tuple[float, ...]]:
+    def __init__(self, config: object) -> None:
+        self.config = config
+
+    def node_flows(self, ctx: CommContext, coll: str, group: tuple[int, ...], peer_bytes: tuple[float, ...],
+                   moe: MoeArgs) -> tuple[int, tuple[float, ...]]:
         """(ranks per node, n×n wire bytes) when this path replaces the rank-level matrix; (g, ())
         where the rank-level exchange runs."""
         return 0, ()
 
-    def notify(self, model: HtModel, group: tuple[int, ...], peer_bytes: tuple[float, ...], moe: tuple,
-               cores: int | None) -> list[Phase]:
-        """The count exchange before an HT dispatch."""
-        return model.op_phases("alltoall", COUNT_BYTES * len(group), group, cores)
+    def notify(self, ctx: CommContext, ops: PricesOps, group: tuple[int, ...], peer_bytes: tuple[float, ...],
+               moe: MoeArgs, cores: int | None) -> list[Phase]:
+        """The count exchange before an HT dispatch, priced as the library runs operators (`ops`)."""
+        return ops.op_phases("alltoall", COUNT_BYTES * len(group), group, cores)
 
 
+@HT_PATHS.register(MoeHtPath.node_forward)
 class NodeForwardHt(FlatHt):
     """`moe_ht_path: node_forward`: DeepEP's normal kernels (module docstring): once per (token,
     node) over RDMA, forwarded inside the node; the count exchange is the layout kernel and the
@@ -152,12 +157,12 @@ class NodeForwardHt(FlatHt):
     inside one node (DeepEP's intranode kernels send straight over NVLink), one that does not fill
     its nodes in equal contiguous blocks, or an op without (token, node) counts."""
 
-    def node_flows(self, model: HtModel, coll: str, group: tuple[int, ...], peer_bytes: tuple[float, ...],
-                   moe: tuple) -> tuple[int, tuple[float, ...]]:
+    def node_flows(self, ctx: CommContext, coll: str, group: tuple[int, ...], peer_bytes: tuple[float, ...],
+                   moe: MoeArgs) -> tuple[int, tuple[float, ...]]:
         if not moe or moe[0] != "ht":
             return 0, ()
         n = len(group)
-        g = node_size(model.fabric, group)
+        g = node_size(ctx.fabric, group)
         gtok = moe[4] if len(moe) > 4 else ()
         if g < 2 or g == n or not gtok or not peer_bytes:
             return g, ()
@@ -166,21 +171,18 @@ class NodeForwardHt(FlatHt):
         per_token = float(np.sum(peer_bytes)) / max(float(copies.sum()), 1e-300)
         return g, tuple(flow_bytes(coll, copies, block_tokens(gtok, n, g), g, per_token).ravel())
 
-    def notify(self, model: HtModel, group: tuple[int, ...], peer_bytes: tuple[float, ...], moe: tuple,
-               cores: int | None) -> list[Phase]:
+    def notify(self, ctx: CommContext, ops: PricesOps, group: tuple[int, ...], peer_bytes: tuple[float, ...],
+               moe: MoeArgs, cores: int | None) -> list[Phase]:
         n = len(group)
         # node_flows' conditions for forwarding, without building its n×n matrix
-        g = node_size(model.fabric, group) if moe and moe[0] == "ht" else 0
+        g = node_size(ctx.fabric, group) if moe and moe[0] == "ht" else 0
         if not (2 <= g < n and len(moe) > 4 and moe[4]):
-            return super().notify(model, group, peer_bytes, moe, cores)
+            return super().notify(ctx, ops, group, peer_bytes, moe, cores)
         tokens = float(block_tokens(moe[4], n, n).max())  # routed tokens of the busiest rank
-        layout = delay("launch", model.cfg.launch_us * 1e-6
-                       + layout_bytes(tokens, int(moe[3]), n) / model.fabric.hbm_Bps)
+        layout = delay("launch", ctx.launch_us * 1e-6
+                       + layout_bytes(tokens, int(moe[3]), n) / ctx.fabric.hbm_Bps)
         rdma_g, node_g = notify_groups(group, g)
         rdma_b, nvl_b = notify_bytes(n, g, int(moe[2]))
-        rdma = model.op_phases("alltoall", rdma_b, rdma_g, cores) if len(rdma_g) > 1 else []
-        nvl = [p for p in model.op_phases("alltoall", nvl_b, node_g, cores) if p.category != "launch"]
+        rdma = ops.op_phases("alltoall", rdma_b, rdma_g, cores) if len(rdma_g) > 1 else []
+        nvl = [p for p in ops.op_phases("alltoall", nvl_b, node_g, cores) if p.category != "launch"]
         return [*layout, *rdma, *nvl]
-
-
-HT_PATHS: dict[MoeHtPath, FlatHt] = {MoeHtPath.flat: FlatHt(), MoeHtPath.node_forward: NodeForwardHt()}

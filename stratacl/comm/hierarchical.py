@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from stratacl.comm import algorithms as alg
-from stratacl.config import HcclLevel1
+from stratacl.config import HcclLevel1, Plane
 from stratacl.fabric import Fabric, Tier
 from stratacl.memory.allocator import KiB, MiB
 
@@ -102,7 +102,7 @@ def default_level1(m: int) -> str:
 
 # ---------------------------------------------------------------------------- selection
 
-def _aiv_mesh(op: str, aiv: bool, n: int, m: int, chunk: float, crossnode: tuple, entry: float) -> HcclChoice | None:
+def _aiv_mesh(op: str, aiv: bool, n: int, m: int, chunk: float, crossnode: tuple[tuple[int, int], ...], entry: float) -> HcclChoice | None:
     """AIV one-shot mesh executors of all-gather / reduce-scatter (SelectAlgfor91093): the
     cross-node variant under its (ranks, chunk) table, the single-node one under its entry size."""
     if not aiv:
@@ -178,7 +178,7 @@ def select(coll: str, size: float, n: int, servers: int, per_server: int, paired
 
 
 # ---------------------------------------------------------------------------- level plans
-def rings(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
+def rings(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: Plane,
           orders: list[list[int]], name: str) -> alg.WirePlan:
     """Several lockstep rings at once, each moving an equal share of the data; ring r paces at its
     slowest hop, and a die's port carries, per ring, its own hop's share at that pace."""
@@ -213,19 +213,19 @@ def rings(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plan
                         peers=2 * len(orders) if n > 2 else 1, peer_work=tuple(work), port_bytes=ports)
 
 
-def _plane_max(load: np.ndarray, fabric: Fabric, plane: str) -> dict[str, float]:
+def _plane_max(load: np.ndarray, fabric: Fabric, plane: Plane) -> dict[str, float]:
     out: dict[str, float] = {}
     per_plane: dict[str, np.ndarray] = {}
     for t in range(load.shape[1]):
         if load[:, t].any():
-            p = fabric.tier(t, plane).plane
+            p: str = fabric.tier(t, plane).plane
             per_plane[p] = per_plane.get(p, 0.0) + load[:, t]
     for p, secs in per_plane.items():
         out[p] = float(np.max(secs))
     return out
 
 
-def log_steps(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
+def log_steps(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: Plane,
               name: str) -> alg.WirePlan:
     """NHR / NB / HD-stage / RHD on any n: ⌈log2 n⌉ steps per reduce-scatter or all-gather half,
     (n−1)/n of the buffer in all (NHR.md table 1); step s exchanges with the partner at distance
@@ -265,7 +265,7 @@ def log_steps(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, 
                         reduce_bytes=red, peers=steps, peer_work=tuple((b, t) for t, b in work.items()))
 
 
-def grouped_fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
+def grouped_fullmesh(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: Plane,
                      peer_bytes: tuple[float, ...], concurrent: int) -> alg.WirePlan:
     """HCCL's direct full-mesh all-to-all(v) on A3: peers served in rounds of `concurrent` SDMA
     streams, nearest first (half to the left, half to the right of the rank), a notify/wait
@@ -287,7 +287,7 @@ def _sub(tidx: np.ndarray, members: list[int]) -> np.ndarray:
 
 
 def level0_plan(kind: str, coll: str, k: int, size: float, tidx0: np.ndarray, fabric: Fabric,
-                plane: str) -> alg.WirePlan:
+                plane: Plane) -> alg.WirePlan:
     if kind == "double_ring":
         return rings(coll, k, size, tidx0, fabric, plane, [list(range(k)), [0, *range(k - 1, 0, -1)]],
                      "double_ring")
@@ -298,7 +298,7 @@ def level0_plan(kind: str, coll: str, k: int, size: float, tidx0: np.ndarray, fa
 
 
 def level1_plan(kind: str, coll: str, m: int, size: float, tidx1: np.ndarray, fabric: Fabric,
-                plane: str) -> alg.WirePlan:
+                plane: Plane) -> alg.WirePlan:
     if kind in ("ring", "pipeline"):
         return rings(coll, m, size, tidx1, fabric, plane, [list(range(m))], "ring")
     if kind == "rhd" and m & (m - 1) == 0 and coll in ("allreduce", "allgather", "reducescatter"):
@@ -307,7 +307,7 @@ def level1_plan(kind: str, coll: str, m: int, size: float, tidx1: np.ndarray, fa
 
 
 def hierarchical(coll: str, size: float, tidx: np.ndarray, servers: list[list[int]], level0: str,
-                 level1: str, fabric: Fabric, plane: str) -> alg.WirePlan:
+                 level1: str, fabric: Fabric, plane: Plane) -> alg.WirePlan:
     """Stages of a two-level collective; each stage is a plan for the busiest die of its level."""
     m, k = len(servers), len(servers[0])
     t0 = _sub(tidx, servers[0])
@@ -366,7 +366,7 @@ def combine_stages(name: str, stages: list[alg.WirePlan], overlap: bool = False)
         stages=() if overlap else tuple(stages))
 
 
-def hccl_plan(choice: HcclChoice, coll: str, size: float, tidx: np.ndarray, fabric: Fabric, plane: str,
+def hccl_plan(choice: HcclChoice, coll: str, size: float, tidx: np.ndarray, fabric: Fabric, plane: Plane,
               peer_bytes: tuple[float, ...] = ()) -> alg.WirePlan:
     """The wire plan of an HCCL choice on a communicator's tier matrix."""
     n = tidx.shape[0]

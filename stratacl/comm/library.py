@@ -5,6 +5,10 @@ of phases:
 
     launch → [registration wait] → [copy in] → sync steps → wire → [copy out]
 
+Each mechanism below is a class in an open registry keyed by name (built-ins by their enum's
+value; plugins add more: docs/extending.md), built with its own typed Config (mechanism.py) and
+pricing through a `CommContext` (context.py), never through this model.
+
 - data path (datapath.py, one class per `DataPath`): `staged` copies user data into/out of the
   communicator's buffers (HBM traffic) in rounds of the buffer size, each round re-running the
   algorithm's synchronised steps, optionally pipelined in chunks; `jit_register` / `on_alloc`
@@ -29,15 +33,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
+from typing import Any, cast
 
 import numpy as np
 
 from stratacl.comm import algorithms as alg
-from stratacl.comm import ep, partition
-from stratacl.comm import hierarchical as hier
-from stratacl.comm.buffers import MiB
-from stratacl.comm.datapath import data_path_model, staging_bytes
-from stratacl.comm.families import FAMILIES
+from stratacl.comm import ep
+from stratacl.comm.context import CONCURRENT, CommContext, HcclFacts
+from stratacl.comm.datapath import DATA_PATHS, staging_bytes
+from stratacl.comm.families import FAMILIES, AlgorithmFamily
+from stratacl.comm.mechanism import Mechanism, from_library
 from stratacl.comm.movers import MOVERS, MoverModel
 from stratacl.comm.registration import RegistrationState
 from stratacl.config import (
@@ -46,7 +51,7 @@ from stratacl.config import (
     LibraryConfig,
     MoeLlWindows,
     Mover,
-    Partitioning,
+    Plane,
     RegistrationMechanism,
     resolved_mover,
 )
@@ -60,26 +65,43 @@ from stratacl.trace import Op, Trace
 __all__ = ["LibraryModel", "LibraryRuntime", "staging_bytes"]
 
 
-# Balanced partitioning cuts each peer's payload into units of a tier-specific size
-# (`unit_KiB`). A tier a library leaves unsized gets its finest configured unit; a library with
-# no units at all (validation allows it with the SDMA mover, where units only shape the reported
-# core spread) gets DEFAULT_UNIT_KiB. ASSUMPTION: the die/node unit of conf/library/stratacl.yaml.
-DEFAULT_UNIT_KiB = 256.0
-# plans whose flows to all peers run at once (the switch model paces them by the slowest flow)
-_CONCURRENT = ("fullmesh", "hccl:mesh", "hccl:direct_fullmesh", "direct_fullmesh", "mesh_aiv", ep.ALGORITHM)
-
-
 class LibraryModel:
     def __init__(self, name: str, cfg: LibraryConfig, fabric: Fabric) -> None:
         self.name = name
         self.cfg = cfg
         self.fabric = fabric
         self.mover, self.trigger = resolved_mover(cfg)
-        self.path = data_path_model(cfg)  # what the data path decides (comm/datapath.py)
-        self.mover_model = MOVERS[self.mover](self, self.trigger)  # comm/movers.py
-        self._core_mover = MOVERS[Mover.vector_cores](self, self.trigger)
-        self.family = FAMILIES[cfg.algorithm](cfg)  # comm/families.py
-        self.ht_path = ep.HT_PATHS[cfg.moe_ht_path]  # HT dispatch/combine across nodes (comm/ep.py)
+        path = DATA_PATHS[cfg.data_path]
+        self.path = path(self._config(path))  # comm/datapath.py
+        # what the mechanisms may know of the library (comm/context.py)
+        self.ctx = CommContext(
+            fabric=fabric, plane=cfg.plane, launch_us=cfg.launch_us, comm_cores=cfg.comm_cores,
+            partitioning=cfg.partitioning, unit_KiB=dict(cfg.unit_KiB), fanout_cap=cfg.fanout_cap,
+            refine_units_below=cfg.refine_units_below, min_unit_KiB=cfg.min_unit_KiB,
+            hccl=HcclFacts(aiv=cfg.expansion_mode == ExpansionMode.aiv, zerocopy=not self.path.stages,
+                           ccl_bytes=self.path.ccl_bytes()))
+        self.mover_model = self._mover(self.mover)  # comm/movers.py
+        self._core_mover = self._mover(Mover.vector_cores)
+        self._families: dict[str, AlgorithmFamily] = {}
+        self.family = self._family(cfg.algorithm)  # comm/families.py
+        ht = ep.HT_PATHS[cfg.moe_ht_path]
+        self.ht_path = ht(self._config(ht))  # HT dispatch/combine across nodes (comm/ep.py)
+
+    def _config(self, mechanism: type[Mechanism]) -> Any:
+        """The mechanism's own Config from this library's knobs (comm/mechanism.py)."""
+        return from_library(mechanism.Config, self.cfg, str(mechanism.kind), f"library.{self.name}")
+
+    def _mover(self, kind: str) -> MoverModel:
+        cls = MOVERS[kind]
+        return cls(self.ctx, self.trigger, self._config(cls))
+
+    def _family(self, name: str) -> AlgorithmFamily:
+        """The family `name` built with this library's knobs (candidates may be other families)."""
+        family = self._families.get(name)
+        if family is None:
+            cls = FAMILIES[name]
+            family = self._families[name] = cls(self._config(cls))
+        return family
 
     def core_limits(self, trace: Trace) -> dict[str, tuple[int, int]]:
         """Per-stream core limits the deployment runs with under this library (the trace's, or none
@@ -129,11 +151,11 @@ class LibraryModel:
                    va_base: int = 1 << 40) -> DieMemory:
         """One die's device allocator as this library leaves it to the framework: expandable
         segments as the framework sets them unless the library forces them off, with the
-        library's registration mechanism listening to its map/unmap events (a JIT cache matching
-        by `jit_cache_match`, or registration-on-allocation) for `peers` peers."""
+        data path's registrar listening to its map/unmap events (a JIT cache matching by
+        `jit_cache_match`, registration-on-allocation, or none) for `peers` peers."""
         es = expandable_segments and not self.forces_expandable_segments_off
         alloc = CachingAllocator(AllocatorConfig(int(capacity_bytes), expandable_segments=es, va_base=va_base))
-        return DieMemory(alloc, **self.path.allocator_listeners(self.registration_cost(), peers))
+        return DieMemory(alloc, self.path.registrar(self.registration_cost(), peers))
 
     # ------------------------------------------------------------------ algorithm choice
     def candidates(self, coll: str) -> list[str]:
@@ -142,13 +164,13 @@ class LibraryModel:
 
     def wire_plan(self, coll: str, size: float, group: tuple[int, ...],
                   peer_bytes: tuple[float, ...] = (), algorithm: str | None = None,
-                  moe: tuple = ()) -> alg.WirePlan:
+                  moe: ep.MoeArgs = ()) -> alg.WirePlan:
         """`moe` = (mode, bytes per token copy, experts per rank, top_k, group tokens) of a
         dispatch/combine. A node-forwarding library's HT dispatch/combine (comm/ep.py) runs one
         concurrent exchange of its two-hop flows instead of the rank-level matrix."""
         tidx = self.fabric.group_tiers(group)
         algo = algorithm or self.candidates(coll)[0]
-        flows = self.ht_path.node_flows(self, coll, group, peer_bytes, moe)[1]
+        flows = self.ht_path.node_flows(self.ctx, coll, group, peer_bytes, moe)[1]
         if flows:
             plan = self._plan(coll, size, len(group), tidx.tobytes(), flows, Algorithm.fullmesh.value)
             return replace(plan, algorithm=ep.ALGORITHM)
@@ -163,26 +185,12 @@ class LibraryModel:
         if n == 1:
             return alg.WirePlan(algorithm=algorithm, steps=0, latency_s=0.0)
         tidx = np.frombuffer(tkey, dtype=np.int64).reshape(n, n)
-        return FAMILIES[Algorithm(algorithm)].plan(self, coll, size, tidx, peer_bytes)
-
-    def hccl_choice(self, coll: str, size: float, tidx: np.ndarray, rules: bool = True) -> hier.HcclChoice:
-        """HCCL's selection on A3 for this op on a communicator (tier matrix): server split from
-        the tiers, AIV rules in AIV expansion mode, HCCL_ALGO's level-1 override per operator.
-        `rules=False`: the hierarchical ring executor at any size (no small-count / AIV paths)."""
-        n = tidx.shape[0]
-        split = hier.split_servers(tidx)
-        servers, paired = (split[0], split[1]) if split else ([list(range(n))], False)
-        op = {"alltoallv": "alltoall", "dispatch": "alltoall", "combine": "alltoall"}.get(coll, coll)
-        cfg = self.cfg
-        return hier.select(coll, size, n, len(servers), len(servers[0]), paired,
-                           aiv=cfg.expansion_mode == ExpansionMode.aiv, zerocopy=not self.path.stages,
-                           configured=cfg.hccl_algo.get(op, "auto"), ccl_bytes=self.path.ccl_bytes(),
-                           rules=rules)
+        return self._family(algorithm).plan(self.ctx, coll, size, tidx, peer_bytes)
 
     # ------------------------------------------------------------------ pricing
     def collective_phases(self, coll: str, size: float, group: tuple[int, ...],
                           peer_bytes: tuple[float, ...] = (), moe_mode: str = "",
-                          cores: int | None = None, moe_shape: tuple = ()) -> list[Phase]:
+                          cores: int | None = None, moe_shape: tuple[Any, ...] = ()) -> list[Phase]:
         """Static phases of one collective on one communicator (registration is added at run
         time by the runtime). With algorithm=auto, the fastest candidate on an idle fabric.
         `cores`: vector cores the comm kernel may use (a stream limit; default comm_cores).
@@ -201,7 +209,7 @@ class LibraryModel:
         moe = (moe_mode, *moe_shape) if moe_mode and moe_shape else ()
         phases = self._best(coll, size, group, peer_bytes, cores, moe)[1]
         if coll == "dispatch" and moe_mode == "ht" and self.cfg.moe_layout_exchange and len(group) > 1:
-            phases = merge_delays([*self.ht_path.notify(self, group, peer_bytes, moe, cores), *phases])
+            phases = merge_delays([*self.ht_path.notify(self.ctx, self, group, peer_bytes, moe, cores), *phases])
         if coll in ("dispatch", "combine") and self.cfg.moe_signal_rtts > 0 and len(group) > 1:
             far = self.fabric.tier(int(self.fabric.group_tiers(group).max()), self.cfg.plane)
             phases = merge_delays([*phases, *delay("sync", self.cfg.moe_signal_rtts * 2 * far.alpha_s)])
@@ -245,7 +253,7 @@ class LibraryModel:
         return self._best(coll, size, group, peer_bytes, cores)[0]
 
     def op_info(self, coll: str, size: float, group: tuple[int, ...],
-                peer_bytes: tuple[float, ...] = (), cores: int | None = None, moe: tuple = ()) -> OpInfo:
+                peer_bytes: tuple[float, ...] = (), cores: int | None = None, moe: ep.MoeArgs = ()) -> OpInfo:
         """The algorithm that runs and the spread of the comm cores' completion times under the
         library's core partitioning (as a vector-core mover would run this plan). `moe`: as
         `wire_plan`'s (a node-forwarding dispatch reports its own plan)."""
@@ -254,12 +262,12 @@ class LibraryModel:
             return OpInfo(algo, 0.0)
         plan = self.wire_plan(coll, size, group, peer_bytes, cand, moe)
         # a staged plan: the stage whose cores take longest decides the spread reported
-        sched = max((self.core_schedule(st, cores) for st in (plan.stages or (plan,))),
+        sched = max((self.ctx.core_schedule(st, cores) for st in (plan.stages or (plan,))),
                     key=lambda c: c.makespan_s)
         return OpInfo(algo, sched.spread)
 
     def _best(self, coll: str, size: float, group: tuple[int, ...], peer_bytes: tuple[float, ...],
-              cores: int | None = None, moe: tuple = ()) -> tuple[str, list[Phase], str]:
+              cores: int | None = None, moe: ep.MoeArgs = ()) -> tuple[str, list[Phase], str]:
         """(algorithm that runs, its phases, the candidate that produced it)."""
         best: tuple[str, list[Phase], str] = ("", [], "")
         best_t = math.inf
@@ -283,39 +291,26 @@ class LibraryModel:
         return self.mover_model
 
     def _phases(self, coll: str, size: float, n: int, plan: alg.WirePlan, cores: int | None = None) -> list[Phase]:
-        cfg = self.cfg
         mover = self.mover_for(coll, plan)
-        phases: list[Phase] = delay("launch", cfg.launch_us * 1e-6)
-        rounds, cin, cout = self.path.staging(coll, size, n)
-        fill_in, fill_out = self._pipeline_fill(cin, cores), self._pipeline_fill(cout, cores)
-        if fill_in > 0:  # with pipelining only the first slot's copy is exposed
-            phases.append(self._copy_phase(fill_in, n, cores, mover))
+        phases: list[Phase] = delay("launch", self.cfg.launch_us * 1e-6)
+        copies = self.path.staging(coll, size, n, self.ctx.kernel_cores(cores))
+        if copies.fill_in > 0:  # with pipelining only the first slot's copy is exposed
+            phases.append(self._copy_phase(copies.fill_in, n, cores, mover))
         stages = plan.stages or (plan,)  # hierarchical plans: their stages in order
         staged: list[Phase] = []
         for i, st in enumerate(stages):
-            sync_s = st.latency_s * rounds
+            sync_s = self.path.sync_s(st.latency_s, copies.rounds)
             if st.wire_s > 0:
-                overlapped = (cin + cout - fill_in - fill_out) / len(stages)
+                overlapped = (copies.copy_in + copies.copy_out - copies.fill_in - copies.fill_out) / len(stages)
                 # one operator, one submitting agent: only the first stage pays the agent's launch
                 staged += self._transfer_phases(st, n, overlapped_copy=overlapped, cores=cores, sync_s=sync_s,
                                                 agent_running=i > 0, mover=mover)
             else:
                 staged += delay("sync", sync_s)
         phases += _fold_stages(staged) if len(stages) > 1 else staged
-        if fill_out > 0:
-            phases.append(self._copy_phase(fill_out, n, cores, mover))
+        if copies.fill_out > 0:
+            phases.append(self._copy_phase(copies.fill_out, n, cores, mover))
         return merge_delays(phases)
-
-    def _pipeline_fill(self, nbytes: float, cores: int | None) -> float:
-        """The copy exposed before (or after) a staged transfer of `nbytes` per rank. Unpipelined: all
-        of it. Pipelined in `pipeline_chunks` slots per channel buffer (NCCL_STEPS slots of
-        NCCL_BUFFSIZE / NCCL_STEPS each, every channel on its own SM): the first slot of each channel,
-        i.e. one chunk of a small payload, never more than `channels x buffer / chunks`."""
-        chunks = self.cfg.pipeline_chunks
-        if nbytes <= 0 or chunks == 1:
-            return max(nbytes, 0.0)
-        slots = self.kernel_cores(cores) * self.cfg.comm_buffer_MiB * MiB / chunks
-        return min(nbytes / chunks, slots)
 
     def _copy_phase(self, nbytes: float, n: int, cores: int | None = None,
                     mover: MoverModel | None = None) -> Phase:
@@ -324,50 +319,10 @@ class LibraryModel:
         LocalCopy tasks), the comm kernel's vector cores for a vector-core mover (AIV kernels copy
         in-kernel), which it holds meanwhile."""
         fab = self.fabric
-        min_t = nbytes / (self.cfg.copy_GBps * 1e9) if self.cfg.copy_GBps > 0 else 0.0
+        min_t = self.path.copy_min_s(nbytes)
         extra, holds = (mover or self.mover_model).copy_resources(nbytes, cores)
         return Phase("copy", loads=(("all", R["hbm"], 2 * nbytes / fab.hbm_Bps), *extra), holds=holds,
                      min_time_s=min_t, hbm_bytes=2 * nbytes * n, copy_bytes=nbytes * n)
-
-    def kernel_cores(self, cores: int | None) -> int:
-        """Vector cores a comm kernel holds: `comm_cores`, or fewer under a stream limit `cores`."""
-        return self.cfg.comm_cores if cores is None else min(cores, self.cfg.comm_cores)
-
-    def core_holds(self, cores: float, frac: float = 1.0) -> tuple[tuple[str, int, float], ...]:
-        """Vector cores a comm kernel holds (on GPUs the same SMs also run matmuls)."""
-        fab = self.fabric
-        held = cores / fab.vector_cores * frac
-        kinds = ("vec", "cube") if fab.cores_shared else ("vec",)
-        return tuple(("all", R[k], held) for k in kinds) if held > 0 else ()
-
-    def core_schedule(self, plan: alg.WirePlan, cores: int | None = None) -> partition.CoreSchedule:
-        """How the comm cores of the busiest die share its per-peer payloads."""
-        fab = self.fabric
-        peers = []
-        units = []
-        copies = plan.peer_copies or (1,) * len(plan.peer_work)
-        # a one-step exchange ends with a completion flag written to every peer: one more small
-        # write, with its own start-up, on the core serving that peer (many-peer synchronisation)
-        flag = 1 if plan.algorithm in _CONCURRENT else 0
-        finest = min(self.cfg.unit_KiB.values(), default=DEFAULT_UNIT_KiB)
-        for (nbytes, t), c in zip(plan.peer_work, copies, strict=True):
-            tier = fab.tier(t, self.cfg.plane)
-            rate = min(fab.core_move_Bps, tier.beta_Bps)
-            peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate, c + flag))
-            units.append(self.cfg.unit_KiB.get(tier.name, finest) * 1024)
-        ncores = self.kernel_cores(cores)
-        if self.cfg.partitioning == Partitioning.balanced:
-            return partition.balanced(peers, ncores, units, self.cfg.fanout_cap,
-                                      self.cfg.refine_units_below, self.cfg.min_unit_KiB * 1024)
-        return partition.uniform(peers, ncores)
-
-    def transfer_windows(self, plan: alg.WirePlan) -> int:
-        """Separate remote writes the busiest die issues for a plan: one per peer window (MoE LL:
-        per expert hit) plus a completion flag per peer of a one-step exchange. The core schedule
-        prices each with a start-up; an SDMA lowering needs one descriptor (chain) per window."""
-        copies = plan.peer_copies or (1,) * len(plan.peer_work)
-        flag = 1 if plan.algorithm in _CONCURRENT else 0
-        return int(sum(copies)) + flag * len(plan.peer_work)
 
     def _port_loads(self, plan: alg.WirePlan, n: int) -> tuple[dict[str, float], dict[str, float], float,
                                                                list[tuple[str, int, float]]]:
@@ -387,8 +342,8 @@ class LibraryModel:
         scale = plan.send_bytes / max(sum(per_plane.values()), 1e-300)  # peer_work of one exchange
         if plan.port_bytes:  # rings: each plane's busiest die
             per_plane, scale = plan.port_bytes, 1.0
-        ports = {p: b * scale / fab.port_Bps[p] for p, b in per_plane.items()}
-        concurrent = plan.algorithm in _CONCURRENT
+        ports = {p: b * scale / fab.port_Bps[cast(Plane, p)] for p, b in per_plane.items()}
+        concurrent = plan.algorithm in CONCURRENT
         pace = max((b * scale / t.beta_Bps for b, t in tiers), default=0.0) if concurrent else plan.wire_s
         inter = sum(b * scale for b, t in tiers if t.index >= 2 and t.plane == "ub")
         switch: list[tuple[str, int, float]] = []
@@ -426,18 +381,18 @@ class LibraryModel:
         """Send/recv of `nbytes` per pair (the slowest pair); staged libraries copy on both ends.
         `per_node`: most pairs whose sender (or receiver) shares a node (switch port groups)."""
         tier = self.fabric.tier(tier_index, self.cfg.plane)
-        wire_s = {tier.plane: nbytes / tier.beta_Bps}
+        wire_s: dict[str, float] = {tier.plane: nbytes / tier.beta_Bps}
         plan = alg.WirePlan(algorithm="p2p", steps=1, latency_s=tier.alpha_s + tier.sync_s, tx_s=wire_s,
                             rx_s=dict(wire_s), send_bytes=nbytes, recv_bytes=nbytes, group_wire_bytes=total_bytes,
                             peers=1, peer_work=((nbytes, tier.index),))
-        copy = self.path.p2p_copy_fraction() * nbytes
-        fill = self._pipeline_fill(copy, cores)
+        copies = self.path.p2p_staging(nbytes, self.ctx.kernel_cores(cores))
+        fill = copies.fill_in
         phases = delay("launch", self.cfg.launch_us * 1e-6)
         if fill > 0:
             phases.append(_p2p_roles(self._copy_phase(fill, 1, cores), 0.0, "src"))
-        overlapped = 2 * (copy - fill)
+        overlapped = 2 * (copies.copy_in - fill)
         phases += [p if p.is_delay else _p2p_roles(p, total_bytes, copy_bytes=p.copy_bytes / per_node)
-                   for p in self._transfer_phases(plan, per_node, overlapped, cores, plan.latency_s)]
+                   for p in self._transfer_phases(plan, per_node, overlapped, cores, self.path.sync_s(plan.latency_s, 1))]
         if fill > 0:
             phases.append(_p2p_roles(self._copy_phase(fill, 1, cores), 0.0, "dst"))
         return merge_delays(phases)
@@ -523,11 +478,10 @@ class LibraryRuntime:
         self.model = model
         self.trace = trace
         self.fabric = model.fabric
-        self.registration = RegistrationState(model.path.allocator_listeners(model.registration_cost(), 0),
-                                              trace.buffers)
-        self._cache: dict[tuple, tuple[list[Phase], int, OpInfo]] = {}
+        self.registration = RegistrationState(model.path.registrar(model.registration_cost(), 0), trace.buffers)
+        self._cache: dict[tuple[Any, ...], tuple[list[Phase], int, OpInfo]] = {}
         self._limits = model.core_limits(trace)
-        self._p2p_ends: dict[tuple, tuple[np.ndarray, tuple[float, ...], int]] = {}  # (src, dst) -> tiers, β, per node
+        self._p2p_ends: dict[tuple[Any, ...], tuple[np.ndarray, tuple[float, ...], int]] = {}  # (src, dst) -> tiers, β, per node
 
     def cores(self, op: Op) -> int | None:
         """Vector cores the op's comm kernel may use: its stream's AIV limit (None: no limit)."""
@@ -578,7 +532,7 @@ class LibraryRuntime:
         # accounting fields count bytes over the whole op (all groups)
         return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1, info
 
-    def _moe_shape(self, op: Op) -> tuple:
+    def _moe_shape(self, op: Op) -> tuple[Any, ...]:
         """(bytes per token copy, experts per rank, top_k, the op's (token, block) counts) of a
         dispatch/combine op: the trace's `MoeShape` and the op's `group_tokens`; () for other ops."""
         shape = self.trace.moe if op.moe_mode else None

@@ -1,4 +1,4 @@
-"""What moves the bytes: one class per `Mover`, chosen from `MOVERS` by enum after the expansion
+"""What moves the bytes: one class per `Mover`, registered in `MOVERS` by name, chosen after the expansion
 mode resolves it (`stratacl.config.resolved_mover`: HCCL's AI_CPU mode = SDMA with the AI CPU
 trigger, AIV = vector cores).
 
@@ -14,27 +14,28 @@ trigger, AIV = vector cores).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from stratacl.comm import algorithms as alg
 from stratacl.comm import sdma
+from stratacl.comm.context import CommContext
+from stratacl.comm.mechanism import Mechanism
+from stratacl.comm.registry import Registry
 from stratacl.config import TIER_ORDER, Mover, Trigger
 from stratacl.fabric import R
 from stratacl.phases import Phase, delay
-
-if TYPE_CHECKING:
-    from stratacl.comm.library import LibraryModel
 
 Loads = list[tuple[str, int, float]]
 Holds = tuple[tuple[str, int, float], ...]
 
 
-class MoverModel(ABC):
-    kind: ClassVar[Mover]
-
-    def __init__(self, lib: LibraryModel, trigger: Trigger) -> None:
-        self.lib = lib
+class MoverModel(Mechanism, ABC):
+    def __init__(self, ctx: CommContext, trigger: Trigger, config: Any) -> None:
+        self.ctx = ctx
         self.trigger = trigger
+        self.config = config
 
     @abstractmethod
     def copy_resources(self, nbytes: float, cores: int | None) -> tuple[Holds, Holds]:
@@ -48,27 +49,34 @@ class MoverModel(ABC):
         and the least time it takes."""
 
 
-class VectorCores(MoverModel):
-    kind = Mover.vector_cores
+MOVERS: Registry[type[MoverModel]] = Registry("mover")
 
+
+@MOVERS.register(Mover.vector_cores)
+class VectorCores(MoverModel):
     def copy_resources(self, nbytes: float, cores: int | None) -> tuple[Holds, Holds]:
-        return (), self.lib.core_holds(self.lib.kernel_cores(cores))
+        return (), self.ctx.core_holds(self.ctx.kernel_cores(cores))
 
     def transfer(self, plan: alg.WirePlan, loads: Loads, cores: int | None, phases: list[Phase],
                  sync_s: float, agent_running: bool) -> tuple[Holds, float]:
-        lib = self.lib
+        ctx = self.ctx
         # the synchronised steps stay a pure delay: holding the cores through them too (the kernel
         # spins on its peers' flags) would cost every such op one more fluid activity and solve
-        # (+26 % solves, +46 % wall on benchmarks/bench_engine.py --library nccl)
         phases += delay("sync", sync_s)
-        return lib.core_holds(lib.kernel_cores(cores)), lib.core_schedule(plan, cores).makespan_s
+        return ctx.core_holds(ctx.kernel_cores(cores)), ctx.core_schedule(plan, cores).makespan_s
 
 
+@MOVERS.register(Mover.sdma)
 class Sdma(MoverModel):
-    kind = Mover.sdma
+    @dataclass(frozen=True)
+    class Config:
+        sdma_submit_cores: int  # device trigger: vector cores that write the descriptors
+        unit_KiB: Mapping[str, float]  # descriptor size per tier
+
+    config: Sdma.Config
 
     def copy_resources(self, nbytes: float, cores: int | None) -> tuple[Holds, Holds]:
-        return (("all", R["sdma"], nbytes / self.lib.fabric.sdma_Bps),), ()
+        return (("all", R["sdma"], nbytes / self.ctx.fabric.sdma_Bps),), ()
 
     def transfer(self, plan: alg.WirePlan, loads: Loads, cores: int | None, phases: list[Phase],
                  sync_s: float, agent_running: bool) -> tuple[Holds, float]:
@@ -83,11 +91,11 @@ class Sdma(MoverModel):
         holds no AI core. `agent_running`: a later stage of a hierarchical plan, whose submitting
         agent is already launched.
         """
-        lib, fab, cfg = self.lib, self.lib.fabric, self.lib.cfg
+        ctx, fab, own = self.ctx, self.ctx.fabric, self.config
         loads.append(("all", R["sdma"], max(plan.send_bytes, plan.recv_bytes) / fab.sdma_Bps))
         trig = self.trigger.value
-        units = {t: cfg.unit_KiB[name] * 1024 for t, name in enumerate(TIER_ORDER) if name in cfg.unit_KiB}
-        sub = sdma.submission(plan, fab, trig, min(cfg.sdma_submit_cores, lib.kernel_cores(cores)), units)
+        units = {t: own.unit_KiB[name] * 1024 for t, name in enumerate(TIER_ORDER) if name in own.unit_KiB}
+        sub = sdma.submission(plan, fab, trig, min(own.sdma_submit_cores, ctx.kernel_cores(cores)), units)
         start = (0.0 if agent_running else fab.sdma_launch_s[trig]) + sub.first_s + fab.sdma_startup_s
         during = min(sub.rest_s, fab.sdma_startup_s)  # the agents go on writing while engines start
         rest = sub.rest_s - during
@@ -95,14 +103,12 @@ class Sdma(MoverModel):
             phases += delay("sync", sync_s)
             if start > 0:  # (a zero-length activity would have nothing to integrate)
                 frac = (sub.first_s + during) / start
-                phases.append(Phase("launch", holds=lib.core_holds(sub.agents, frac), min_time_s=start))
+                phases.append(Phase("launch", holds=ctx.core_holds(sub.agents, frac), min_time_s=start))
             if rest <= 0:
                 return (), 0.0
             wire_s = max(s for _, _, s in loads)
-            return lib.core_holds(sub.agents, min(1.0, rest / wire_s) if wire_s > 0 else 1.0), rest
+            return ctx.core_holds(sub.agents, min(1.0, rest / wire_s) if wire_s > 0 else 1.0), rest
         phases += delay("launch", start) + delay("sync", sync_s)
         rest -= min(rest, sync_s)
         return (), max(rest, 0.0)
 
-
-MOVERS: dict[Mover, type[MoverModel]] = {c.kind: c for c in (VectorCores, Sdma)}

@@ -35,18 +35,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from stratacl.comm import algorithms as alg
 from stratacl.comm import nccl_tuning as tune
+from stratacl.comm.context import CommContext
 from stratacl.config import Plane
 from stratacl.fabric import Fabric, Tier
 from stratacl.trace import EXCHANGES
-
-if TYPE_CHECKING:
-    from stratacl.comm.library import LibraryModel
 
 PROTO_WIRE = {"LL": 2.0, "LL128": 16 / 15, "Simple": 1.0}  # wire bytes per data byte
 RING_BYTES = {"allreduce": 2, "allgather": 1, "reducescatter": 1}  # × (n−1)/n · S per die
@@ -65,7 +62,7 @@ class Layout:
     net: Tier | None  # the scale-out tier (None inside one domain)
 
 
-def layout(tidx: np.ndarray, fabric: Fabric, plane: str) -> Layout | None:
+def layout(tidx: np.ndarray, fabric: Fabric, plane: Plane) -> Layout | None:
     """NVLink domains of a communicator from its tier matrix; None when they hold different
     numbers of members (NCCL then runs what its search finds; the caller falls back to a ring)."""
     n = tidx.shape[0]
@@ -148,7 +145,8 @@ def dtree_links(n: int) -> np.ndarray:
     """Links of every rank summed over NCCL's two trees (ncclGetDtree: mirror, or shift if odd)."""
     t0 = btree_links(n)
     t1 = t0[(np.arange(n) - 1) % n] if n % 2 else t0[n - 1 - np.arange(n)]
-    return t0 + t1
+    links: np.ndarray = t0 + t1
+    return links
 
 
 def tree(size: float, lay: Layout) -> alg.WirePlan:
@@ -198,7 +196,8 @@ def pxn_exchange(size: float, lay: Layout, peer_bytes: tuple[float, ...]) -> alg
     busiest = int(np.argmax(nvl_tx / lay.nvl.beta_Bps + (net_tx / lay.net.beta_Bps if lay.net else 0.0)))
     plan = _wire("pxn" if lay.nodes > 1 else "p2p", 1, lay, n, float(nvl_tx.max()), float(nvl_rx.max()),
                  float(net_tx.max()), float(net_rx.max()))
-    peers = tuple((float(m[busiest, j]), (lay.net if not same[busiest, j] else lay.nvl).index)
+    far = lay.net or lay.nvl  # (messages that leave a domain exist only beside a net tier)
+    peers = tuple((float(m[busiest, j]), (far if not same[busiest, j] else lay.nvl).index)
                   for j in range(n) if j != busiest and m[busiest, j] > 0)
     return replace(plan, peers=n - 1, peer_work=peers, group_wire_bytes=float(m.sum()))
 
@@ -250,25 +249,33 @@ def choices(coll: str, size: float, lay: Layout, channels: int, arch: str, nvls_
     return out
 
 
-def nccl_plan(lib: LibraryModel, coll: str, size: float, tidx: np.ndarray,
+@dataclass(frozen=True)
+class NcclKnobs:
+    """NCCL_ALGO / NCCL_PROTO: the algorithms and protocols NCCL may choose among (empty: its defaults)."""
+
+    nccl_algos: tuple[str, ...]
+    nccl_protos: tuple[str, ...]
+
+
+def nccl_plan(ctx: CommContext, knobs: NcclKnobs, coll: str, size: float, tidx: np.ndarray,
               peer_bytes: tuple[float, ...]) -> alg.WirePlan:
     """The plan NCCL runs for `coll`: exchanges through PXN, the others as its tuning model picks."""
-    fab, cfg = lib.fabric, lib.cfg
-    lay = layout(tidx, fab, cfg.plane)
+    fab, plane, channels = ctx.fabric, ctx.plane, ctx.comm_cores
+    lay = layout(tidx, fab, plane)
     n = tidx.shape[0]
     if coll in EXCHANGES:
         if lay is None:
-            return alg.fullmesh(coll, n, size, tidx, fab, cfg.plane, peer_bytes, algorithm="nccl:p2p")
+            return alg.fullmesh(coll, n, size, tidx, fab, plane, peer_bytes, algorithm="nccl:p2p")
         plan = pxn_exchange(size, lay, peer_bytes)
         return replace(plan, algorithm=f"nccl:{plan.algorithm}", latency_s=_p2p_latency(lay))
     if lay is None:
-        return replace(alg.ring(coll, n, size, tidx, fab, cfg.plane), algorithm="nccl:ring")
-    found = choices(coll, size, lay, cfg.comm_cores, fab.gpu_arch, fab.nvls, fab.host_cpu,
-                    tuple(cfg.nccl_algos), tuple(cfg.nccl_protos))
+        return replace(alg.ring(coll, n, size, tidx, fab, plane), algorithm="nccl:ring")
+    found = choices(coll, size, lay, channels, fab.gpu_arch, fab.nvls, fab.host_cpu,
+                    knobs.nccl_algos, knobs.nccl_protos)
     if not found:  # NCCL_ALGO / NCCL_PROTO leave nothing for this collective: NCCL falls back to ring
-        found = choices(coll, size, lay, cfg.comm_cores, fab.gpu_arch, fab.nvls, fab.host_cpu, ("ring",))
+        found = choices(coll, size, lay, channels, fab.gpu_arch, fab.nvls, fab.host_cpu, ("ring",))
     best = min(found, key=lambda ch: ch.latency_us + size / (1000.0 * ch.alg_bw_GBps))
-    return chosen_plan(best, size, cfg.launch_us, cfg.comm_cores)
+    return chosen_plan(best, size, ctx.launch_us, channels)
 
 
 def chosen_plan(ch: Choice, size: float, launch_us: float, channels: int) -> alg.WirePlan:

@@ -1,11 +1,13 @@
 """When user buffers get registered for remote access during a trace replay, and what that costs on
 the critical path: the allocator-side mechanisms (stratacl/memory) driven by buffer name, since a
-trace has buffers and the ops that allocate them, not addresses.
+trace has buffers and the ops that allocate them, not addresses. `RegistrationState` tells the
+data path's `Registrar` when the latest op (re)allocating a buffer started; the registrar decides
+the wait. A buffer declared REGISTERED (the workload's allocator model found it registered) costs
+nothing whatever the mechanism.
 
-- `staged`, `pool`: nothing at run time (comm buffers / the pool are registered at init).
+- `staged`, `pool` (`NoRegistration`): nothing at run time (comm buffers / the pool are registered at init).
 - `jit_register`: the first collective on a (buffer, size) registers it (`JitRegistrationCache`):
-  cached afterwards; a buffer whose size changes (MoE dispatch) misses. A buffer declared
-  REGISTERED (the workload's allocator model found its range in the address-range cache) costs nothing.
+  cached afterwards; a buffer whose size changes (MoE dispatch) misses.
 - `on_alloc` (`RegistrationOnAllocation`): the allocator maps memory for the buffer at the start of
   the latest op that (re)allocates it; a use needing more than the buffer has mapped queues the
   growth's registration job then, on the die's registration worker, and waits only for what is left
@@ -16,19 +18,18 @@ trace has buffers and the ops that allocate them, not addresses.
 
 from __future__ import annotations
 
-from stratacl.comm.datapath import Listeners
+from stratacl.memory import Registrar
 from stratacl.trace import REGISTERED
 
 
 class RegistrationState:
-    """One replay's registration state: the library's mechanism, keyed by buffer name."""
+    """One replay's registration state: the library's registrar, driven by buffer name."""
 
-    def __init__(self, listeners: Listeners, buffers: dict[str, tuple[int, ...]]) -> None:
-        """`listeners`: the data path's mechanism objects (`DataPathModel.allocator_listeners`,
-        the same the allocator side attaches), here driven by buffer name."""
+    def __init__(self, registrar: Registrar, buffers: dict[str, tuple[int, ...]]) -> None:
+        """`registrar`: the data path's mechanism (`DataPathModel.registrar`, the same the
+        allocator side attaches), here driven by buffer name."""
+        self.registrar = registrar
         self.buffers = buffers  # name -> allocating op ids (-1: before the trace)
-        self.jit = listeners.get("jit")
-        self.on_alloc = listeners.get("on_alloc")
         self._alloc_time: dict[int, float] = {}
         self._alloc_ops = {op for ops in buffers.values() for op in ops if op >= 0}
 
@@ -38,16 +39,9 @@ class RegistrationState:
             self._alloc_time[op_id] = now
 
     def exposed_cost_s(self, buffer: str, nbytes: float, peers: int, now: float) -> float:
-        """Registration time a collective on `buffer` waits for at its start."""
-        if not buffer or peers <= 0:
-            return 0.0
-        if self.jit is not None:
-            if self.buffers.get(buffer) == (REGISTERED,):
-                return 0.0
-            return self.jit.lookup_buffer(buffer, nbytes, peers)
-        if self.on_alloc is None:
+        """Registration time a collective on `buffer` waits for at its start. A buffer declared
+        REGISTERED (the workload's allocator model found it registered) waits for nothing."""
+        if not buffer or peers <= 0 or self.buffers.get(buffer) == (REGISTERED,):
             return 0.0
         started = [self._alloc_time[o] for o in self.buffers.get(buffer, ()) if o in self._alloc_time]
-        if started:  # else mapped (and registered) before the trace: warm-up, weights, KV cache
-            self.on_alloc.map_buffer(buffer, nbytes, max(started), peers)
-        return self.on_alloc.buffer_wait_s(buffer, nbytes, now, peers)
+        return self.registrar.buffer_wait_s(buffer, nbytes, peers, now, max(started) if started else None)

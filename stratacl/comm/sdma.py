@@ -45,7 +45,7 @@ def descriptors(plan: WirePlan, fabric: Fabric, unit_bytes: dict[int, float] | N
     for (nbytes, tier), windows in zip(plan.peer_work, copies, strict=True):
         unit = min(cap, (unit_bytes or {}).get(tier, cap))
         # a peer's payload landing in separate windows (MoE LL: one per expert hit) needs at least
-        # one descriptor per window (LibraryModel.transfer_windows)
+        # one descriptor per window (CommContext.transfer_windows)
         data += max(1, windows, math.ceil(nbytes / unit))
     completions = max(plan.steps, len(plan.peer_work))
     return data + completions

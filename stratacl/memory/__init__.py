@@ -1,5 +1,6 @@
 """Per-die device memory: a caching allocator with PyTorch semantics and the registration
-mechanisms its events drive (registration-on-allocation, JIT registration caches)."""
+mechanisms its events drive (one `Registrar` protocol: registration-on-allocation, JIT
+registration caches, none)."""
 
 from stratacl.memory.allocator import (
     AllocatorConfig,
@@ -15,11 +16,12 @@ from stratacl.memory.allocator import (
     round_size,
 )
 from stratacl.memory.die import DieMemory, MemoryPeak
+from stratacl.memory.mechanism import NoRegistration, Registrar, RegistrationCost
 from stratacl.memory.on_alloc import RegistrationJob, RegistrationOnAllocation
-from stratacl.memory.registration_cache import JitRegistrationCache, RegistrationCost
+from stratacl.memory.registration_cache import JitRegistrationCache
 
 __all__ = [
     "GiB", "KiB", "MiB", "AllocatorConfig", "AllocatorStats", "Block", "CachingAllocator", "DieMemory",
-    "JitRegistrationCache", "MemEvent", "MemoryPeak", "OutOfMemoryError", "RegistrationCost", "RegistrationJob",
-    "RegistrationOnAllocation", "allocation_size", "round_size",
+    "JitRegistrationCache", "MemEvent", "MemoryPeak", "NoRegistration", "OutOfMemoryError", "Registrar",
+    "RegistrationCost", "RegistrationJob", "RegistrationOnAllocation", "allocation_size", "round_size",
 ]

@@ -141,7 +141,7 @@ class Block:
 
     __slots__ = ("addr", "size", "requested", "allocated", "mapped", "prev", "next", "seg")
 
-    def __init__(self, addr: int, size: int, seg: Segment | None, mapped: bool = True) -> None:
+    def __init__(self, addr: int, size: int, seg: Segment, mapped: bool = True) -> None:
         self.addr = addr
         self.size = size
         self.requested = 0
@@ -160,7 +160,8 @@ class Block:
         return f"Block({self.addr:#x}, {self.size}, {state})"
 
 
-NULL_BLOCK = Block(0, 0, None)  # what a 0-byte request gets (PyTorch returns a null pointer)
+# what a 0-byte request gets (PyTorch returns a null pointer): in no segment of the allocator
+NULL_BLOCK = Block(0, 0, Segment(-1, 0, 0, expandable=False, small=False, page=0))
 NULL_BLOCK.allocated = True
 
 
@@ -221,6 +222,8 @@ class AllocatorStats:
 
 
 Listener = Callable[[MemEvent], None]
+# both pools' cached free blocks (size, addr) and unmapped addresses: see `state_signature`
+StateSignature = tuple[tuple[tuple[tuple[int, int], ...], tuple[int, ...]], ...]
 
 
 class CachingAllocator:
@@ -325,13 +328,14 @@ class CachingAllocator:
     def segment_blocks(self) -> Iterator[list[Block]]:
         """Each live segment's blocks in address order."""
         heads: dict[int, Block] = {}
-        for b in self._all_blocks():
-            h = b
+        for block in self._all_blocks():
+            h = block
             while h.prev is not None:
                 h = h.prev
             heads[h.seg.id] = h
         for sid in sorted(heads):
-            chain, b = [], heads[sid]
+            chain: list[Block] = []
+            b: Block | None = heads[sid]
             while b is not None:
                 chain.append(b)
                 b = b.next
@@ -343,7 +347,7 @@ class CachingAllocator:
         return sum(b.size for p in self._pools for b in p.blocks.values()
                    if not b.seg.expandable and (b.prev is not None or b.next is not None))
 
-    def state_signature(self) -> tuple:
+    def state_signature(self) -> StateSignature:
         """A value equal for equal allocator states when the allocated blocks are the same
         (cached free blocks and unmapped ranges of both pools)."""
         return tuple((tuple(p.keys), tuple(p.unmapped_addrs)) for p in self._pools)
@@ -538,18 +542,15 @@ class CachingAllocator:
     # --------------------------------------------------------- expandable segments
 
     def _try_allocate_expandable_block(self, pool: _Pool, size: int, t: float) -> Block | None:
-        c = self._find_expandable_block(pool, size)
-        if not c.mapped:
+        c: Block | None = self._find_expandable_block(pool, size)
+        if c is not None and not c.mapped:
             c = self._map_block(pool, c, min(c.size, size), t)
-            if c is None:
-                return None
-        while c.size < size:  # invariant: free -> unmapped -> ...
+        while c is not None and c.size < size:  # invariant: free -> unmapped -> ...
             nxt = c.next
             assert nxt is not None and not nxt.mapped
             c = self._map_block(pool, nxt, min(size - c.size, nxt.size), t)
-            if c is None:
-                return None
-        pool.remove(c)
+        if c is not None:
+            pool.remove(c)
         return c
 
     def _find_expandable_block(self, pool: _Pool, size: int) -> Block:
@@ -558,7 +559,8 @@ class CachingAllocator:
             c = pool.unmapped[addr]
             if c.prev is not None and not c.prev.allocated:
                 c = c.prev
-            n, b = 0, c
+            n = 0
+            b: Block | None = c
             while n < size and b is not None and not b.allocated:
                 n += b.size
                 b = b.next

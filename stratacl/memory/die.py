@@ -3,8 +3,8 @@ a `CachingAllocator`, with the registration mechanism of the library's data path
 
 A workload declares what each iteration allocates and frees (`run`), or asks what a whole
 sequence reserves at its peak (`peak`). Iterations that repeat one from the same allocator state
-replay from a memo: same addresses, no map events, no allocator work. The registration objects
-(`on_alloc`, `jit`) are the workload's to query at a buffer's communication use.
+replay from a memo: same addresses, no map events, no allocator work. The `registrar` is the
+workload's to ask at a buffer's communication use.
 """
 
 from __future__ import annotations
@@ -12,11 +12,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stratacl.memory.allocator import Block, CachingAllocator, MemEvent, OutOfMemoryError
-from stratacl.memory.on_alloc import RegistrationOnAllocation
-from stratacl.memory.registration_cache import JitRegistrationCache
+from stratacl.memory.allocator import (
+    Block,
+    CachingAllocator,
+    MemEvent,
+    OutOfMemoryError,
+    StateSignature,
+)
+from stratacl.memory.mechanism import NoRegistration, Registrar
 
-Op = tuple  # ("alloc", name, nbytes) | ("free", name)
+Op = tuple[str, str, float] | tuple[str, str]  # ("alloc", name, nbytes) | ("free", name)
+# a run's addresses, peak allocated and requested bytes, and allocations
+_Memo = tuple[tuple[int, ...], int, int, int]
 _MEMO_MAX = 256
 
 
@@ -32,15 +39,15 @@ class MemoryPeak:
 
 
 class DieMemory:
-    """Named tensors on one die. Pass the registration objects un-attached: this attaches them."""
+    """Named tensors on one die. Pass the registrar un-attached (None: no registration): this
+    attaches it."""
 
-    def __init__(self, allocator: CachingAllocator, *, on_alloc: RegistrationOnAllocation | None = None,
-                 jit: JitRegistrationCache | None = None, memo_max: int = _MEMO_MAX) -> None:
+    def __init__(self, allocator: CachingAllocator, registrar: Registrar | None = None, *,
+                 memo_max: int = _MEMO_MAX) -> None:
         self.allocator = allocator
-        self.on_alloc = on_alloc.attach(allocator) if on_alloc is not None else None
-        self.jit = jit.attach(allocator) if jit is not None else None
+        self.registrar = (NoRegistration() if registrar is None else registrar).attach(allocator)
         self.tensors: dict[str, Block] = {}
-        self._memo: dict[tuple, tuple] = {}
+        self._memo: dict[tuple[StateSignature, tuple[Op, ...]], _Memo] = {}
         self.memo_max = memo_max
         self.memo_hits = 0
         self.maps = 0  # map events so far (a memo hit maps nothing)
@@ -52,7 +59,7 @@ class DieMemory:
     def __getitem__(self, name: str) -> Block:
         return self.tensors[name]
 
-    def alloc(self, name: str, nbytes: int, t: float = 0.0) -> Block:
+    def alloc(self, name: str, nbytes: float, t: float = 0.0) -> Block:
         if name in self.tensors:
             raise ValueError(f"tensor {name!r} is already allocated")
         b = self.allocator.malloc(int(nbytes), t)
@@ -71,26 +78,27 @@ class DieMemory:
         sig = a.state_signature()
         hit = self._memo.get((sig, key_ops))
         if hit is not None:
-            addrs, peak_alloc, peak_req, n = hit
+            memo_addrs, memo_alloc, memo_req, n = hit
             s.num_mallocs += n
-            s.allocated_bytes_peak = max(s.allocated_bytes_peak, peak_alloc)
-            s.requested_bytes_peak = max(s.requested_bytes_peak, peak_req)
+            s.allocated_bytes_peak = max(s.allocated_bytes_peak, memo_alloc)
+            s.requested_bytes_peak = max(s.requested_bytes_peak, memo_req)
             self.memo_hits += 1
-            return addrs
+            return memo_addrs
         times = [t] * len(key_ops) if isinstance(t, int | float) else list(t)
         if len(times) != len(key_ops):
             raise ValueError(f"{len(times)} times for {len(key_ops)} ops")
         device_calls = s.num_device_alloc + s.num_device_free + s.num_alloc_retries
-        addrs, live = [], set()
+        addrs: list[int] = []
+        live: set[str] = set()
         balanced = True
         peak_alloc, peak_req = s.allocated_bytes, s.requested_bytes
         for op, ti in zip(key_ops, times, strict=True):
-            if op[0] == "alloc":
+            if len(op) == 3 and op[0] == "alloc":
                 addrs.append(self.alloc(op[1], op[2], ti).addr)
                 live.add(op[1])
                 peak_alloc = max(peak_alloc, s.allocated_bytes)
                 peak_req = max(peak_req, s.requested_bytes)
-            elif op[0] == "free":
+            elif len(op) == 2 and op[0] == "free":
                 balanced &= op[1] in live
                 live.discard(op[1])
                 self.free(op[1], ti)

@@ -10,7 +10,7 @@ take, the barrier fallback registers it synchronously instead (worst case = JIT)
 deregisters its range (asynchronous, nothing on the critical path).
 
 Two drivers, one queue: the allocator (`attach`: map/unmap events keyed by address range) and a
-trace replay, which knows buffers by name (`map_buffer` / `buffer_wait_s`, stratacl/comm/registration.py).
+trace replay, which knows buffers by name (`buffer_wait_s`, stratacl/comm/registration.py).
 
 So the remaps and their slack emerge from the allocator: weights, KV cache and warm-up map memory
 long before the first collective (≥ 2.6 s gap measured, REFERENCE §4); in steady state a batch
@@ -24,8 +24,8 @@ import heapq
 from bisect import bisect_right
 from typing import NamedTuple
 
-from stratacl.memory.allocator import CachingAllocator, MemEvent
-from stratacl.memory.registration_cache import RegistrationCost
+from stratacl.memory.allocator import MemEvent
+from stratacl.memory.mechanism import Registrar, RegistrationCost
 
 
 class RegistrationJob(NamedTuple):
@@ -36,7 +36,7 @@ class RegistrationJob(NamedTuple):
     done: float  # when every peer had mapped it
 
 
-class RegistrationOnAllocation:
+class RegistrationOnAllocation(Registrar):
     """Per-die registration-on-allocation state: the worker queue, registered ranges (or buffers)
     and when each becomes ready. `peers`: the peers an allocator-mapped range is registered with."""
 
@@ -74,10 +74,6 @@ class RegistrationOnAllocation:
         return wait
 
     # ------------------------------------------------------------------ allocator-driven (addresses)
-    def attach(self, allocator: CachingAllocator) -> RegistrationOnAllocation:
-        allocator.subscribe(self.on_event)
-        return self
-
     def on_event(self, ev: MemEvent) -> None:
         if ev.kind == "map":
             done = self._register(ev.addr, ev.size, ev.t, self.peers)
@@ -132,15 +128,13 @@ class RegistrationOnAllocation:
         self._ready[i:j] = keep_r
 
     # ------------------------------------------------------------------ trace-driven (buffer names)
-    def map_buffer(self, name: str, nbytes: float, t_map: float, peers: int) -> None:
-        """Buffer `name` needs `nbytes` mapped since `t_map`: if that is more than it has, the
-        allocator mapped the growth then (a segment growing in place), which queues a job."""
+    def buffer_wait_s(self, name: str, nbytes: float, peers: int, now: float, mapped_at: float | None) -> float:
+        """As `wait_s`, for a buffer known by name. Needing more than it has mapped since
+        `mapped_at` means the allocator mapped the growth then (a segment growing in place), which
+        queues a job; a buffer never mapped during the trace was ready before it."""
         mapped, ready = self._buffers.get(name, (0.0, float("-inf")))
-        if nbytes > mapped:
-            done = self._register(name, nbytes - mapped, t_map, peers)
-            self._buffers[name] = (nbytes, max(ready, done))
-
-    def buffer_wait_s(self, name: str, nbytes: float, t: float, peers: int) -> float:
-        """As `wait_s`, for a buffer known by name (0 if never mapped: ready before the trace)."""
-        _, ready = self._buffers.get(name, (0.0, float("-inf")))
-        return self._wait(ready, nbytes, t, peers)
+        if mapped_at is not None and nbytes > mapped:
+            done = self._register(name, nbytes - mapped, mapped_at, peers)
+            ready = max(ready, done)
+            self._buffers[name] = (nbytes, ready)
+        return self._wait(ready, nbytes, now, peers)

@@ -21,43 +21,24 @@ are non-nested: sorted by start, their ends are sorted too, and a lookup or an i
 bisection. `JitMatch.exact` hits only on the very range registered before — a cache keyed by
 (address, size), as HCCL's JIT path is modelled.
 
-A trace has buffer names, not addresses: `lookup_buffer` keys the same cache by (buffer, size),
+A trace has buffer names, not addresses: `buffer_wait_s` keys the same cache by (buffer, size),
 a size change standing for a block placed anew (the trace-level runtime, stratacl/comm/registration.py).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from dataclasses import dataclass
 
 from stratacl.config import JitMatch
-from stratacl.memory.allocator import CachingAllocator, MemEvent, MiB
+from stratacl.memory.allocator import MemEvent
+from stratacl.memory.mechanism import Registrar, RegistrationCost
 
 
-@dataclass(frozen=True)
-class RegistrationCost:
-    """What registering `nbytes` with `peers` peers costs, in µs as the library config states it:
-    (base_us + peers * (per_peer_us + per_page_us * pages)) * 1e-6 s, pages = ceil(nbytes / page_bytes).
-    base: export the handle and broadcast metadata; per peer: import and map (O(peers),
-    REFERENCE §3); per page: page-table entries each peer writes (0 unless known). The one
-    registration cost of the harness: the allocator-side mechanisms and the trace replay use it."""
-
-    base_us: float
-    per_peer_us: float
-    per_page_us: float = 0.0
-    page_bytes: int = 2 * MiB  # ASSUMPTION: huge-page mapping granularity (2 MiB)
-
-    def of(self, nbytes: float, peers: int) -> float:
-        """Seconds to register `nbytes` with `peers` peers (0 for nothing or nobody)."""
-        if peers <= 0 or nbytes <= 0:
-            return 0.0
-        pages = -(-nbytes // self.page_bytes)
-        return (self.base_us + peers * (self.per_peer_us + self.per_page_us * pages)) * 1e-6
-
-
-class JitRegistrationCache:
+class JitRegistrationCache(Registrar):
     """Per-die JIT registration cache. `lookup(addr, size)` at a buffer's communication use
     returns the registration time on the critical path (0 on a hit) and caches the range."""
+
+    pays_at_use = True
 
     def __init__(self, cost: RegistrationCost, peers: int, key_page_bytes: int = 4096,
                  match: JitMatch = JitMatch.cover) -> None:
@@ -71,14 +52,10 @@ class JitRegistrationCache:
         self._exact: list[tuple[int, int]] = []  # exact: registered (start, end), sorted
         self._exact_set: set[tuple[int, int]] = set()
         self._max_len = 0
-        self._buffers: set[tuple[str, float]] = set()  # lookup_buffer: registered (buffer, size)
+        self._buffers: set[tuple[str, float]] = set()  # buffer_wait_s: registered (buffer, size)
         self.hits = 0
         self.misses = 0
         self.evictions = 0
-
-    def attach(self, allocator: CachingAllocator) -> JitRegistrationCache:
-        allocator.subscribe(self.on_event)
-        return self
 
     def __len__(self) -> int:
         return len(self._begs) + len(self._exact)
@@ -116,9 +93,13 @@ class JitRegistrationCache:
         self.misses += 1
         return self.cost.of(end - beg, self.peers)
 
-    def lookup_buffer(self, name: str, nbytes: float, peers: int) -> float:
+    def wait_s(self, addr: int, size: int, t: float) -> float:
+        """`lookup`: a use registers on its own path, whenever it comes."""
+        return self.lookup(addr, size)
+
+    def buffer_wait_s(self, name: str, nbytes: float, peers: int, now: float, mapped_at: float | None) -> float:
         """As `lookup`, for a buffer known by name only (a trace): a new (buffer, size) misses and
-        registers `nbytes` with `peers` peers; a repeat hits."""
+        registers `nbytes` with `peers` peers; a repeat hits. When it was mapped does not matter."""
         key = (name, nbytes)
         if nbytes <= 0 or key in self._buffers:
             self.hits += 1

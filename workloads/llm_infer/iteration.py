@@ -40,7 +40,6 @@ from workloads.common.placement import copies
 from workloads.common.routing import expert_weights, group_tokens, model_group_limit, route
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import CORE, ServingCosts, payload_bytes
-from workloads.llm_infer.memory import registers_just_in_time
 from workloads.llm_infer.scheduling import ServingPhase
 from workloads.llm_infer.schema import LlmInferConfig, StreamLayout
 
@@ -202,7 +201,8 @@ class IterationModel:
                jit_miss: float = 0.0) -> IterStats:
         """A decode step of `batch` sequences per die; `remap`: the allocator mapped new memory in
         it (registration-on-allocation remaps); `jit_miss`: the fraction of MoE dispatch/combine
-        buffer uses a JIT registration cache missed (both from the die's allocator model)."""
+        buffer uses that paid a registration at use (a JIT cache's misses; both from the die's
+        allocator model, which reports misses only for a registrar that pays at use)."""
         b0, b1, wb = bracket(BATCH_GRID, batch, self._tbo_step)
         c0, c1, wc = bracket(CONTEXT_GRID, context)
         corners = [((b, c), u * v) for b, u in ((b0, 1 - wb), (b1, wb)) for c, v in ((c0, 1 - wc), (c1, wc))]
@@ -269,11 +269,11 @@ class IterationModel:
 
     def _get(self, library: str, shape: IterShape, jit_miss: float = 0.0) -> IterStats:
         """`shape` (no JIT misses of its own) with a fraction `jit_miss` of its dispatch/combine
-        buffer uses missing a JIT registration cache."""
+        buffer uses missing the library's registrar (a buffer it does not hold at use)."""
         lib = self.ctx.libraries[library]
         if shape.remap and not lib.cost_depends_on_mapping:
             shape = replace(shape, remap=False)  # a remap costs nothing to a library that does not care
-        if jit_miss <= 0 or not registers_just_in_time(lib):
+        if jit_miss <= 0:
             return self._stats_of(library, shape)
         # the misses go into the trace as whole registrations; between two miss counts the
         # iteration is interpolated (each miss adds one registration on its collective's path)

@@ -18,11 +18,12 @@ largest forward (`profile`): one memory model for both modes.
 
 Serving then runs every iteration's tensors (tensors.py; shaped by the scheduler's rules,
 scheduling.py, as the iteration's trace is) through the library's `DieMemory` (stratacl/memory),
-with the library's registration mechanism listening to its allocator's events: registration-on-allocation sees a map
-event whenever an iteration needs more memory than the allocator has mapped (a remap); a JIT
-registration cache looks up each MoE dispatch / combine receive buffer by address range. Those two
-facts per iteration (remapped or not, how many registrations missed) go into the iteration's
-simulated trace (iteration.py), which prices them on the fabric.
+with the library's registrar (stratacl/memory/mechanism.py) listening to its allocator's events: a map event
+whenever an iteration needs more memory than the allocator has mapped (a remap) is what
+registration-on-allocation registers; a registrar that pays at use (a JIT registration cache) is
+also shown each MoE dispatch / combine receive buffer by address range. Those two facts per
+iteration (remapped or not, how many uses paid a registration) go into the iteration's simulated
+trace (iteration.py), which prices them on the fabric.
 """
 
 from __future__ import annotations
@@ -95,16 +96,11 @@ def registers_user_buffers(library: Library) -> bool:
     return library.user_buffer_registration != RegistrationMechanism.none
 
 
-def registers_just_in_time(library: Library) -> bool:
-    """Whether the library registers a user buffer at its first use (a JIT registration cache)."""
-    return library.user_buffer_registration == RegistrationMechanism.jit
-
-
 @dataclass
 class StepMemory:
     maps: int = 0  # map events during the iteration (registration-on-allocation remaps)
-    lookups: int = 0  # JIT cache lookups (dispatch / combine receive buffers)
-    misses: int = 0
+    lookups: int = 0  # uses of dispatch / combine receive buffers shown to a registrar that pays at use
+    misses: int = 0  # ... of which paid a registration
 def weight_bytes_per_die(mc: ModelCosts, ep: int, costs: ServingCosts | None = None, phase: str = "") -> float:
     """Weights of one die's shard, each weight class in its numeric format (workload.model.quant).
     With `costs`, the experts follow its `phase` placement: the fullest die's slots (routed,
@@ -171,7 +167,7 @@ def role_dies(tensors: ServingTensors, library: Library, cfg: LlmInferConfig, ro
 # (layer kinds × micro-batch tokens × routed rows), more than DieMemory's default keeps.
 MEMO_MAX = 4096
 QUIET_MAX = 1 << 10  # residual sizes whose quiet blocks are kept (_iteration)
-USER_BUFFERS = ("dispatch.", "combine.")  # the receive buffers a JIT registration cache registers
+USER_BUFFERS = ("dispatch.", "combine.")  # the receive buffers a registrar is asked about at use
 
 
 class ServingDie:
@@ -212,7 +208,7 @@ class ServingDie:
         # the die whose experts are hottest holds the largest MoE buffers: it sets the memory peak
         self.p_hot = hot_share(weights, dp, tensors.top_k, placement) if weights is not None and tensors.experts else 0.0
         self.rng = np.random.default_rng([seed, 11, instance, 0 if role == ServingPhase.prefill else 1])
-        self.jit_lookups = self.jit_misses = 0
+        self.lookups = self.misses = 0  # uses shown to the registrar; those that paid a registration
         self._quiet: dict[int, dict[int, tuple[tuple, tuple[int, ...]]]] = {}  # see _iteration
         self._index: dict[int, QuietIndex] = {}  # by residual size: which blocks `_quiet` holds
         self._trials: dict[tuple, np.ndarray] = {}  # binomial trials per (layer, micro-batch), by shape
@@ -287,7 +283,7 @@ class ServingDie:
         """One iteration starting at time t of `tokens` sequences (decode; each verifies a draft
         token with MTP) or prompt tokens (prefill) on this die, `tokens_total` over the instance
         (the routing spreads them over the dies' experts)."""
-        maps0, look0, miss0 = self.maps, self.jit_lookups, self.jit_misses
+        maps0, look0, miss0 = self.maps, self.lookups, self.misses
         try:
             self._iteration(t, max(1, int(tokens)), max(1, int(tokens_total)))
         except OutOfMemoryError as exc:
@@ -295,7 +291,7 @@ class ServingDie:
                               f"a {self.role} iteration of {tokens} tokens per die ran out of memory with "
                               f"'{self.library.name}' (more than the profiling forward reserved): {exc}",
                               "lower the scheduler's caps (prefill_token_budget, moe_dispatch_max_tokens)") from None
-        return StepMemory(self.maps - maps0, self.jit_lookups - look0, self.jit_misses - miss0)
+        return StepMemory(self.maps - maps0, self.lookups - look0, self.misses - miss0)
 
     def iteration_ops(self, tokens: int, tokens_total: int, expected: bool = False) -> Iterator[tuple]:
         """One iteration's tensor lists, in order: the residual stream opened, each layer's
@@ -334,7 +330,8 @@ class ServingDie:
 
     def _iteration(self, t: float, tokens: int, tokens_total: int, expected: bool = False) -> None:
         """Run one iteration's tensor lists through the die's memory (blocks seen from the same
-        allocator state replay from its memo); a JIT cache looks up each MoE receive buffer."""
+        allocator state replay from its memo); a registrar that pays at use is shown each MoE receive
+        buffer."""
         # A block (it frees what it allocates) that made no device call leaves the allocator's free
         # ranges as it found them: until the next device call, the same block after the same
         # residual stream gets the same addresses, and is not replayed (DieMemory's memo would
@@ -346,9 +343,9 @@ class ServingDie:
         shape = self._shape(tokens, tokens_total, expected)
         self._run(self.t.open_ops(shape.res), t, shape.res)
         index = self._index_of(shape)
-        # a step whose every block is in `_quiet` replays nothing and, without a JIT cache, looks
-        # nothing up: the index answers for all its blocks at once (decode repeats its shapes)
-        if self.mem.jit is not None or not index.all_quiet(shape.rows, self.moe_pos):
+        # a step whose every block is in `_quiet` replays nothing and, unless the registrar pays at
+        # use, shows it nothing: the index answers for all its blocks at once (decode repeats its shapes)
+        if self.mem.registrar.pays_at_use or not index.all_quiet(shape.rows, self.moe_pos):
             for ops, key in self._blocks(shape):
                 if self._run(ops, t, shape.res):
                     self._index_of(shape).mark(*key)
@@ -357,12 +354,13 @@ class ServingDie:
 
     def _run(self, ops: tuple, t: float, res: int) -> bool:
         """One tensor list through the die's memory, unless `_quiet` holds it; whether it is (now) there."""
-        mem, jit, s = self.mem, self.mem.jit, self.alloc.stats
+        mem, s = self.mem, self.alloc.stats
+        at_use = mem.registrar.pays_at_use
         quiet = self._quiet.setdefault(res, {})
         seen = quiet.get(id(ops))
         if seen is not None:
-            if jit is None:
-                return True  # nothing to look up
+            if not at_use:
+                return True  # nothing to show the registrar
             addrs = seen[1]
         else:
             addrs = mem.run(ops, t) if len(ops) > 1 else _single(mem, ops[0], t)
@@ -372,11 +370,11 @@ class ServingDie:
             elif ops[0][0] == "alloc" and ops[-1][0] == "free":  # a block, not open / close
                 quiet[id(ops)] = (ops, addrs)  # holding ops keeps its id unique
                 seen = quiet[id(ops)]
-        if jit is not None:
+        if at_use:
             for addr, size in _user_buffers(ops, addrs):
-                self.jit_lookups += 1
-                if jit.lookup(addr, size) > 0:
-                    self.jit_misses += 1
+                self.lookups += 1
+                if mem.registrar.wait_s(addr, size, t) > 0:
+                    self.misses += 1
         return seen is not None
 
     def _forget(self, calls: int) -> None:

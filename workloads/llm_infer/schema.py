@@ -9,6 +9,7 @@ from stratacl.errors import ConfigError
 from stratacl.workload_config import WorkloadConfig, knob
 from workloads.common.model_schema import (  # ModelRef re-exported: the shared model reference
     ModelRef,
+    QuantPreset,
 )
 from workloads.llm_infer.search_schema import SearchConfig
 from workloads.moe.schema import ExpertSkew
@@ -119,9 +120,8 @@ class SchedulerConfig:
     tbo_min_tokens: int = knob(64, ge=0)  # per die: below this one micro-batch (splitting would re-read weights)
     mtp: bool = True  # multi-token prediction (one draft token per step)
     # streams and core split of a TBO decode step (two micro-batches); prefill and single-batch
-    # decode always run the SGLang-style streams with no split (conf/workload/llm_infer.yaml sets
-    # CloudMatrix-Infer's split for its default fabric)
-    decode_stream_layout: StreamLayout = StreamLayout.none
+    # decode always run the SGLang-style streams with no split
+    decode_stream_layout: StreamLayout = StreamLayout.cloudmatrix_tbo
     mtp_acceptance: float = knob(0.85, ge=0, le=1)  # DeepSeek-V3 report §5.4.3: 85-90 % second-token acceptance
     # decode steps run as captured graphs, as CloudMatrix-Infer runs them (2506.12708 §4.2.4): each
     # step pays the die's graph launch (REFERENCE §2: 0.6-0.8 ms), once more per host-synchronising
@@ -199,9 +199,8 @@ class LlmInferConfig(WorkloadConfig):
     name: str = "llm_infer"
     mode: ServingMode = ServingMode.serve
     fixed: FixedShapeConfig = field(default_factory=FixedShapeConfig)
-    # the formats it is served in: conf/workload/llm_infer.yaml serves W8A8 as on Ascend
-    # (workloads/common/quant.py); the schema's default is the model's own dtype
-    model: ModelRef = field(default_factory=ModelRef)
+    # served W8A8 as on Ascend (conf/workload/llm_infer.yaml; workloads/common/quant.py)
+    model: ModelRef = field(default_factory=lambda: ModelRef(quant=QuantPreset.w8a8))
     layout: LayoutConfig = field(default_factory=LayoutConfig)
     requests: RequestsConfig = field(default_factory=RequestsConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
