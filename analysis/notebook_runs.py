@@ -10,7 +10,7 @@ runs root, or what the command line names —
     python analysis/operators.py --experiment scaling                       # another named experiment
 
 Runs that differ in a config key no sweep varied are refused with the keys named (or, for
-notebooks that can draw them apart, labelled per configuration): see `stratacl.results.load_runs`.
+notebooks that can draw them apart, labelled per configuration): see `stratacl.report.results.load_runs`.
 
 Environment:
 - `STRATACL_RUNS`: root searched for runs (default `runs/`);
@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))  # this checkout's stratacl, whatever copy is pip-installed
 
-from stratacl.results import MixedRunsError, Runs, load_runs  # noqa: E402
+from stratacl.report.results import MixedRunsError, Runs, load_runs  # noqa: E402
 
 RUNS = Path(os.environ.get("STRATACL_RUNS", REPO / "runs"))
 FIGURES = Path(os.environ.get("STRATACL_FIGURES", HERE / "figures"))

@@ -17,7 +17,7 @@
 # # Operator micro-benchmarks: bus bandwidth vs message size
 #
 # Loads every `workload=collectives` run under `runs/` (or `$STRATACL_RUNS`) with
-# `stratacl.results.load_runs` and draws busbw vs per-rank message size, one panel per
+# `stratacl.report.results.load_runs` and draws busbw vs per-rank message size, one panel per
 # collective, one line per library (nccl-tests convention, REFERENCE §5). With no such run,
 # it first runs a small one (64 KiB – 64 MiB, 32 ranks) into a temporary directory.
 # Figures go to `analysis/figures/` (or `$STRATACL_FIGURES`).

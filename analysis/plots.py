@@ -1,4 +1,4 @@
-"""Plot helpers for notebooks: draw from `stratacl.results.load_runs` frames with matplotlib.
+"""Plot helpers for notebooks: draw from `stratacl.report.results.load_runs` frames with matplotlib.
 
 Each function takes a tidy frame, draws on a new figure (or the given axes) and returns the
 Figure, so notebooks can `fig.savefig(...)`. Headless by default (Agg) unless a Jupyter kernel

@@ -21,7 +21,7 @@ from hydra import compose, initialize_config_dir
 from stratacl.comm.library import LibraryModel
 from stratacl.config import to_object
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.trace import Trace
 
 CONF = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "conf")

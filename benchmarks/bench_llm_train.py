@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_dir
 from stratacl.comm.library import LibraryModel
 from stratacl.config import to_object
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from workloads.llm_train.workload import iteration_trace, prepare
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")

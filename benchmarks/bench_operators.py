@@ -19,8 +19,8 @@ from hydra import compose, initialize_config_dir
 
 from stratacl.comm.library import LibraryModel
 from stratacl.config import to_object
-from stratacl.fabric import Fabric
-from stratacl.run import execute
+from stratacl.machine.fabric import Fabric
+from stratacl.run.cli import execute
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 

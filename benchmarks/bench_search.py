@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages, not an installed copy
-from stratacl.run import run_overrides  # noqa: E402
+from stratacl.run.cli import run_overrides  # noqa: E402
 
 
 def main() -> None:

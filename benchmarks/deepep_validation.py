@@ -1,6 +1,6 @@
 """DeepEP's own published tables (normal and low-latency kernels, EP 8-64, H800 + CX7) next to the
 harness, time and every convention: a view of `python -m stratacl.validate --operators`'s DeepEP rows
-(stratacl/data/operators/deepep.csv, stratacl/validate_ops.py; each (mode, EP) one `moe` run in
+(stratacl/data/operators/deepep.csv, stratacl/validate/operators.py; each (mode, EP) one `moe` run in
 process).
 
     python benchmarks/deepep_validation.py                      # the deepep preset
@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from stratacl import validate_ops as vo  # noqa: E402
+from stratacl.validate import operators as vo  # noqa: E402
 
 
 def from_summaries(root: Path, library: str) -> vo.MetricsFn:

@@ -1,5 +1,5 @@
 """NCCL's documented performance next to the harness (a view of `python -m stratacl.validate`'s
-NCCL rows: stratacl/data/operators/nccl.csv, stratacl/validate_ops.py).
+NCCL rows: stratacl/data/operators/nccl.csv, stratacl/validate/operators.py).
 
     python benchmarks/nccl_validation.py            # documented rows, time and busbw
     python benchmarks/nccl_validation.py --grid     # busbw at 1-2-4 nodes: forced ring / algorithm=nccl
@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's stratacl
 
-from stratacl import validate_ops as vo  # noqa: E402
+from stratacl.validate import operators as vo  # noqa: E402
 
 RING = ("library.nccl.algorithm=ring",)  # one flat ring over all ranks (the preset before algorithm=nccl)
 GRID_FABRICS = ("hgx_h100", "hgx_h200", "dgx_b200")

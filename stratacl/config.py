@@ -31,7 +31,7 @@ from stratacl.workload_config import check_ranges, knob
 
 class Plane(StrEnum):
     """Physical network planes a die has ports on (one fluid port resource per plane and direction,
-    stratacl.fabric.RESOURCES). A fabric lists the planes it has in `port_GBps`."""
+    stratacl.machine.fabric.RESOURCES). A fabric lists the planes it has in `port_GBps`."""
 
     sio = "sio"  # Ascend die-to-die link inside a package
     ub = "ub"  # Huawei Unified Bus scale-up (CloudMatrix384)
@@ -74,7 +74,7 @@ class SdmaConfig:
 
 @dataclass
 class KernelClassConfig:
-    """Achieved throughput of one kernel class on a die (stratacl/kernel_model.py). Defaults are the
+    """Achieved throughput of one kernel class on a die (stratacl/machine/kernel_model.py). Defaults are the
     ideal kernel (the old roofline): full peak, full HBM rate, no tile effects."""
 
     # fraction of the die's compute peak the class attains, by the format its matmuls run in
@@ -93,7 +93,7 @@ class KernelClassConfig:
 
 @dataclass
 class KernelModelConfig:
-    """Kernel-level facts of a die: what stratacl/kernel_model.py prices compute with. The defaults
+    """Kernel-level facts of a die: what stratacl/machine/kernel_model.py prices compute with. The defaults
     are the ideal kernel (100 % of peak, no launch cost, no re-reads)."""
 
     launch_us: float = knob(0.0, ge=0)  # per kernel, paid once before it runs
@@ -115,7 +115,7 @@ class DieConfig:
     hbm_GBps: float = knob(MISSING, gt=0)
     cube_TFLOPs: float = knob(MISSING, gt=0)  # dense BF16
     # dense cube peak of other numeric formats (int8, fp8, int4, fp4, fp16); a format not listed
-    # runs widened to the next format the die has (stratacl.fabric.FORMAT_FALLBACK)
+    # runs widened to the next format the die has (stratacl.machine.fabric.FORMAT_FALLBACK)
     cube_TFLOPs_by_format: dict[str, float] = knob(factory=dict, gt=0)
     vector_TFLOPs: float = knob(MISSING, gt=0)
     vector_core_move_GBps: float = knob(MISSING, gt=0)  # bytes/s one vector core moves to a remote die
@@ -200,7 +200,7 @@ class FabricConfig:
     # per-die port rate per direction, by plane: the ceiling of every tier's achievable β on it
     port_GBps: dict[Plane, float] = knob(factory=dict, gt=0)
     die: DieConfig = field(default_factory=DieConfig)
-    # switch: each flow also capped at its tier's β; the port groups in stratacl/fabric_switch.py
+    # switch: each flow also capped at its tier's β; the port groups in stratacl/machine/switch.py
     fidelity: Fidelity = Fidelity.die_ports
     switch: SwitchConfig = field(default_factory=SwitchConfig)
     # NVIDIA GPU fabrics (read by algorithm=nccl, stratacl/comm/nccl.py): the GPU generation that
@@ -369,7 +369,7 @@ class LibraryConfig:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-# knobs that moved, named in the compose-time error of an old override (stratacl/precheck.py)
+# knobs that moved, named in the compose-time error of an old override (stratacl/run/precheck.py)
 RENAMED_KNOBS = {
     "comm_buffer_MB": "library.<name>.comm_buffer_MiB (the same number: HCCL_BUFFSIZE counts MiB)",
     "graph_launch_us": "fabric.die.graph_launch_us (a runtime fact of the die, not of the library)",
@@ -412,7 +412,7 @@ class RunConfig:
     output: OutputConfig = field(default_factory=OutputConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     # published values a named experiment reproduces (conf/experiment/*.yaml): printed beside the
-    # harness's values by stratacl/report.py, display only — nothing computes with them
+    # harness's values by stratacl/report/text.py, display only — nothing computes with them
     reference: dict[str, Any] = field(default_factory=dict)
 
 

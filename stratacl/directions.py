@@ -1,7 +1,7 @@
 """What each metric means for a verdict: which way is better, its unit, a short label, and the
 mechanism it measures. The core's metrics are here; a workload's own are in its spec
-(`workloads/<name>/metrics.py`, `stratacl/workload_spec.py`). The run report (`stratacl/report.py`), the verdict
-(`stratacl/verdict.py`) and the analysis notebooks read it.
+(`workloads/<name>/metrics.py`, `stratacl/workload_spec.py`). The run report (`stratacl/report/text.py`), the verdict
+(`stratacl/report/verdict.py`) and the analysis notebooks read it.
 
 A metric is found by exact name first, then by the first matching pattern (metric families such
 as `<collective>_busbw_GBps_mean`). `better=None` marks a context metric (a load, a shape, a
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 Better = Literal["higher", "lower"] | None
 
-# Mechanism names the report groups metrics under (the accounting's categories, stratacl/accounting.py)
+# Mechanism names the report groups metrics under (the accounting's categories, stratacl/engine/accounting.py)
 EXPOSED, COPY, REGISTER, LAUNCH, SYNC, WIRE, MEMORY = (
     "exposed communication", "copies", "registration", "launch", "sync", "wire", "memory → batch")
 
@@ -68,7 +68,7 @@ EXACT: dict[str, MetricInfo] = {
     "reserved_GB_per_die": metric(None, "GB", "allocator reserved/die"),
     "fragmentation_GB_per_die": metric("lower", "GB", "fragmentation/die", mechanism=MEMORY),
     "recompute_forced": metric("lower", "flag", "recompute forced by memory"),
-    # per-iteration accounting the report adds from a run's rows (stratacl/verdict.py accounting)
+    # per-iteration accounting the report adds from a run's rows (stratacl/report/verdict.py accounting)
     **{f"{phase}_iter_time_s": metric("lower", "s", f"{phase} iteration") for phase in ("decode", "prefill")},
     **{f"{phase}_iter_{key}": metric("lower", "s", f"{what} per {phase} iteration", mechanism=mech,
                                   per=f"{phase}_iter_time_s")

@@ -125,7 +125,7 @@ class Op:
     # compute: what the kernel is (a KernelClass value, "" = not stated) and the matmuls it runs per
     # rank as (m, n, k, count): D[m×n] = A[m×k]·B[k×n], `count` times (groups of a grouped GEMM,
     # batch·heads of attention: (q_len, kv_len, head_dim, b·h) for QKᵀ, (q_len, head_dim, kv_len,
-    # b·h) for PV); they set its tile/wave quantisation and re-read traffic (stratacl/kernel_model.py)
+    # b·h) for PV); they set its tile/wave quantisation and re-read traffic (stratacl/machine/kernel_model.py)
     kernel: str = ""
     gemms: tuple[tuple[int, int, int, int], ...] = ()
     # collective: type, communicator family (or one communicator), bytes per rank (nccl-tests)

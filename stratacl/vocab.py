@@ -1,7 +1,7 @@
 """Vocabularies the core (fabric, trace, library config) and the workloads share, each defined
 once: what an op is (`Op.kind`), collective types (`Op.coll`), the core kinds a kernel runs on
 (`Op.core`), host copies (`Op.peer`, `Op.direction`), numeric formats
-(`stratacl.fabric.FORMAT_FALLBACK`, workloads/common/quant.py), MoE dispatch/combine kernel
+(`stratacl.machine.fabric.FORMAT_FALLBACK`, workloads/common/quant.py), MoE dispatch/combine kernel
 families (`Op.moe_mode`) and kernel classes (`Op.kernel`). StrEnums: a member equals (and hashes
 as) its plain string, which is what traces, configs and tables store; stratacl.trace lists the
 plain values for its checks and messages."""
@@ -32,7 +32,7 @@ class Collective(StrEnum):
 
 
 class CoreKind(StrEnum):
-    """The cores a compute kernel runs on (`Op.core`); stratacl/compute.py prices them on the
+    """The cores a compute kernel runs on (`Op.core`); stratacl/machine/compute.py prices them on the
     die's core groups."""
 
     cube = "cube"  # matmul units (Ascend AIC, tensor cores)
@@ -49,7 +49,7 @@ class HostPeer(StrEnum):
 
 
 class PhaseCategory(StrEnum):
-    """Where a phase's time goes (`stratacl.phases.Phase.category`, the replay's time split)."""
+    """Where a phase's time goes (`stratacl.machine.phases.Phase.category`, the replay's time split)."""
 
     compute = "compute"
     wire = "wire"  # bytes on links
@@ -86,7 +86,7 @@ class MoeMode(StrEnum):
 
 class KernelClass(StrEnum):
     """What a compute kernel is (`Op.kernel`), which picks its achieved-throughput model
-    (stratacl/kernel_model.py); "" on an op = not stated: a generic kernel of its core kind."""
+    (stratacl/machine/kernel_model.py); "" on an op = not stated: a generic kernel of its core kind."""
 
     gemm = "gemm"  # dense matmul
     grouped_gemm = "grouped_gemm"  # MoE experts, contiguous or masked groups

@@ -16,15 +16,16 @@ import pandas as pd
 
 from stratacl.comm.library import LibraryModel
 from stratacl.config import RegistrationMechanism
+from stratacl.engine.accounting import Exposure
 from stratacl.engine.replay import SimResult, simulate
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.memory import DieMemory
 from stratacl.memory.communicators import Communicator
 from stratacl.progress import Progress
 from stratacl.run_traces import TraceRecorder
 from stratacl.trace import Trace
 
-__all__ = ["Library", "RegistrationMechanism", "RunContext", "WorkloadResult", "Workload"]
+__all__ = ["Exposure", "Library", "RegistrationMechanism", "RunContext", "WorkloadResult", "Workload"]
 
 
 class Library(Protocol):

@@ -9,7 +9,7 @@ import pytest
 from helpers import compose_run
 
 from stratacl.config import KernelModelConfig, RunConfig
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 
 
 @pytest.fixture(scope="session")

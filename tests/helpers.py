@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 
 from stratacl.comm.library import LibraryModel
 from stratacl.config import ExpansionMode, RunConfig, to_object
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = str(ROOT / "conf")
@@ -79,7 +79,7 @@ def non_root_user() -> tuple[int, int]:
         who = pwd.getpwnam("nobody")
     except KeyError:
         pytest.skip("no non-root user (nobody) to run the CLI as")
-    probe = subprocess.run([sys.executable, "-c", "import stratacl.run"], cwd="/", capture_output=True, text=True,
+    probe = subprocess.run([sys.executable, "-c", "import stratacl.run.cli"], cwd="/", capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_become(who.pw_uid, who.pw_gid))
     if probe.returncode != 0:
         pytest.skip(f"user nobody cannot run {sys.executable} with the harness: {probe.stderr.strip()[-200:]}")

@@ -1,4 +1,4 @@
-"""The engine's one exposed-communication accounting (stratacl/accounting.py)."""
+"""The engine's one exposed-communication accounting (stratacl/engine/accounting.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import make_library
 
-from stratacl.accounting import COMM_CATEGORIES, exposure
+from stratacl.engine.accounting import COMM_CATEGORIES, exposure
 from stratacl.engine.replay import simulate
 from stratacl.trace import Trace
 

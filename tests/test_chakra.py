@@ -29,7 +29,7 @@ from workloads.common.routing import group_tokens
 pb = chakra_or_skip()
 from chakra.src.third_party.utils.protolib import decodeMessage, encodeMessage  # noqa: E402
 
-from stratacl.chakra import SCHEMA, comm_size, export_chakra, import_chakra, read_et  # noqa: E402
+from stratacl.chakra.import_et import SCHEMA, comm_size, export_chakra, import_chakra, read_et  # noqa: E402
 
 MiB = 1 << 20
 

@@ -16,15 +16,15 @@ from helpers import ROOT, chakra_or_skip, compose_run, make_library, run_cli
 
 from stratacl.engine.replay import simulate
 from stratacl.errors import TraceError
-from stratacl.fabric import Fabric
-from stratacl.run import run_overrides
+from stratacl.machine.fabric import Fabric
+from stratacl.run.cli import run_overrides
 from stratacl.trace import Trace
 
 pb = chakra_or_skip()
 from chakra.src.third_party.utils.protolib import encodeMessage  # noqa: E402
 
-from stratacl.chakra import export_chakra, import_chakra, main, read_et  # noqa: E402
-from stratacl.chakra_export import no_work  # noqa: E402
+from stratacl.chakra.export import no_work  # noqa: E402
+from stratacl.chakra.import_et import export_chakra, import_chakra, main, read_et  # noqa: E402
 
 SMALL = ROOT / "tests" / "data" / "replay_small.parquet"
 MiB = 1 << 20

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from stratacl.run import run_overrides
+from stratacl.run.cli import run_overrides
 
 CONF = str(Path(__file__).resolve().parents[1] / "conf")
 HOSTILE = ["nan", "inf", "-inf", "-1", "0", "-0.5", "1e30", "1e300", "abc", "''", "../../etc/passwd",

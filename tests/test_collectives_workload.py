@@ -13,7 +13,7 @@ from helpers import compose_run
 
 from stratacl.comm.library import LibraryModel
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.workload_api import RunContext
 from workloads.collectives import workload as collectives
 

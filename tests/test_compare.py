@@ -45,7 +45,7 @@ def test_side_by_side_ratio_is_undefined_where_the_baseline_is_zero() -> None:
 def test_printed_side_by_side_tables_carry_units() -> None:
     """The per-size / per-op / per-iteration table the CLI prints before the metric table says
     what its numbers are in: the pivoted value's unit on every library column, × on ratios."""
-    from stratacl.report import report_lines
+    from stratacl.report.text import report_lines
 
     rows = pd.DataFrame({"iteration": [0, 0, 100, 100], "library": ["hccl", "stratacl"] * 2,
                          "iteration_time_s": [2.0, 1.0, 2.2, 1.1]})
@@ -62,7 +62,7 @@ def test_printed_side_by_side_tables_carry_units() -> None:
 
 def test_every_metric_row_has_a_unit() -> None:
     """Names no direction entry lists still print a unit: read off the name, else 1 (a count)."""
-    from stratacl.report import table_lines
+    from stratacl.report.text import table_lines
 
     names = ["iteration_time_s", "prefix_hit_rate_blocks", "decode_dp", "mtp", "prefill_token_budget",
              "decode_max_batch", "ep_imbalance", "served_fraction", "some_new_bytes", "wait_ms"]

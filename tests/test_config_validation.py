@@ -27,8 +27,8 @@ from omegaconf.errors import OmegaConfBaseException
 from stratacl import config as C
 from stratacl.config import Plane, RunConfig, validate_fabric, validate_run
 from stratacl.errors import ConfigError
-from stratacl.fabric import RESOURCES, Fabric
-from stratacl.precheck import one_line
+from stratacl.machine.fabric import RESOURCES, Fabric
+from stratacl.run.precheck import one_line
 from stratacl.workload_config import BOUND, Bound, WorkloadConfig, check_ranges
 
 WORKLOADS = sorted(p.stem for p in (ROOT / "conf" / "workload").glob("*.yaml"))

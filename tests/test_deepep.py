@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stratacl.errors import ConfigError, TraceError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.trace import MoeShape, Trace
 from workloads.common.routing import (
     GroupLimit,

@@ -13,7 +13,7 @@ from test_llm_infer import OVERRIDES, _shared_costs
 
 from stratacl.comm.library import LibraryModel
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.workload_api import RunContext
 from workloads.llm_infer.search import (
     Bisection,

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from workloads.dlrm_train.access import zipf_exponent
 from workloads.dlrm_train.cache import POLICIES, CacheModel, Segment, die_hit_rate, lru_hit_rates
 from workloads.dlrm_train.workload import library_run, prepare

@@ -11,7 +11,7 @@ from helpers import compose_run, make_library
 from stratacl.config import DataPath
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from workloads.dlrm_train.builder import ddp_buckets
 from workloads.dlrm_train.cache import Segment, die_hit_rate, harmonic
 from workloads.dlrm_train.model import build_meta, dense_costs

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from stratacl.config import DataPath, Mover
 from stratacl.engine import fluid
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.trace import Trace, family_of, stream_predecessors
 
 WORLD = 8

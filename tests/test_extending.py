@@ -19,7 +19,7 @@ from stratacl.comm.library import LibraryModel
 from stratacl.config import validate_run
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.trace import Trace
 
 DOC = ROOT / "docs" / "extending.md"

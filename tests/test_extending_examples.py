@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 from stratacl.comm.library import LibraryModel
 from stratacl.config import RunConfig, to_object
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.paths import CONF
 from stratacl.trace import Trace
 

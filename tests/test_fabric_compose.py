@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from stratacl.config import to_object, validate_run
-from stratacl.precheck import options
+from stratacl.run.precheck import options
 from tests.helpers import CONF, compose_run
 
 # child -> (parent, the dotted fields the child's own file sets to other values)

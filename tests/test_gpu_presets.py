@@ -13,8 +13,8 @@ from test_cli_fuzz import COMMON, SLOW_BASES
 from test_llm_infer import TINY
 
 from stratacl.config import Plane, validate_run
-from stratacl.fabric import Fabric
-from stratacl.run import run_overrides
+from stratacl.machine.fabric import Fabric
+from stratacl.run.cli import run_overrides
 
 GPU_FABRICS = ["hgx_h100", "hgx_h200", "dgx_b200", "gb200_nvl72"]
 NVIDIA = ["library=[nccl,nccl_ubr]", "baseline=nccl"]

@@ -12,8 +12,8 @@ from helpers import compose_run, make_library
 
 from stratacl.config import DataPath
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
-from stratacl.kernel_model import kernel_model
+from stratacl.machine.fabric import Fabric
+from stratacl.machine.kernel_model import kernel_model
 from stratacl.trace import Trace
 
 WAIT = 200e-6  # the kernel starts after this on its stream: the comm kernel already holds its SMs

@@ -10,7 +10,7 @@ from helpers import compose_run, make_library
 
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError, TraceError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.trace import Trace
 
 B = 64 * 2**20
@@ -153,8 +153,8 @@ def test_gpu_pool_bytes_from_other_nodes_come_through_the_nic() -> None:
 
 def test_ub_pool_bytes_from_other_nodes_stay_on_ub(cm384) -> None:  # noqa: ANN001
     """CloudMatrix384's EMS pool spans the nodes over UB itself: no RDMA-plane load."""
-    from stratacl.compute import lower_host
-    from stratacl.fabric import R
+    from stratacl.machine.compute import lower_host
+    from stratacl.machine.fabric import R
 
     tr = Trace(world_size=32)
     tr.memcpy(range(32), B, peer="pool")

@@ -1,4 +1,4 @@
-"""The achieved-throughput kernel model (stratacl/kernel_model.py) against closed forms: wave
+"""The achieved-throughput kernel model (stratacl/machine/kernel_model.py) against closed forms: wave
 quantisation, HBM saturation by a core subset, the launch once per kernel, tile re-read bytes, the
 ideal defaults = the old roofline; and the validation table's calibration / check separation."""
 
@@ -11,11 +11,11 @@ import math
 import pytest
 from helpers import compose_run, make_library
 
-from stratacl.compute import ComputeLowering, lower_compute
 from stratacl.config import KernelClassConfig, KernelModelConfig
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
-from stratacl.kernel_model import kernel_model
+from stratacl.machine.compute import ComputeLowering, lower_compute
+from stratacl.machine.fabric import Fabric
+from stratacl.machine.kernel_model import kernel_model
 from stratacl.trace import Op, Trace
 
 MiB = 2**20
@@ -229,7 +229,7 @@ def test_generic_kernel_uses_its_core_kinds_fraction(cm384) -> None:  # noqa: AN
 
 
 def test_roles_follow_the_rule_and_fit_never_reads_check_rows(tmp_path) -> None:  # noqa: ANN001
-    from stratacl import validate
+    from stratacl.validate import kernels as validate
 
     rows = validate.load_table()
     for group in ("h800 fp8 dense", "h800 fp8 grouped_contiguous", "h800 fp8 grouped_masked",
@@ -251,7 +251,7 @@ def test_roles_follow_the_rule_and_fit_never_reads_check_rows(tmp_path) -> None:
 
 
 def test_report_keeps_calibration_and_check_apart() -> None:
-    from stratacl import validate
+    from stratacl.validate import kernels as validate
 
     rows = [r for r in validate.load_table() if r.group == "h800 fp8 grouped_masked"]
     results = validate.evaluate(rows)
@@ -265,7 +265,7 @@ def test_report_keeps_calibration_and_check_apart() -> None:
 def test_fast_subset_within_tolerance(tmp_path) -> None:  # noqa: ANN001
     """The check rows of the H800 GEMM and prefill-attention groups: median |error| ≤ 15 % per group
     (the issue's kernel-level goal), and the report and figure come out."""
-    from stratacl import validate
+    from stratacl.validate import kernels as validate
 
     rows = [r for r in validate.load_table() if r.role == "check" and r.fabric == "hgx_h800"
             and "other kernel" not in r.group]
@@ -277,7 +277,7 @@ def test_fast_subset_within_tolerance(tmp_path) -> None:  # noqa: ANN001
 
 
 def test_table_rows_state_source_and_shape() -> None:
-    from stratacl import validate
+    from stratacl.validate import kernels as validate
 
     with validate.TABLE.open() as f:
         raw = list(csv.DictReader(f))

@@ -10,11 +10,11 @@ import pytest
 from helpers import compose_run, make_library
 from test_llm_infer import OVERRIDES as INFER
 
-from stratacl.compute import lower_compute
 from stratacl.config import Algorithm, DataPath, ExpansionMode
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric, R
-from stratacl.kernel_model import kernel_model
+from stratacl.machine.compute import lower_compute
+from stratacl.machine.fabric import Fabric, R
+from stratacl.machine.kernel_model import kernel_model
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext
 from workloads.common import kernels
@@ -185,7 +185,7 @@ def test_train_matmul_time_follows_the_format() -> None:
 
     def cube_time(tr: Trace, name: str) -> tuple[float, float, str]:
         """Cube-load seconds at the kernel's efficiency backed out (attainable fraction of the
-        format's peak / shape factor, stratacl/kernel_model.py): what the peak alone implies."""
+        format's peak / shape factor, stratacl/machine/kernel_model.py): what the peak alone implies."""
         op = next(o for o in tr.ops if o.name == name)
         ph = lower_compute(op, fab)[-1]
         fmt = fab.cube_format(op.dtype)

@@ -9,7 +9,7 @@ from helpers import compose_run, make_library
 
 from stratacl.config import DataPath
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.trace import Trace
 
 

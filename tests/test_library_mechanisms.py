@@ -22,7 +22,7 @@ from stratacl.config import (
     RegistrationMechanism,
 )
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.memory import JitRegistrationCache, NoRegistration, RegistrationOnAllocation
 from stratacl.trace import Trace
 

@@ -27,7 +27,7 @@ def test_moe_estimate_bounds_each_trace() -> None:
 
 def test_dlrm_estimate_bounds_the_trace() -> None:
     from stratacl.comm.library import LibraryModel
-    from stratacl.fabric import Fabric
+    from stratacl.machine.fabric import Fabric
     from workloads.dlrm_train.workload import estimate, library_run, prepare
 
     cfg = compose_run(["workload=dlrm_train", "workload.iterations=2"])

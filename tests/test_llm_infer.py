@@ -18,7 +18,7 @@ from helpers import compose_run, run_cli
 
 from stratacl.comm.library import LibraryModel, LibraryRuntime
 from stratacl.errors import ConfigError, TraceError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.metrics import latency_percentiles, measured_requests
 from stratacl.trace import MoeShape
 from stratacl.workload_api import RunContext
@@ -324,7 +324,7 @@ def test_fixed_mode_shapes_come_from_workload_fixed_alone(tmp_path) -> None:  # 
     trace's `requests.input_mean` before, 2048 by default): a longer prompt makes the same 1024-token
     prefill iteration slower (one prompt's attention is quadratic in its length), `requests.input_mean`
     moves nothing, and a prompt longer than the iteration is refused with the field named."""
-    from stratacl.run import run_overrides
+    from stratacl.run.cli import run_overrides
 
     base = [*OVERRIDES, "workload.mode=fixed", "library=[stratacl]", "baseline=stratacl",
             "workload.fixed.decode_batch_per_die=4", "workload.fixed.context=256",

@@ -10,7 +10,7 @@ import pytest
 from helpers import compose_run
 
 from stratacl.comm.library import LibraryModel
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from workloads.common.model import model_costs
 from workloads.llm_train.saved_deepseek import per_routed_row_bytes, per_token_bytes
 from workloads.llm_train.workload import fit_memory, prepare

@@ -8,7 +8,7 @@ import pytest
 from helpers import compose_run
 
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.memory import check_fits, memory_breakdown
 from workloads.llm_train.workload import prepare

@@ -9,7 +9,7 @@ import pytest
 from helpers import compose_run, make_library
 
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from workloads.llm_train.allocation import allocator_peak, iteration_ops
 from workloads.llm_train.memory import memory_breakdown
 from workloads.llm_train.workload import fit_memory, prepare

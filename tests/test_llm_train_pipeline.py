@@ -11,7 +11,7 @@ from helpers import compose_run, make_library
 
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from workloads.llm_train.allocation import ITERATIONS
 from workloads.llm_train.crosscheck import mlp_stack_plan
 from workloads.llm_train.layout import Layout

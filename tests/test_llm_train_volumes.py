@@ -10,7 +10,7 @@ from helpers import compose_run
 
 from stratacl.comm.library import LibraryModel
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from workloads.llm_train.model import model_costs
 from workloads.llm_train.report import iteration_figures
 from workloads.llm_train.workload import iteration_trace, prepare

@@ -20,7 +20,7 @@ from stratacl.comm.mechanism import LIBRARY_FIELDS, from_library
 from stratacl.comm.registry import Registry
 from stratacl.config import LibraryConfig, load_plugins, resolved_mover
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 
 # not knobs of any mechanism: the preset marker (config.selected_libraries) and the plugin knobs' home
 NOT_KNOBS = {"description", "options"}

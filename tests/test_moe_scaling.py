@@ -11,7 +11,7 @@ from helpers import compose_run, make_library
 
 from stratacl.comm import sdma
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from workloads.moe.workload import build_trace
 
 

@@ -8,10 +8,10 @@ import pytest
 from helpers import compose_run
 
 from stratacl.comm.library import LibraryModel
-from stratacl.compute import ComputeLowering
 from stratacl.config import validate_run
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
+from stratacl.machine.compute import ComputeLowering
+from stratacl.machine.fabric import Fabric
 from stratacl.trace import Trace
 from stratacl.workload_api import RunContext
 from workloads.moe import workload as moe

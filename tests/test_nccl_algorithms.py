@@ -10,7 +10,7 @@ from test_closed_forms import one_op_time
 
 from stratacl.comm import nccl
 from stratacl.config import DataPath
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 
 GiB = 2**30
 P, BETA_NVL, BETA_NET = 8, 370.8e9, 50e9  # hgx_h100: GPUs per node, NVLink and NIC β per GPU

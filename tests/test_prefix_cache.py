@@ -16,7 +16,7 @@ import pytest
 from helpers import compose_run
 
 from stratacl.comm.library import LibraryModel
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.workload_api import RunContext
 from workloads.common.model import model_costs
 from workloads.llm_infer import prefix_trace

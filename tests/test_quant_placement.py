@@ -9,7 +9,7 @@ import pytest
 from helpers import compose_run, make_library
 
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.workload_api import RunContext
 from workloads.common.model import model_costs
 from workloads.common.model_schema import ModelRef

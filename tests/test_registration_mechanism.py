@@ -17,7 +17,7 @@ from stratacl.comm.datapath import DataPathModel
 from stratacl.comm.library import LibraryRuntime
 from stratacl.config import DataPath, JitMatch
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.memory import (
     AllocatorConfig,
     CachingAllocator,

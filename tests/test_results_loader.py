@@ -1,4 +1,4 @@
-"""stratacl.results: run directories (single runs, sweeps, failed runs) into tidy frames."""
+"""stratacl.report.results: run directories (single runs, sweeps, failed runs) into tidy frames."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from helpers import load_script, run_cli
 
-from stratacl.results import MixedRunsError, flatten, load_runs
+from stratacl.report.results import MixedRunsError, flatten, load_runs
 
 SMALL = ["workload.max_bytes=262144", "output.timeline=false"]  # 64–256 KiB: 3 sizes
 
@@ -34,7 +34,7 @@ def runs_root(tmp_path_factory) -> Path:  # noqa: ANN001
 
 
 def test_loads_sweeps_and_single_runs_and_counts_failed_ones(runs_root, caplog) -> None:  # noqa: ANN001
-    with caplog.at_level(logging.WARNING, logger="stratacl.results"):
+    with caplog.at_level(logging.WARNING, logger="stratacl.report.results"):
         runs = load_runs(runs_root, mixed="label")  # the single run lists other collectives
     assert runs.mixed == ["workload.collectives"] and runs.varying == ["workload.ranks", "workload.collectives"]
     assert runs.summary.drop_duplicates("run").set_index("run")["config"]["single"] == \

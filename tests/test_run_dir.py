@@ -12,7 +12,7 @@ from helpers import non_root_user, run_cli
 from omegaconf import OmegaConf
 
 from stratacl.paths import CONF
-from stratacl.run_dir import fresh_dir, register
+from stratacl.run.run_dir import fresh_dir, register
 
 
 def test_a_taken_directory_gets_the_next_suffix(tmp_path: Path) -> None:

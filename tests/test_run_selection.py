@@ -1,4 +1,4 @@
-"""load_runs selects runs explicitly and refuses mixed configurations (stratacl/results.py), on run
+"""load_runs selects runs explicitly and refuses mixed configurations (stratacl/report/results.py), on run
 directories written by hand in the CLI's layout (summary.json, .hydra/{config,overrides,hydra}.yaml)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stratacl.results import MixedRunsError, load_runs
+from stratacl.report.results import MixedRunsError, load_runs
 
 
 def _run(d: Path, cfg: dict, overrides: list[str], multirun: bool, busbw: float) -> None:
@@ -93,7 +93,7 @@ def test_library_knobs_that_differ_across_runs_are_mixed(root: Path, tmp_path: P
 def test_runs_whose_metric_names_meant_other_things_are_refused_together(tmp_path: Path) -> None:
     """A run from before a metric changed meaning (no `metrics_version`: version 1) and one from
     today differ in `harness.metrics_version`, as in a config key."""
-    from stratacl.results import METRICS_VERSION
+    from stratacl.report.results import METRICS_VERSION
 
     _run(tmp_path / "old", _cfg(32), [], False, 10.0)
     _run(tmp_path / "new", _cfg(32), [], False, 10.0)

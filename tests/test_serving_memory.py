@@ -16,7 +16,7 @@ from stratacl.comm.buffers import MiB, buffer_sizes_MiB, moe_window_bytes
 from stratacl.config import DataPath, JitMatch
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.memory import JitRegistrationCache, MemEvent, NoRegistration, RegistrationOnAllocation
 from stratacl.memory.communicators import Communicator, MoeWindows
 from stratacl.trace import REGISTERED, Trace

@@ -18,7 +18,7 @@ from helpers import compose_run
 from test_llm_infer import OVERRIDES, Env
 
 from stratacl.comm.library import LibraryModel
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.workload_api import RunContext
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.fixed import run_fixed

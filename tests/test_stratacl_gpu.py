@@ -10,8 +10,8 @@ from helpers import ROOT, compose_run, make_library, run_cli
 
 from stratacl.comm.library import LibraryModel
 from stratacl.config import RegistrationMechanism, validate_run
-from stratacl.fabric import Fabric, R
-from stratacl.phases import Phase
+from stratacl.machine.fabric import Fabric, R
+from stratacl.machine.phases import Phase
 
 GPU_FABRICS = ["hgx_h100", "hgx_h200", "hgx_h800", "dgx_b200", "gb200_nvl72"]
 MiB = 1 << 20

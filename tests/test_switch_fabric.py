@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from stratacl.config import Algorithm, DataPath
 from stratacl.engine.replay import simulate
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 from stratacl.trace import Trace
 
 PORT = 196e9  # UB port per die (2506.12708 §3.3.1)

@@ -12,10 +12,10 @@ from helpers import compose_run, make_library
 
 from stratacl.config import ExpansionMode, Mover
 from stratacl.engine.replay import SimResult, simulate
-from stratacl.fabric import RESOURCES, Fabric
-from stratacl.timeline import ENGINE_TID, RANK_PID, chrome_trace, write_timeline
+from stratacl.engine.utilisation import integral
+from stratacl.machine.fabric import RESOURCES, Fabric
+from stratacl.report.timeline import ENGINE_TID, RANK_PID, chrome_trace, write_timeline
 from stratacl.trace import Trace
-from stratacl.utilisation import integral
 
 EPS = 1e-9
 
@@ -248,7 +248,7 @@ def test_run_level_intervals_keep_every_interval_on_non_overlapping_lanes() -> N
     slice of its (library, track) process, overlapping ones on separate lanes, NaN ends dropped."""
     import pandas as pd
 
-    from stratacl.timeline import interval_timeline
+    from stratacl.report.timeline import interval_timeline
     from workloads.llm_infer.workload import _run_intervals
 
     it = pd.DataFrame({"library": "hccl", "phase": ["prefill", "decode", "decode"], "instance": [0, 0, 0],

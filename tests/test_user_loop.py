@@ -17,8 +17,8 @@ from helpers import CONF, ROOT, compose_run, run_cli
 from stratacl import paths
 from stratacl.config import validate_run
 from stratacl.errors import ConfigError
-from stratacl.precheck import misplaced
 from stratacl.progress import Progress
+from stratacl.run.precheck import misplaced
 
 SMALL = ["workload.max_bytes=1048576", "output.timeline=false"]
 INFER = ["workload=llm_infer"]

@@ -1,4 +1,4 @@
-"""Operator-level validation rows (stratacl/validate_ops.py): NCCL's documented busbw and DeepEP's
+"""Operator-level validation rows (stratacl/validate/operators.py): NCCL's documented busbw and DeepEP's
 README tables as check groups of `python -m stratacl.validate`, each in its convention and in time."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from stratacl import validate, validate_ops
 from stratacl.metrics import busbw_factor
+from stratacl.validate import kernels as validate
+from stratacl.validate import operators as validate_ops
 
 TOL = 0.15  # per-group median |error| of the fast subset (as the kernel rows' subset)
 WORST = 0.35  # any single row (DeepEP's LL dispatch at EP 8 is the worst, +29 %)

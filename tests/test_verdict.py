@@ -1,5 +1,5 @@
 """The verdict and the report on synthetic metric dicts: directions, ties within noise, missing
-metrics, mechanisms, one number format (stratacl/verdict.py, stratacl/report.py)."""
+metrics, mechanisms, one number format (stratacl/report/verdict.py, stratacl/report/text.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import yaml
 from helpers import run_cli
 
 from stratacl import directions as d
-from stratacl.report import fmt, report_lines, table_lines, verdict_lines
-from stratacl.verdict import accounting, judge, merge_accounting, verdict
+from stratacl.report.text import fmt, report_lines, table_lines, verdict_lines
+from stratacl.report.verdict import accounting, judge, merge_accounting, verdict
 
 
 def _serving(tpot: float, e2e: float, sat: float, **extra: float) -> dict[str, float]:

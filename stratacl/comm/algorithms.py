@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stratacl.config import Plane
-from stratacl.fabric import Fabric, Tier
+from stratacl.machine.fabric import Fabric, Tier
 
 REDUCING = ("allreduce", "reducescatter", "combine")
 

@@ -18,8 +18,8 @@ from stratacl.comm import algorithms as alg
 from stratacl.comm import hierarchical as hier
 from stratacl.comm import partition
 from stratacl.config import Partitioning, Plane
-from stratacl.fabric import Fabric, R, Tier
-from stratacl.phases import Phase
+from stratacl.machine.fabric import Fabric, R, Tier
+from stratacl.machine.phases import Phase
 
 # Balanced partitioning cuts each peer's payload into units of a tier-specific size
 # (`unit_KiB`). A tier a library leaves unsized gets its finest configured unit; a library with

@@ -41,8 +41,8 @@ from stratacl.comm.context import NODE_FORWARD, CommContext, PricesOps
 from stratacl.comm.mechanism import Mechanism
 from stratacl.comm.registry import Registry
 from stratacl.config import MoeHtPath
-from stratacl.fabric import Fabric
-from stratacl.phases import Phase, delay
+from stratacl.machine.fabric import Fabric
+from stratacl.machine.phases import Phase, delay
 
 ALGORITHM = NODE_FORWARD  # the plan name it reports (a one-step concurrent exchange)
 TOPK_IDX_BYTES = 8  # DeepEP's topk_idx_t is int64 (deep_ep.topk_idx_t)

@@ -37,7 +37,7 @@ import numpy as np
 
 from stratacl.comm import algorithms as alg
 from stratacl.config import HcclLevel1, Plane
-from stratacl.fabric import Fabric, Tier
+from stratacl.machine.fabric import Fabric, Tier
 from stratacl.memory.allocator import KiB, MiB
 
 # --- HCCL constants (pub_inc/common.h, pub_inc/hccl_aiv.h, ACNC2025-HCCL@f85b7e6) -------------

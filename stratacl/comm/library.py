@@ -55,11 +55,11 @@ from stratacl.config import (
     RegistrationMechanism,
     resolved_mover,
 )
-from stratacl.fabric import Fabric, R
-from stratacl.lowering import OpInfo
+from stratacl.machine.fabric import Fabric, R
+from stratacl.machine.lowering import OpInfo
+from stratacl.machine.phases import Phase, delay, merge_delays
 from stratacl.memory import AllocatorConfig, CachingAllocator, DieMemory, RegistrationCost
 from stratacl.memory.communicators import Communicator
-from stratacl.phases import Phase, delay, merge_delays
 from stratacl.trace import Op, Trace
 
 __all__ = ["LibraryModel", "LibraryRuntime", "staging_bytes"]

@@ -6,7 +6,7 @@ trigger, AIV = vector cores).
   one CTA each; DeepEP's `num_sms`) while it moves data — the transfer, which cannot finish before
   the cores' makespan under the library's partitioning (partition.py), and in-kernel staging
   copies on the same cores; its synchronised steps before the transfer are a delay that holds none
-  (a simplification for speed). Compute kernels beside it run on the rest (stratacl/compute.py).
+  (a simplification for speed). Compute kernels beside it run on the rest (stratacl/machine/compute.py).
 - `sdma`: DMA engines move the data; cores are held only while a device trigger writes
   descriptors (sdma.py); an AI CPU / host trigger holds none. Staging copies are SDMA memcpy tasks.
 """
@@ -24,8 +24,8 @@ from stratacl.comm.context import CommContext
 from stratacl.comm.mechanism import Mechanism
 from stratacl.comm.registry import Registry
 from stratacl.config import TIER_ORDER, Mover, Trigger
-from stratacl.fabric import R
-from stratacl.phases import Phase, delay
+from stratacl.machine.fabric import R
+from stratacl.machine.phases import Phase, delay
 
 Loads = list[tuple[str, int, float]]
 Holds = tuple[tuple[str, int, float], ...]

@@ -42,7 +42,7 @@ from stratacl.comm import algorithms as alg
 from stratacl.comm import nccl_tuning as tune
 from stratacl.comm.context import CommContext
 from stratacl.config import Plane
-from stratacl.fabric import Fabric, Tier
+from stratacl.machine.fabric import Fabric, Tier
 from stratacl.trace import EXCHANGES
 
 PROTO_WIRE = {"LL": 2.0, "LL128": 16 / 15, "Simple": 1.0}  # wire bytes per data byte

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 
 from stratacl.comm.algorithms import WirePlan
-from stratacl.fabric import Fabric
+from stratacl.machine.fabric import Fabric
 
 
 @dataclass(frozen=True, slots=True)

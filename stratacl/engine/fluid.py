@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import simpy
 
 if TYPE_CHECKING:
-    from stratacl.utilisation import UtilisationRecorder
+    from stratacl.engine.utilisation import UtilisationRecorder
 
 EPS = 1e-12
 # Bound on the solve memo (component descriptors -> rates). An entry took ≈ 1.2 KB with descriptor

@@ -19,16 +19,16 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from stratacl.accounting import Exposure, exposure
-from stratacl.compute import ComputeLowering
+from stratacl.engine.accounting import Exposure, exposure
 from stratacl.engine.fluid import Activity, FluidSystem
 from stratacl.engine.order import op_predecessors
+from stratacl.engine.utilisation import UtilisationRecorder
 from stratacl.errors import TraceError
-from stratacl.fabric import R
-from stratacl.lowering import CommLowering
-from stratacl.phases import CATEGORIES, Phase
+from stratacl.machine.compute import ComputeLowering
+from stratacl.machine.fabric import R
+from stratacl.machine.lowering import CommLowering
+from stratacl.machine.phases import CATEGORIES, Phase
 from stratacl.trace import Trace
-from stratacl.utilisation import UtilisationRecorder
 from stratacl.vocab import HostPeer, OpKind
 
 
@@ -240,7 +240,7 @@ class Replay:
             if op.kind == OpKind.p2p:
                 roles["src"] = self._intern(op.src)
                 roles["dst"] = self._intern(op.dst)
-            if op.peer:  # a host transfer: the CPUs' links (stratacl/compute.py lower_host)
+            if op.peer:  # a host transfer: the CPUs' links (stratacl/machine/compute.py lower_host)
                 roles["cpu"] = self._intern(self._cpus(op.ranks, op.peer == HostPeer.pool))
             if self.fabric.switch is not None and self.fabric.switch.blocking:  # one pseudo-die per node
                 roles["sw"] = self._intern(self._nodes(op.ranks))

@@ -1,11 +1,11 @@
 """Which kernels a layer's work runs as on an Ascend die: cube, vector or mixed (docs/architecture.md).
 
 The engine prices three kernel kinds on a die's core groups (1 AIC + 2 AIV on a 910C; see
-`stratacl/compute.py`): a *cube* kernel runs on the AICs, a *vector* kernel on the AIVs, a *mixed*
+`stratacl/machine/compute.py`): a *cube* kernel runs on the AICs, a *vector* kernel on the AIVs, a *mixed*
 kernel pairs each AIC with its AIVs in every block, so it loses whole groups when a communication
 kernel holds vector cores. Every kernel also states what it does (`Op.kernel`, a `KernelClass`) and, when it runs matmuls,
 their shapes (`Op.gemms`, (m, n, k, count) per rank), so the core prices it at the throughput
-such a kernel achieves (stratacl/kernel_model.py).
+such a kernel achieves (stratacl/machine/kernel_model.py).
 
 A measured cost (`Cost.parts`, from `workloads/modelcost`: every aten op of the layer type
 classified by the counter) becomes one kernel per kernel class (`split_parts`):

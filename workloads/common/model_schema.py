@@ -45,7 +45,7 @@ class ModelRef:
     """A transformers model: a conf/model/<name>.yaml preset, or a type/config.json + overrides.
 
     A given `config_json` or `model_type` replaces the preset (the workload's default model);
-    naming a preset as well on the command line is refused (stratacl/precheck.py)."""
+    naming a preset as well on the command line is refused (stratacl/run/precheck.py)."""
 
     preset: str = "deepseek_v4_flash"  # conf/model/<preset>.yaml (ignored when model_type/config_json is set)
     model_type: str = ""  # a transformers model type (workloads/modelcost/config.py SUPPORTED_FAMILIES)

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
 from stratacl.limits import RunSize
+from stratacl.machine.fabric import Fabric
 from stratacl.memory import MemoryPeak
 from stratacl.workload_api import Library, RunContext, WorkloadResult
 from workloads.dlrm_train.schema import DlrmTrainConfig

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stratacl.accounting import Exposure
+from stratacl.workload_api import Exposure
 
 COMM_SPLIT = ("wire", "copy", "sync", "register", "launch")
 

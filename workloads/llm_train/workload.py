@@ -13,8 +13,8 @@ import pandas as pd
 
 from stratacl.compare import pivot_table
 from stratacl.errors import ConfigError
-from stratacl.fabric import Fabric
 from stratacl.limits import RunSize
+from stratacl.machine.fabric import Fabric
 from stratacl.trace import Trace
 from stratacl.workload_api import Library, RunContext, WorkloadResult
 from workloads.common.model import describe_model, hf_config

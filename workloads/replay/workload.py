@@ -2,7 +2,7 @@
 
 The trace is a harness trace (`.parquet`: `Trace.save`, e.g. a run's `traces/<name>.parquet` from
 `output.trace=true`) or a Chakra ET set (`python -m stratacl.chakra export` output, or foreign
-traces: ASTRA-sim examples, Chakra's converters; read by `stratacl.chakra.import_chakra`). The
+traces: ASTRA-sim examples, Chakra's converters; read by `stratacl.chakra.import_et.import_chakra`). The
 rows are the per-op timeline of every library's replay (`SimResult.op_frame`); the metrics the
 iteration time (the replay's makespan), the exposed-communication accounting and the time the
 communication ops took; the table the slowest ops side by side. A missing or damaged trace, or
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from stratacl.chakra import ET_FILE, import_chakra
+from stratacl.chakra.import_et import ET_FILE, import_chakra
 from stratacl.compare import pivot_table
 from stratacl.config import FabricConfig, world_size
 from stratacl.errors import ConfigError, TraceError

@@ -113,7 +113,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stratacl.chakra_export import (  # noqa: F401 - SCHEMA, comm_size, export_chakra: the public API
+from stratacl.chakra.export import (  # noqa: F401 - SCHEMA, comm_size, export_chakra: the public API
     CHAKRA_TO_COLL,
     ET_FILE,
     READS,
@@ -596,6 +596,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from stratacl.engine.replay import SimResult
-from stratacl.fabric import PORTS
-from stratacl.phases import CATEGORIES
+from stratacl.machine.fabric import PORTS
+from stratacl.machine.phases import CATEGORIES
 from stratacl.trace import Op, Trace
 from stratacl.vocab import OpKind
 

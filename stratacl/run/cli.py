@@ -33,17 +33,18 @@ from stratacl.compare import ratios
 from stratacl.config import RunConfig, moved_preset_notes, to_object, validate_run
 from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError, HarnessError
-from stratacl.fabric import Fabric
-from stratacl.precheck import CONF, precheck
-from stratacl.precheck import one_line as precheck_one_line
+from stratacl.machine.fabric import Fabric
+from stratacl.paths import CONF
 from stratacl.progress import Progress
-from stratacl.report import report_lines
-from stratacl.results import METRICS_VERSION
-from stratacl.run_dir import register as register_run_dir
+from stratacl.report.results import METRICS_VERSION
+from stratacl.report.text import report_lines
+from stratacl.report.timeline import interval_timeline, write_timeline
+from stratacl.report.verdict import accounting, merge_accounting, verdict
+from stratacl.run.precheck import one_line as precheck_one_line
+from stratacl.run.precheck import precheck
+from stratacl.run.run_dir import register as register_run_dir
+from stratacl.run.sweep_resume import RememberSweepDir, resume_command, skip_finished
 from stratacl.run_traces import TRACES_DIR, TraceRecorder
-from stratacl.sweep_resume import RememberSweepDir, resume_command, skip_finished
-from stratacl.timeline import interval_timeline, write_timeline
-from stratacl.verdict import accounting, merge_accounting, verdict
 from stratacl.workload_api import RunContext, WorkloadResult
 
 register_run_dir()  # before Hydra resolves hydra.run.dir, in the CLI and in launcher workers
@@ -87,7 +88,7 @@ def execute(cfg: RunConfig, out_dir: Path, echo: bool = True) -> dict[str, Any]:
         "fabric": fabric.name,
         "baseline": cfg.baseline,
         "seed": cfg.seed,
-        "metrics_version": METRICS_VERSION,  # stratacl/results.py: a metric name's meaning
+        "metrics_version": METRICS_VERSION,  # stratacl/report/results.py: a metric name's meaning
         "libraries": _strict(result.metrics),
         "ratios": ratios(result.metrics, cfg.baseline),
     }
@@ -239,6 +240,3 @@ def cli(argv: list[str]) -> None:
               f"{resume_command(argv, RememberSweepDir.sweep_dir)}", file=sys.stderr)
         sys.exit(130)
 
-
-if __name__ == "__main__":
-    cli(sys.argv[1:])

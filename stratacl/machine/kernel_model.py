@@ -1,6 +1,6 @@
 """Achieved-throughput kernel model: what one compute kernel takes on the cores it gets.
 
-`stratacl.compute.lower_compute` calls `KernelModel.price` for every compute op; the facts are the
+`stratacl.machine.compute.lower_compute` calls `KernelModel.price` for every compute op; the facts are the
 die's `fabric.die.kernel` section (`KernelModelConfig`, conf/fabric/*.yaml, each value sourced or
 an ASSUMPTION knob). The defaults are the ideal kernel, i.e. the old roofline. Per kernel class
 (`Op.kernel`, a `KernelClass`; "" = generic of its core kind) and numeric format:
@@ -50,7 +50,7 @@ from stratacl.trace import Op
 from stratacl.vocab import CoreKind, KernelClass
 
 if TYPE_CHECKING:
-    from stratacl.fabric import Fabric
+    from stratacl.machine.fabric import Fabric
 
 GENERIC: dict[str, str] = {CoreKind.cube: "generic_cube", CoreKind.vector: "generic_vector", CoreKind.mixed: "generic_mixed"}
 CLASS_KEYS = (*(k.value for k in KernelClass), *GENERIC.values())

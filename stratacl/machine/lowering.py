@@ -1,6 +1,6 @@
 """The engine ↔ lowering contract: what `engine/replay.py` needs from whoever turns ops into phases.
 
-Compute and memcpy ops are lowered by `stratacl.compute` (a roofline on the die); collectives and
+Compute and memcpy ops are lowered by `stratacl.machine.compute` (a roofline on the die); collectives and
 p2p by a communication library (`stratacl.comm`). The engine sees only these protocols, so a new
 library model — or a test double — plugs in without the engine knowing its class.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from stratacl.fabric import Fabric
-from stratacl.phases import Phase
+from stratacl.machine.fabric import Fabric
+from stratacl.machine.phases import Phase
 from stratacl.trace import Op, Trace
 
 

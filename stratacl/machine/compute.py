@@ -13,7 +13,7 @@ Kernel kinds (docs/architecture.md; Ascend split architecture, a core group = 1 
 
 A kernel launches on at most `block_dim` cores (AIC / AIV / groups, as Ascend C counts blockDim)
 and at most what its stream's core limit allows (`Trace.stream_cores`). The achieved-throughput
-kernel model (stratacl/kernel_model.py, the die's `fabric.die.kernel` facts) prices it on those c
+kernel model (stratacl/machine/kernel_model.py, the die's `fabric.die.kernel` facts) prices it on those c
 of C cores: its compute part (attainable fraction of the format's peak, tile padding and wave
 quantisation over c cores) scales with c, its memory part (its HBM bytes plus tile re-reads, at
 the class's attainable HBM fraction) reaches the die's HBM rate with `hbm_saturation_cores`. The
@@ -51,9 +51,9 @@ import numpy as np
 
 from stratacl.config import Plane
 from stratacl.errors import TraceError
-from stratacl.fabric import Fabric, R
-from stratacl.kernel_model import kernel_model
-from stratacl.phases import Phase
+from stratacl.machine.fabric import Fabric, R
+from stratacl.machine.kernel_model import kernel_model
+from stratacl.machine.phases import Phase
 from stratacl.trace import Op
 from stratacl.vocab import CopyDirection, CoreKind, HostPeer, OpKind, PhaseCategory
 
@@ -92,7 +92,7 @@ def rank_sum(op: Op, values: tuple[float, ...]) -> float:
 
 
 def lower_compute(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> list[Phase]:
-    """A kernel priced by the die's kernel model (stratacl/kernel_model.py) as one fluid phase:
+    """A kernel priced by the die's kernel model (stratacl/machine/kernel_model.py) as one fluid phase:
     its cores loaded for its compute part at the share it runs on, HBM loaded with its bytes (re-
     reads included) at the die's rate, and a minimum time of max(compute part, memory part) on the
     cores it gets; preceded by the kernel's launch."""

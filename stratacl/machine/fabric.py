@@ -15,11 +15,11 @@ import numpy as np
 
 from stratacl.config import TIER_ORDER, FabricConfig, Fidelity, Plane, validate_fabric, world_size
 from stratacl.errors import ConfigError
-from stratacl.fabric_switch import SwitchModel
+from stratacl.machine.switch import SwitchModel
 from stratacl.vocab import NumericFormat
 
 if TYPE_CHECKING:
-    from stratacl.kernel_model import KernelModel
+    from stratacl.machine.kernel_model import KernelModel
 
 # Per-die fluid resources. Ports are per direction and per plane (every plane of the Plane enum,
 # whether or not a fabric uses it: an unused port is never loaded); cores and DMA engines are held
@@ -158,7 +158,7 @@ class Fabric:
         # a core group (Ascend split architecture: 1 AIC + 2 AIV on a 910C die) is what a mixed
         # kernel's block runs on
         self.aiv_per_group = die.vector_cores / die.cube_cores
-        self._kernel_model: KernelModel | None = None  # stratacl.kernel_model.kernel_model builds it once
+        self._kernel_model: KernelModel | None = None  # stratacl.machine.kernel_model.kernel_model builds it once
 
     def cube_format(self, fmt: str) -> str:
         """The format a matmul in `fmt` actually runs in on this die (itself, or widened)."""

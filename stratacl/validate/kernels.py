@@ -3,7 +3,7 @@
 `python -m stratacl.validate [--out fig.png] [--table path.csv] [--fit] [--operators]` runs every row of the
 shipped table (stratacl/data/kernels/validation.csv; sources, licences and the rule that chose
 each row's role in stratacl/data/kernels/README.md) through the lowering the replay uses
-(`stratacl.compute.ComputeLowering` on the row's fabric preset from conf/fabric): one compute op
+(`stratacl.machine.compute.ComputeLowering` on the row's fabric preset from conf/fabric): one compute op
 per row with the row's kernel class, format, GEMM shapes, FLOPs and HBM bytes, alone on the die.
 It prints harness vs public per row with the error, then the median and worst |error| per group,
 calibration rows and check rows apart (a calibration row's error proves little: the parameter was
@@ -16,7 +16,7 @@ device-side timers do not see. Error = harness / public − 1.
 `--fit` (needs scipy) refits the free parameters of each calibrated class on its calibration rows
 only and prints them (what conf/fabric/*.yaml cites); it never reads check rows.
 
-Below the kernel rows come the operator rows (stratacl/validate_ops.py: NCCL's documented nccl-tests
+Below the kernel rows come the operator rows (stratacl/validate/operators.py: NCCL's documented nccl-tests
 busbw, DeepEP's README tables), every one a check row, each in its own bandwidth convention and in
 time. The default runs the fast ones (every NCCL row, DeepEP low-latency rows, normal rows up to
 EP 16: 4 s of CPU, 12 s wall on a loaded 2-core machine); `--operators` adds DeepEP's normal rows at
@@ -35,12 +35,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from stratacl.compute import ComputeLowering
-from stratacl.fabric import Fabric
+from stratacl.machine.compute import ComputeLowering
+from stratacl.machine.fabric import Fabric
 from stratacl.trace import Op
 from stratacl.vocab import OpKind, PhaseCategory
 
-TABLE = Path(__file__).parent / "data" / "kernels" / "validation.csv"
+TABLE = Path(__file__).parents[1] / "data" / "kernels" / "validation.csv"
 ROLES = ("calibrate", "check")
 UNITS = {"TFLOPS": 1e12, "GBps": 1e9}
 
@@ -133,7 +133,7 @@ def evaluate(rows: list[Row]) -> list[tuple[Row, float, float]]:
     return out
 
 
-def summary(results: list[tuple[Row, float, float]]) -> list[tuple[str, str, int, float, float]]:
+def summary(results: Sequence[tuple[Measured, float, float]]) -> list[tuple[str, str, int, float, float]]:
     """(group, role, rows, median |error|, worst |error|) per group and role."""
     keys = sorted({(r.group, r.role) for r, _, _ in results}, key=lambda k: (k[0], ROLES.index(k[1])))
     out = []
@@ -206,7 +206,7 @@ def _with(fabric: Fabric, kernel: str, values: dict[str, float]) -> Fabric:
     """A copy of `fabric` whose kernel class `kernel` takes `values`."""
     import copy
 
-    from stratacl.kernel_model import KernelModel
+    from stratacl.machine.kernel_model import KernelModel
 
     cfg = copy.deepcopy(fabric.cfg)
     kc = cfg.die.kernel.classes[kernel]
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = evaluate(rows)
     print(report(results))
-    from stratacl import validate_ops
+    from stratacl.validate import operators as validate_ops
 
     ops = validate_ops.evaluate(validate_ops.load(every=args.operators))
     print("\n" + validate_ops.report(ops, validate_ops.nccl_relations()))
@@ -282,6 +282,3 @@ def main(argv: list[str] | None = None) -> int:
         print("\nfigure skipped: needs matplotlib (pip install matplotlib)")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """Opt-in recorder of resource utilisation and phase intervals during a replay.
 
 `simulate(trace, lib, utilisation=True)` attaches a `UtilisationRecorder` to the fluid system. It
-keeps, per die and resource kind (`stratacl.fabric.RESOURCES`: ports per plane and direction, HBM
+keeps, per die and resource kind (`stratacl.machine.fabric.RESOURCES`: ports per plane and direction, HBM
 bandwidth, vector and cube cores, SDMA engines), the fraction of capacity in use: Σ consumption ×
 rate of the active activities plus the fraction *held* (cores held by a communication kernel are
 busy whatever its rate). Rates only change when the fluid system re-solves, so the state is a step
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from stratacl.fabric import RESOURCES, R
-from stratacl.phases import Phase
+from stratacl.machine.fabric import RESOURCES, R
+from stratacl.machine.phases import Phase
 from stratacl.vocab import PhaseCategory
 
 if TYPE_CHECKING:

@@ -25,11 +25,16 @@ from __future__ import annotations
 import csv
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-DATA = Path(__file__).parent / "data" / "operators"
+if TYPE_CHECKING:
+    from stratacl.comm.library import LibraryModel
+    from stratacl.config import RunConfig
+
+DATA = Path(__file__).parents[1] / "data" / "operators"
 NCCL_TABLE = DATA / "nccl.csv"
 DEEPEP_TABLE = DATA / "deepep.csv"
 # the DeepEP runs: hgx_h800 (H800 + CX7 400 Gb/s per GPU, as the README's cluster) grown to 64 GPUs
@@ -95,13 +100,13 @@ def load(every: bool = True) -> list[OpRow]:
 
 
 @functools.lru_cache(maxsize=32)
-def compose(overrides: tuple[str, ...]):  # noqa: ANN201 - the typed RunConfig
+def compose(overrides: tuple[str, ...]) -> RunConfig:
     """The run config the CLI composes for `overrides` (cached: rows share fabrics and runs)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     from stratacl.config import to_object
-    from stratacl.precheck import CONF
+    from stratacl.paths import CONF
 
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         return to_object(hydra_compose("config", overrides=list(overrides)))
@@ -111,9 +116,9 @@ def compose(overrides: tuple[str, ...]):  # noqa: ANN201 - the typed RunConfig
 
 
 @functools.lru_cache(maxsize=16)
-def _nccl_library(fabric: str, algos: str = "", extra: tuple[str, ...] = ()):  # noqa: ANN202
+def _nccl_library(fabric: str, algos: str = "", extra: tuple[str, ...] = ()) -> LibraryModel:
     from stratacl.comm.library import LibraryModel
-    from stratacl.fabric import Fabric
+    from stratacl.machine.fabric import Fabric
 
     over = (f"fabric={fabric}", "library=[nccl]", "baseline=nccl", *extra,
             *((f"library.nccl.nccl_algos=[{algos}]",) if algos else ()))
@@ -187,7 +192,7 @@ def deepep_overrides(spec: dict[str, str], library: str = "deepep") -> tuple[str
 def moe_metrics(overrides: tuple[str, ...]) -> dict[str, float]:
     """The `moe` workload's metrics for its one library, run in process (no subprocess, no files)."""
     from stratacl.comm.library import LibraryModel
-    from stratacl.fabric import Fabric
+    from stratacl.machine.fabric import Fabric
     from stratacl.workload_api import RunContext
     from stratacl.workload_registry import spec
 
@@ -228,8 +233,8 @@ def evaluate(rows: list[OpRow], metrics: MetricsFn = moe_metrics,
     return out
 
 
-def report(results: list[tuple[OpRow, float, float]], relations: list[tuple[str, bool, str]] = ()) -> str:
-    from stratacl.validate import summary
+def report(results: list[tuple[OpRow, float, float]], relations: Sequence[tuple[str, bool, str]] = ()) -> str:
+    from stratacl.validate.kernels import summary
 
     head = (f"{'operator row (all check)':32s} {'convention':20s} {'public':>7s} {'harness':>7s} {'error':>7s} "
             f"{'t_pub_us':>9s} {'t_harn_us':>9s} {'t_ratio':>7s}  other conventions (GB/s)")

@@ -196,7 +196,7 @@ def merge_accounting(metrics: Metrics, accounted: Mapping[str, Mapping[str, floa
 
 
 def accounting(rows: pd.DataFrame, extra: Mapping[str, pd.DataFrame]) -> dict[str, dict[str, float]]:
-    """Per-library means of the exposure accounting a run's rows carry (stratacl/accounting.py):
+    """Per-library means of the exposure accounting a run's rows carry (stratacl/engine/accounting.py):
     per decode / prefill iteration for serving, summed over operators for operator sweeps.
     Metric names are those of `directions.EXACT` (decode_iter_copy_s, op_wire_s, ...)."""
     out: dict[str, dict[str, float]] = {}

@@ -281,7 +281,7 @@ def report_lines(workload: str, summary: Mapping[str, Any], accounted: Mapping[s
     `accounted` adds per-library accounting means (verdict.accounting) to the table and the
     mechanisms; `detail` is a workload's per-size or per-iteration table (a DataFrame) printed
     first, in the same number format."""
-    from stratacl.verdict import merge_accounting, verdict
+    from stratacl.report.verdict import merge_accounting, verdict
 
     metrics = merge_accounting(summary["libraries"], accounted)
     lines = []

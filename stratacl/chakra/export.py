@@ -1,5 +1,5 @@
 """Export of harness traces as Chakra ET files (the format and its ASTRA-sim meaning:
-`stratacl/chakra.py`'s docstring). Also the Chakra basics both directions share."""
+`stratacl/chakra/import_et.py`'s docstring). Also the Chakra basics both directions share."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Chakra execution traces (MLCommons): import into a harness trace, export from one."""

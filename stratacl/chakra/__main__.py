@@ -1,0 +1,7 @@
+"""`python -m stratacl.chakra`."""
+
+import sys
+
+from stratacl.chakra.import_et import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""What a run reports: the text report, the verdict, result tables and timelines."""

@@ -1,0 +1,1 @@
+"""The CLI (`python -m stratacl.run`): compose-time checks, run directories, sweeps."""
