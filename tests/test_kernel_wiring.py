@@ -246,3 +246,22 @@ def test_cloudmatrix_split_is_of_a_910c_die() -> None:
         check_layout("cloudmatrix_tbo", 148, 148, "workload.scheduler.decode_stream_layout")
     # the GPU experiment runs SGLang-style TBO
     assert str(compose_run(["+experiment=nvidia_inference"]).workload.scheduler.decode_stream_layout) == "none"
+
+
+def test_auto_layout_is_the_fabrics_own() -> None:
+    """The default decode layout names no die: CloudMatrix-Infer's split on the 910C die it was
+    made for, no split on a GPU; the search space's `auto` resolves the same way (deduplicated)."""
+    from workloads.common.kernels import layout_on_die
+    from workloads.llm_infer.workload import resolved_layouts
+
+    assert str(layout_on_die("auto", 24, 48)) == "cloudmatrix_tbo"
+    assert str(layout_on_die("auto", 132, 132)) == "none"
+    assert str(layout_on_die("none", 24, 48)) == "none"
+    for fabric, want in (("cloudmatrix384", ["cloudmatrix_tbo", "none"]), ("hgx_h100", ["none"])):
+        cfg = compose_run([f"fabric={fabric}", "library=[nccl]" if fabric != "cloudmatrix384" else "library=[hccl]",
+                           "baseline=nccl" if fabric != "cloudmatrix384" else "baseline=hccl",
+                           "workload=llm_infer"])
+        assert str(cfg.workload.scheduler.decode_stream_layout) == "auto"
+        done = resolved_layouts(cfg.workload, Fabric(cfg.fabric))
+        assert str(done.scheduler.decode_stream_layout) == want[0]
+        assert done.search.stream_layout == want

@@ -260,6 +260,15 @@ def stream_limits(layout: StreamLayout, streams: tuple[str, str]) -> dict[str, t
     return {streams[0]: (a, b), streams[1]: (c, d)}
 
 
+def layout_on_die(layout: str, cube_cores: int, vector_cores: int) -> StreamLayout:
+    """A named layout as it runs on a die: `auto` is CloudMatrix-Infer's split on the 910C die it
+    was made for and no split elsewhere (GPUs, other dies); the others are themselves."""
+    if StreamLayout(layout) != StreamLayout.auto:
+        return StreamLayout(layout)
+    (a, b), (c, d) = CLOUDMATRIX_DECODE_SPLIT
+    return StreamLayout.cloudmatrix_tbo if (cube_cores, vector_cores) == (a + c, b + d) else StreamLayout.none
+
+
 def check_layout(layout: str, cube_cores: int, vector_cores: int, field: str) -> None:
     """A named split is of a particular die: CloudMatrix's is of a 910C die's 24 AIC + 48 AIV."""
     if layout == StreamLayout.cloudmatrix_tbo:

@@ -34,6 +34,7 @@ from workloads.common.kernels import (
     add_cost,
     apply_stream_limits,
     check_layout,
+    layout_on_die,
     stream_limits,
 )
 from workloads.common.placement import copies
@@ -178,9 +179,9 @@ class IterationModel:
         self.ctx = ctx
         self.costs = costs
         self.sched = cfg.scheduler
-        self.decode_layout = cfg.scheduler.decode_stream_layout
-        check_layout(self.decode_layout, ctx.fabric.cube_cores, ctx.fabric.vector_cores,
-                     "workload.scheduler.decode_stream_layout")
+        fab = ctx.fabric
+        self.decode_layout = layout_on_die(cfg.scheduler.decode_stream_layout, fab.cube_cores, fab.vector_cores)
+        check_layout(self.decode_layout, fab.cube_cores, fab.vector_cores, "workload.scheduler.decode_stream_layout")
         self.ranks = {ServingPhase.prefill: cfg.layout.prefill_dp, ServingPhase.decode: cfg.layout.decode_dp}
         self.kv_bytes_per_token = kv_bytes_per_token
         self.decode_dies = tuple(decode_dies)

@@ -110,6 +110,8 @@ class StreamLayout(StrEnum):
     # CloudMatrix-Infer (2506.12708 §4.2.3): attention-path / MoE-path streams of the two
     # micro-batches, 16 AIC + 32 AIV vs 8 AIC + 16 AIV
     cloudmatrix_tbo = "cloudmatrix_tbo"
+    # the fabric's own: cloudmatrix_tbo on the die it was made for (24 AIC + 48 AIV), none elsewhere
+    auto = "auto"
 
 
 @dataclass
@@ -121,7 +123,7 @@ class SchedulerConfig:
     mtp: bool = True  # multi-token prediction (one draft token per step)
     # streams and core split of a TBO decode step (two micro-batches); prefill and single-batch
     # decode always run the SGLang-style streams with no split
-    decode_stream_layout: StreamLayout = StreamLayout.cloudmatrix_tbo
+    decode_stream_layout: StreamLayout = StreamLayout.auto
     mtp_acceptance: float = knob(0.85, ge=0, le=1)  # DeepSeek-V3 report §5.4.3: 85-90 % second-token acceptance
     # decode steps run as captured graphs, as CloudMatrix-Infer runs them (2506.12708 §4.2.4): each
     # step pays the die's graph launch (REFERENCE §2: 0.6-0.8 ms), once more per host-synchronising

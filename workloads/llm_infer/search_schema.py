@@ -22,7 +22,8 @@ class SearchConfig:
     prefill_dp: list[int] = knob(factory=lambda: [16, 32, 64], ge=1)  # dies per prefill instance (DP = EP)
     decode_dp: list[int] = knob(factory=lambda: [8, 16, 32], ge=1)
     tbo: list[bool] = field(default_factory=lambda: [True, False])
-    stream_layout: list[str] = field(default_factory=lambda: ["cloudmatrix_tbo", "none"])  # with TBO only
+    # with TBO only; auto = the fabric's own (scheduler.decode_stream_layout)
+    stream_layout: list[str] = field(default_factory=lambda: ["auto", "none"])
     mtp: list[bool] = field(default_factory=lambda: [True, False])
     decode_max_batch: list[int] = knob(factory=lambda: [0, 32], ge=0)  # 0 = KV / dispatch cap only
     prefill_token_budget: list[int] = knob(factory=lambda: [4096, 8192, 16384], ge=1)
@@ -85,7 +86,7 @@ class SearchConfig:
                 raise ConfigError(f"{prefix}.{name}", f"{list(vals)}: needs positive values", "a non-empty list of positive values")
         if any(v < 0 for v in self.decode_max_batch):
             raise ConfigError(f"{prefix}.decode_max_batch", "negative batch cap", "0 (no cap) or a positive cap")
-        bad = [s for s in self.stream_layout if s not in ("none", "cloudmatrix_tbo")]
+        bad = [s for s in self.stream_layout if s not in ("none", "cloudmatrix_tbo", "auto")]
         if bad:
-            raise ConfigError(f"{prefix}.stream_layout", f"unknown layout {bad}", "none or cloudmatrix_tbo")
+            raise ConfigError(f"{prefix}.stream_layout", f"unknown layout {bad}", "none, cloudmatrix_tbo or auto")
         self.slo(None)

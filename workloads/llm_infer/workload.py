@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -10,8 +11,10 @@ import pandas as pd
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
+from stratacl.machine.fabric import Fabric
 from stratacl.metrics import LATENCY_DEFINITION, latency_percentiles
 from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.common.kernels import layout_on_die
 from workloads.common.model import describe_model, model_costs, model_name
 from workloads.common.routing import expert_weights
 from workloads.llm_infer.capacity import population, slo_capacity
@@ -36,7 +39,7 @@ from workloads.llm_infer.requests import (
     window_start,
 )
 from workloads.llm_infer.scheduling import ServingPhase, decode_batch_cap, emitted_tokens_per_step
-from workloads.llm_infer.schema import LlmInferConfig, ServingMode
+from workloads.llm_infer.schema import LlmInferConfig, ServingMode, StreamLayout
 from workloads.llm_infer.serving import ServingSim
 from workloads.llm_infer.stability import served_fractions
 from workloads.modelcost import ModelCosts
@@ -315,8 +318,18 @@ def slo_search(serving: Serving, library: str) -> tuple[dict[str, float], pd.Dat
             "slo_capacity_ceiling_req_per_s": res.ceiling or cfg.capacity.rate_max}, rows
 
 
+def resolved_layouts(cfg: LlmInferConfig, fabric: Fabric) -> LlmInferConfig:
+    """`cfg` with the stream layouts named `auto` (scheduler, search space) as they run on `fabric`'s die."""
+    def on(layout: str) -> str:
+        return str(layout_on_die(layout, fabric.cube_cores, fabric.vector_cores))
+
+    sched = replace(cfg.scheduler, decode_stream_layout=StreamLayout(on(cfg.scheduler.decode_stream_layout)))
+    search = replace(cfg.search, stream_layout=list(dict.fromkeys(on(s) for s in cfg.search.stream_layout)))
+    return replace(cfg, scheduler=sched, search=search)
+
+
 def run(ctx: RunContext) -> WorkloadResult:
-    cfg: LlmInferConfig = ctx.cfg.workload
+    cfg = resolved_layouts(ctx.cfg.workload, ctx.fabric)
     validate_layout(cfg, ctx.fabric.world)
     ctx.progress.phase("model costs", total=1, unit="model")
     mc = model_costs(cfg.model, cfg.cache_dir)
