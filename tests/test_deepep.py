@@ -3,12 +3,15 @@ against counts made token by token from a routing, independently of the code und
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from helpers import compose_run, make_library
 from hypothesis import given
 from hypothesis import strategies as st
 
+from stratacl.comm.ep import MoeOp
 from stratacl.errors import ConfigError, TraceError
 from stratacl.machine.fabric import Fabric
 from stratacl.trace import MoeShape, Trace
@@ -59,14 +62,14 @@ def _op_plan(lib, coll: str, dest: np.ndarray, per_token: float):  # noqa: ANN00
     copies = copies_matrix(dest * (EXPERTS // EP), EP, EXPERTS, per_expert=False)
     mat = copies if coll == "dispatch" else copies.T
     peer = tuple((mat * per_token).ravel())
-    moe = ("ht", per_token, EXPERTS // EP, TOP_K, tuple(group_tokens(dest, EP)))
+    moe = MoeOp("ht", per_token, EXPERTS // EP, TOP_K, tuple(group_tokens(dest, EP)))
     return lib.wire_plan(coll, float(mat.sum(axis=1).max() * per_token), tuple(range(EP)), peer, moe=moe)
 
 
 def _flows(lib, coll: str, dest: np.ndarray, per_token: float) -> np.ndarray:  # noqa: ANN001
     copies = copies_matrix(dest * (EXPERTS // EP), EP, EXPERTS, per_expert=False)
     mat = copies if coll == "dispatch" else copies.T
-    moe = ("ht", per_token, EXPERTS // EP, TOP_K, tuple(group_tokens(dest, EP)))
+    moe = MoeOp("ht", per_token, EXPERTS // EP, TOP_K, tuple(group_tokens(dest, EP)))
     g, flows = lib.ht_path.node_flows(lib.ctx, coll, tuple(range(EP)), tuple((mat * per_token).ravel()), moe)
     assert g == G
     return np.asarray(flows).reshape(EP, EP)
@@ -126,22 +129,22 @@ def test_flat_inside_a_node_and_for_other_paths(h800: Fabric) -> None:
     dest = route(TOKENS, G, EXPERTS, TOP_K, w, np.random.default_rng(0)) // (EXPERTS // G)
     copies = copies_matrix(dest * (EXPERTS // G), G, EXPERTS, per_expert=False)
     peer = tuple((copies * FP8).ravel())
-    moe = ("ht", FP8, EXPERTS // G, TOP_K, tuple(group_tokens(dest, G)))
+    moe = MoeOp("ht", FP8, EXPERTS // G, TOP_K, tuple(group_tokens(dest, G)))
     lib = make_library(h800, "deepep")
     a = lib.wire_plan("dispatch", 1e6, tuple(range(G)), peer, moe=moe)
-    b = lib.wire_plan("dispatch", 1e6, tuple(range(G)), peer, moe=moe[:3])
+    b = lib.wire_plan("dispatch", 1e6, tuple(range(G)), peer, moe=replace(moe, group_tokens=()))
     assert a.algorithm == b.algorithm == "fullmesh" and a.tx_s == b.tx_s
     # an LL op or a flat library never forwards
-    assert lib.ht_path.node_flows(lib.ctx, "dispatch", tuple(range(EP)), (1.0,) * EP * EP, ("ll", FP8, 2, 6, (1.0,)))[1] == ()
+    assert lib.ht_path.node_flows(lib.ctx, "dispatch", tuple(range(EP)), (1.0,) * EP * EP, MoeOp("ll", FP8, 2, 6, (1.0,)))[1] == ()
     cann = make_library(h800, "cann_ep")
     assert cann.ht_path.node_flows(cann.ctx, "dispatch", tuple(range(EP)), (1.0,) * EP * EP,
-                                   ("ht", FP8, 2, 6, (1.0,)))[1] == ()
+                                   MoeOp("ht", FP8, 2, 6, (1.0,)))[1] == ()
 
 
 def test_notify_is_two_hops_after_the_layout_kernel(h800: Fabric, routed: np.ndarray) -> None:
     lib = make_library(h800, "deepep")
     copies = copies_matrix(routed * (EXPERTS // EP), EP, EXPERTS, per_expert=False)
-    moe = ("ht", FP8, EXPERTS // EP, TOP_K, tuple(group_tokens(routed, EP)))
+    moe = MoeOp("ht", FP8, EXPERTS // EP, TOP_K, tuple(group_tokens(routed, EP)))
     notify = lib.ht_path.notify(lib.ctx, lib, tuple(range(EP)), tuple((copies * FP8).ravel()), moe, None)
     kinds = [p.category for p in notify]
     assert kinds[0] == "launch" and kinds.count("launch") == 2  # layout kernel, notify kernel
@@ -157,17 +160,17 @@ def test_notify_forwards_exactly_where_the_dispatch_does(h800: Fabric, routed: n
     lib = make_library(h800, "deepep")
     peer = tuple((copies_matrix(routed * (EXPERTS // EP), EP, EXPERTS, per_expert=False) * FP8).ravel())
     gt = tuple(group_tokens(routed, EP))
-    ht = ("ht", FP8, EXPERTS // EP, TOP_K, gt)
+    ht = MoeOp("ht", FP8, EXPERTS // EP, TOP_K, gt)
     half = tuple(range(2 * G))  # two nodes, with its own counts
-    ht_half = ("ht", FP8, EXPERTS // EP, TOP_K, tuple(group_tokens(routed[:2 * G] % (2 * G), 2 * G)))
+    ht_half = MoeOp("ht", FP8, EXPERTS // EP, TOP_K, tuple(group_tokens(routed[:2 * G] % (2 * G), 2 * G)))
     cases = [(tuple(range(EP)), peer, ht, True), (tuple(range(EP)), (), ht, True), (half, (), ht_half, True),
              (tuple(range(G)), (), ht, False),  # inside one node: the intranode kernels
              (tuple(range(G + G // 2)), (), ht, False),  # 8 + 4 GPUs: unequal blocks
-             (tuple(range(EP)), peer, ("ll", *ht[1:]), False),  # LL mode
-             (tuple(range(EP)), peer, ht[:4], False)]  # no (token, node) counts
+             (tuple(range(EP)), peer, replace(ht, mode="ll"), False),  # LL mode
+             (tuple(range(EP)), peer, replace(ht, group_tokens=()), False)]  # no (token, node) counts
     for group, pb, moe, two_hop in cases:
         kinds = [p.category for p in lib.ht_path.notify(lib.ctx, lib, group, pb, moe, None)]
-        assert (kinds.count("launch") == 2) is two_hop, (len(group), len(pb), moe[0], len(moe))
+        assert (kinds.count("launch") == 2) is two_hop, (len(group), len(pb), moe.mode, len(moe.group_tokens))
 
 
 def test_group_tokens_count_distinct_blocks(routed: np.ndarray) -> None:

@@ -360,13 +360,14 @@ def test_serving_iterations_carry_the_moe_shape_their_dispatches_are_lowered_wit
             dataclasses.replace(tr, moe=None).validate()
     lib = env.ctx.libraries["hccl"]
     disp = next(op for op in tr.ops if op.coll == "dispatch")
-    shape = LibraryRuntime(lib, tr)._moe_shape(disp)
-    assert shape[:3] == (env.iters.dispatch_bytes, 4, c.top_k)
+    moe = LibraryRuntime(lib, tr)._moe_op(disp)
+    assert moe is not None and (moe.mode, moe.bytes_per_copy, moe.experts_per_rank, moe.top_k) == (
+        "ll", env.iters.dispatch_bytes, 4, c.top_k)
     # per-expert receive slots (stratacl) pay a start-up per expert hit; HCCL's all-to-all-v
     # lowering lands a peer's tokens in one region (moe_ll_windows: per_peer): one window each
     for name, many in (("stratacl", True), ("hccl", False)):
         plan = env.ctx.libraries[name].wire_plan("dispatch", max(disp.nbytes), tuple(range(4)), disp.peer_bytes,
-                                                moe=("ll", *shape))
+                                                moe=moe)
         assert (max(plan.peer_copies, default=1) > 1) is many, name
 
 
@@ -394,7 +395,7 @@ def test_serving_prefill_dispatch_takes_deepeps_node_forwarding_path() -> None:
     flat_wires = [p for p in flat_phases if p.category == "wire"]
     assert (len(wires), len(flat_wires)) == (3, 2)
     assert wires[-1].standalone_s() < flat_wires[-1].standalone_s()
-    shape = LibraryRuntime(lib, tr)._moe_shape(disp)
-    fwd = lib.wire_plan("dispatch", max(disp.nbytes), tuple(range(16)), disp.peer_bytes, moe=("ht", *shape))
+    fwd = lib.wire_plan("dispatch", max(disp.nbytes), tuple(range(16)), disp.peer_bytes,
+                        moe=LibraryRuntime(lib, tr)._moe_op(disp))
     flat = lib.wire_plan("dispatch", max(disp.nbytes), tuple(range(16)), disp.peer_bytes)
     assert fwd.algorithm == "node_forward" and fwd.tx_s["rdma"] < flat.tx_s["rdma"]

@@ -10,6 +10,7 @@ import pytest
 from helpers import compose_run, make_library
 
 from stratacl.comm import sdma
+from stratacl.comm.ep import MoeOp
 from stratacl.engine.replay import simulate
 from stratacl.machine.fabric import Fabric
 from workloads.moe.workload import build_trace
@@ -56,8 +57,8 @@ def test_ll_windows_cost_start_ups_on_vector_cores(cm384) -> None:  # noqa: ANN0
     size = float(peer.sum(axis=1).max())
     packed = sum(p.standalone_s() for p in lib.collective_phases("dispatch", size, g, flat, "ll"))
     windows = sum(p.standalone_s() for p in lib.collective_phases("dispatch", size, g, flat, "ll",
-                                                                    moe_shape=(7680.0, 8)))
-    plan = lib.wire_plan("dispatch", size, g, flat, moe=("ll", 7680.0, 8))
+                                                                    moe=MoeOp("ll", 7680.0, 8)))
+    plan = lib.wire_plan("dispatch", size, g, flat, moe=MoeOp("ll", 7680.0, 8))
     assert set(plan.peer_copies) == {3}  # 4 copies over 8 experts hit 8·(1 − (7/8)^4) = 3.3 of them
     assert windows > packed
     assert lib.ctx.transfer_windows(plan) == 31 * 3 + 31  # windows + one completion flag per peer

@@ -33,7 +33,7 @@ token follow from them and the op's `peer_bytes` (its format: FP8 + scales, BF16
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -47,8 +47,22 @@ from stratacl.machine.phases import Phase, delay
 ALGORITHM = NODE_FORWARD  # the plan name it reports (a one-step concurrent exchange)
 TOPK_IDX_BYTES = 8  # DeepEP's topk_idx_t is int64 (deep_ep.topk_idx_t)
 COUNT_BYTES = 4  # int32 counts in the notify exchange
-# (mode, bytes per token copy, experts per rank, top_k, group tokens) of a dispatch/combine; () otherwise
-MoeArgs = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MoeOp:
+    """A dispatch/combine as its lowering sees it: the kernel family (`ht` / `ll`), the bytes of one
+    token copy, the experts per rank and top_k of the layer (the trace's `MoeShape`), and the op's
+    (token, block) counts (`Op.group_tokens`)."""
+
+    mode: str
+    bytes_per_copy: float
+    experts_per_rank: int = 1
+    top_k: int = 0
+    group_tokens: tuple[float, ...] = ()
+
+
+MoeArgs = MoeOp | None  # None: not a dispatch/combine, or one whose layer shape the trace lacks
 
 
 def node_size(fabric: Fabric, group: tuple[int, ...]) -> int:
@@ -159,11 +173,11 @@ class NodeForwardHt(FlatHt):
 
     def node_flows(self, ctx: CommContext, coll: str, group: tuple[int, ...], peer_bytes: tuple[float, ...],
                    moe: MoeArgs) -> tuple[int, tuple[float, ...]]:
-        if not moe or moe[0] != "ht":
+        if moe is None or moe.mode != "ht":
             return 0, ()
         n = len(group)
         g = node_size(ctx.fabric, group)
-        gtok = moe[4] if len(moe) > 4 else ()
+        gtok = moe.group_tokens
         if g < 2 or g == n or not gtok or not peer_bytes:
             return g, ()
         copies = block_tokens(gtok, n, 1)
@@ -175,14 +189,14 @@ class NodeForwardHt(FlatHt):
                moe: MoeArgs, cores: int | None) -> list[Phase]:
         n = len(group)
         # node_flows' conditions for forwarding, without building its n×n matrix
-        g = node_size(ctx.fabric, group) if moe and moe[0] == "ht" else 0
-        if not (2 <= g < n and len(moe) > 4 and moe[4]):
+        g = node_size(ctx.fabric, group) if moe is not None and moe.mode == "ht" else 0
+        if moe is None or not (2 <= g < n and moe.group_tokens):
             return super().notify(ctx, ops, group, peer_bytes, moe, cores)
-        tokens = float(block_tokens(moe[4], n, n).max())  # routed tokens of the busiest rank
+        tokens = float(block_tokens(moe.group_tokens, n, n).max())  # routed tokens of the busiest rank
         layout = delay("launch", ctx.launch_us * 1e-6
-                       + layout_bytes(tokens, int(moe[3]), n) / ctx.fabric.hbm_Bps)
+                       + layout_bytes(tokens, moe.top_k, n) / ctx.fabric.hbm_Bps)
         rdma_g, node_g = notify_groups(group, g)
-        rdma_b, nvl_b = notify_bytes(n, g, int(moe[2]))
+        rdma_b, nvl_b = notify_bytes(n, g, moe.experts_per_rank)
         rdma = ops.op_phases("alltoall", rdma_b, rdma_g, cores) if len(rdma_g) > 1 else []
         nvl = [p for p in ops.op_phases("alltoall", nvl_b, node_g, cores) if p.category != "launch"]
         return [*layout, *rdma, *nvl]

@@ -164,9 +164,8 @@ class LibraryModel:
 
     def wire_plan(self, coll: str, size: float, group: tuple[int, ...],
                   peer_bytes: tuple[float, ...] = (), algorithm: str | None = None,
-                  moe: ep.MoeArgs = ()) -> alg.WirePlan:
-        """`moe` = (mode, bytes per token copy, experts per rank, top_k, group tokens) of a
-        dispatch/combine. A node-forwarding library's HT dispatch/combine (comm/ep.py) runs one
+                  moe: ep.MoeArgs = None) -> alg.WirePlan:
+        """`moe`: the dispatch/combine's shape (`ep.MoeOp`). A node-forwarding library's HT dispatch/combine (comm/ep.py) runs one
         concurrent exchange of its two-hop flows instead of the rank-level matrix."""
         tidx = self.fabric.group_tiers(group)
         algo = algorithm or self.candidates(coll)[0]
@@ -175,8 +174,8 @@ class LibraryModel:
             plan = self._plan(coll, size, len(group), tidx.tobytes(), flows, Algorithm.fullmesh.value)
             return replace(plan, algorithm=ep.ALGORITHM)
         plan = self._plan(coll, size, len(group), tidx.tobytes(), peer_bytes, algo)
-        if moe and plan.peer_work and self.cfg.moe_ll_windows == MoeLlWindows.per_expert:
-            plan = replace(plan, peer_copies=moe_windows(plan, *moe[:3]))
+        if moe is not None and plan.peer_work and self.cfg.moe_ll_windows == MoeLlWindows.per_expert:
+            plan = replace(plan, peer_copies=moe_windows(plan, moe.mode, moe.bytes_per_copy, moe.experts_per_rank))
         return plan
 
     @lru_cache(maxsize=65536)  # noqa: B019 - one model per run
@@ -190,7 +189,7 @@ class LibraryModel:
     # ------------------------------------------------------------------ pricing
     def collective_phases(self, coll: str, size: float, group: tuple[int, ...],
                           peer_bytes: tuple[float, ...] = (), moe_mode: str = "",
-                          cores: int | None = None, moe_shape: tuple[Any, ...] = ()) -> list[Phase]:
+                          cores: int | None = None, moe: ep.MoeArgs = None) -> list[Phase]:
         """Static phases of one collective on one communicator (registration is added at run
         time by the runtime). With algorithm=auto, the fastest candidate on an idle fabric.
         `cores`: vector cores the comm kernel may use (a stream limit; default comm_cores).
@@ -200,13 +199,13 @@ class LibraryModel:
         kernels write into fixed per-expert slots and skip it (`moe_layout_exchange` turns the
         step off for a library that derives the layout otherwise).
 
-        `moe_shape` = (bytes per token copy, experts per rank, top_k, group tokens): an LL kernel
+        `moe` (the op's `ep.MoeOp`, its mode `moe_mode`'s): an LL kernel
         writes each peer's copies into one window per expert hit, each its own start-up
         (`moe_windows`); a node-forwarding HT kernel sends once per (token, node) and forwards inside
         the node, after its layout kernel and a two-hop count exchange (`ep.HT_PATHS`). A library
         that signals completion with remote atomics pays `moe_signal_rtts` round trips; one whose
         operator needs the host first (`host_sync`) pays a device→host copy and host round trip."""
-        moe = (moe_mode, *moe_shape) if moe_mode and moe_shape else ()
+        moe = moe if moe_mode else None
         phases = self._best(coll, size, group, peer_bytes, cores, moe)[1]
         if coll == "dispatch" and moe_mode == "ht" and self.cfg.moe_layout_exchange and len(group) > 1:
             phases = merge_delays([*self.ht_path.notify(self.ctx, self, group, peer_bytes, moe, cores), *phases])
@@ -253,7 +252,7 @@ class LibraryModel:
         return self._best(coll, size, group, peer_bytes, cores)[0]
 
     def op_info(self, coll: str, size: float, group: tuple[int, ...],
-                peer_bytes: tuple[float, ...] = (), cores: int | None = None, moe: ep.MoeArgs = ()) -> OpInfo:
+                peer_bytes: tuple[float, ...] = (), cores: int | None = None, moe: ep.MoeArgs = None) -> OpInfo:
         """The algorithm that runs and the spread of the comm cores' completion times under the
         library's core partitioning (as a vector-core mover would run this plan). `moe`: as
         `wire_plan`'s (a node-forwarding dispatch reports its own plan)."""
@@ -267,7 +266,7 @@ class LibraryModel:
         return OpInfo(algo, sched.spread)
 
     def _best(self, coll: str, size: float, group: tuple[int, ...], peer_bytes: tuple[float, ...],
-              cores: int | None = None, moe: ep.MoeArgs = ()) -> tuple[str, list[Phase], str]:
+              cores: int | None = None, moe: ep.MoeArgs = None) -> tuple[str, list[Phase], str]:
         """(algorithm that runs, its phases, the candidate that produced it)."""
         best: tuple[str, list[Phase], str] = ("", [], "")
         best_t = math.inf
@@ -522,23 +521,23 @@ class LibraryRuntime:
                 continue
             seen.add(key)
             phases = self.model.collective_phases(op.coll, size, g, op.peer_bytes, op.moe_mode, cores,
-                                                  self._moe_shape(op))
+                                                  self._moe_op(op))
             t = sum(p.standalone_s() for p in phases)
             if t > best_t:
                 best, best_t, best_group = phases, t, g
-        shape = self._moe_shape(op)  # an HT op may run the node-forwarding plan: report that one
+        moe = self._moe_op(op)  # an HT op may run the node-forwarding plan: report that one
         info = self.model.op_info(op.coll, size, tuple(best_group), op.peer_bytes, cores,
-                                  ("ht", *shape) if op.moe_mode == "ht" and shape else ())
+                                  moe if op.moe_mode == "ht" else None)
         # accounting fields count bytes over the whole op (all groups)
         return [_scale_accounting(p, len(groups)) for p in best], len(groups[0]) - 1, info
 
-    def _moe_shape(self, op: Op) -> tuple[Any, ...]:
-        """(bytes per token copy, experts per rank, top_k, the op's (token, block) counts) of a
-        dispatch/combine op: the trace's `MoeShape` and the op's `group_tokens`; () for other ops."""
+    def _moe_op(self, op: Op) -> ep.MoeOp | None:
+        """A dispatch/combine op's shape: the trace's `MoeShape` and the op's `group_tokens`."""
         shape = self.trace.moe if op.moe_mode else None
         if shape is None:
-            return ()
-        return (shape.bytes_per_copy(op.coll), shape.experts_per_rank, shape.top_k, op.group_tokens)
+            return None
+        return ep.MoeOp(op.moe_mode, shape.bytes_per_copy(op.coll), shape.experts_per_rank, shape.top_k,
+                        op.group_tokens)
 
     def _lower_p2p(self, op: Op) -> tuple[list[Phase], int, OpInfo]:
         fab = self.fabric
