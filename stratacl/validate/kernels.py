@@ -199,6 +199,10 @@ FREE = {
     ("hgx_h800", "grouped_gemm"): ("compute_fraction.fp8", "hbm_fraction", "k_fill", "fill_us"),
     ("hgx_h800", "attention_prefill"): ("compute_fraction.bf16", "k_fill"),
     ("hgx_h800", "attention_decode"): ("compute_fraction.bf16", "hbm_fraction"),
+    # Table 10's rows are all compute-bound ms-long kernels at two k: they identify the INT8
+    # fraction and the per-tile fill, not hbm_fraction or a µs ramp
+    ("cloudmatrix384", "grouped_gemm"): ("compute_fraction.int8", "k_fill"),
+    ("cloudmatrix384", "attention_decode"): ("compute_fraction.bf16", "hbm_fraction"),
 }
 
 
