@@ -92,3 +92,56 @@ def test_report_groups_keep_roles_apart_and_check_within_the_bar() -> None:
     check = [abs(e) for r, _, e in results if r.group == GROUPED and r.role == "check"]
     assert (n, med, worst) == (2, statistics.median(check), max(check))
     assert med <= 0.15
+
+
+# --------------------------------------------------------------------------- decode layer check
+
+
+def test_decode_layer_breakdown_closed_form() -> None:
+    """Two MoE layers × two micro-batches with known op times: each paper op is its harness ops'
+    summed device time averaged over (layer, micro-batch); a dense layer and the embedding do not
+    count; each stream's check row is the sum of its ops against 600 µs."""
+    import numpy as np
+
+    from stratacl.trace import Trace
+    from stratacl.validate import decode_layer as dl
+
+    tr = Trace(world_size=1)
+    times: list[float] = []
+    us = {"attn": 100.0, "attn.vec": 10.0, "attn_core": 300.0, "moe.route": 20.0, "moe.gemm": 30.0,
+          "dispatch": 50.0, "moe": 200.0, "combine": 80.0}
+
+    def op(name: str, stream: str, t: float) -> None:
+        tr.add("compute", [0], flops=1.0, stream=stream, name=name)
+        times.append(t)
+
+    op("embedding.mb0", "attn_path", 999.0)
+    op("L0.dense_mlp.mb0", "moe_path", 999.0)  # no dispatch: not a MoE layer
+    for layer in (1, 2):
+        for mb in (0, 1):
+            scale = layer * (1 + mb)  # 1, 2, 2, 4: mean 2.25
+            for kind, t in us.items():
+                base, _, part = kind.partition(".")
+                stream = "attn_path" if base.startswith("attn") else "moe_path"
+                op(f"L{layer}.{base}.mb{mb}" + (f".{part}" if part else ""), stream, t * scale)
+    end = np.cumsum(np.array(times)) * 1e-6
+    start = end - np.array(times) * 1e-6
+    got = {o.op: o.harness_us for o in dl.breakdown(tr, start, end)}
+    assert got == pytest.approx({"MLAProlog + O_PROJ": 110 * 2.25, "FusedAttention": 300 * 2.25,
+                                 "Gate (+ shared expert)": 50 * 2.25, "Dispatch": 50 * 2.25,
+                                 "MLP (routed expert)": 200 * 2.25, "Combine": 80 * 2.25})
+    rows = dl.stream_rows(dl.breakdown(tr, start, end))
+    assert [(r.id, r.role, r.measured) for r in rows] == [("decode layer stream 0", "check", 600.0),
+                                                         ("decode layer stream 1", "check", 600.0)]
+    assert rows[0].harness == pytest.approx(410 * 2.25) and rows[1].harness == pytest.approx(380 * 2.25)
+    assert rows[0].error == pytest.approx(410 * 2.25 / 600 - 1)
+
+
+def test_decode_layer_of_the_deployment_is_a_check_on_both_streams() -> None:
+    """The cloudmatrix_infer decode step: every paper op has harness time; both rows check."""
+    from stratacl.validate import decode_layer as dl
+
+    ops = dl.breakdown(*dl.simulated_decode())
+    assert len(ops) == len(dl.OPS) and all(o.harness_us > 0 for o in ops)
+    assert {o.stream for o in ops} == {"stream 0", "stream 1"}
+    assert [r.role for r in dl.stream_rows(ops)] == ["check", "check"]
