@@ -135,6 +135,11 @@ def test_decode_layer_breakdown_closed_form() -> None:
                                                          ("decode layer stream 1", "check", 600.0)]
     assert rows[0].harness == pytest.approx(410 * 2.25) and rows[1].harness == pytest.approx(380 * 2.25)
     assert rows[0].error == pytest.approx(410 * 2.25 / 600 - 1)
+    # a decode step without the two-stream pipeline (one compute, one comm stream) has no such row
+    flat = Trace(world_size=1)
+    flat.add("compute", [0], flops=1.0, stream="comm", name="L1.dispatch.mb0")
+    with pytest.raises(ValueError, match="two streams"):
+        dl.breakdown(flat, np.zeros(1), np.ones(1))
 
 
 def test_decode_layer_of_the_deployment_is_a_check_on_both_streams() -> None:

@@ -34,14 +34,15 @@ GROUP = "910c decode layer per stream"
 EXPERIMENT = ("+experiment=cloudmatrix_infer", "library=[cann_ep]", "baseline=cann_ep")
 COMMAND = ("python -m stratacl.validate (or --decode-layer RUN_DIR: a saved python -m stratacl.run "
            "+experiment=cloudmatrix_infer output.trace=true)")
+ATTN, MOE = "attn_path", "moe_path"  # the pipeline's streams in the trace (workloads' llm_infer)
 # (stream in the trace, the paper's stream, the paper's op, the harness op kinds it holds)
 OPS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    ("attn_path", "stream 0", "MLAProlog + O_PROJ", ("attn", "attn.vec")),
-    ("attn_path", "stream 0", "FusedAttention", ("attn_core",)),
-    ("moe_path", "stream 1", "Gate (+ shared expert)", ("moe.route", "moe.gemm")),
-    ("moe_path", "stream 1", "Dispatch", ("dispatch",)),
-    ("moe_path", "stream 1", "MLP (routed expert)", ("moe",)),
-    ("moe_path", "stream 1", "Combine", ("combine",)),
+    (ATTN, "stream 0", "MLAProlog + O_PROJ", ("attn", "attn.vec")),
+    (ATTN, "stream 0", "FusedAttention", ("attn_core",)),
+    (MOE, "stream 1", "Gate (+ shared expert)", ("moe.route", "moe.gemm")),
+    (MOE, "stream 1", "Dispatch", ("dispatch",)),
+    (MOE, "stream 1", "MLP (routed expert)", ("moe",)),
+    (MOE, "stream 1", "Combine", ("combine",)),
 )
 _NAME = re.compile(r"^L(?P<layer>\d+)\.(?P<kind>[a-z_]+)\.mb(?P<mb>\d+)(?:\.(?P<part>[a-z_]+))?$")
 
@@ -78,9 +79,11 @@ def breakdown(trace: Trace, start: np.ndarray, end: np.ndarray) -> list[OpTime]:
             continue
         kind = m["kind"] + (f".{m['part']}" if m["part"] else "")
         per[(int(m["layer"]), int(m["mb"]))][f"{op.stream}:{kind}"] += float(end[op.id] - start[op.id])
-    moe = [v for v in per.values() if any(k.endswith(":dispatch") for k in v)]
+    moe = [v for v in per.values() if f"{MOE}:dispatch" in v]
     if not moe:
-        raise ValueError("the decode trace has no MoE layer with a dispatch on a stream of its own")
+        raise ValueError("the decode trace runs no MoE layer on CloudMatrix-Infer's two streams "
+                         f"({ATTN}, {MOE}): save a run with two-batch overlap "
+                         "and the cloudmatrix_tbo stream layout")
     return [OpTime(paper_stream, op, 1e6 * statistics.fmean(sum(v.get(f"{stream}:{k}", 0.0) for k in kinds)
                                                            for v in moe))
             for stream, paper_stream, op, kinds in OPS]

@@ -281,12 +281,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = evaluate(rows)
     print(report(results))
+    from stratacl.errors import HarnessError
     from stratacl.validate import decode_layer
 
     try:
         layer = decode_layer.breakdown(*(decode_layer.saved_decode(args.decode_layer) if args.decode_layer
                                          else decode_layer.simulated_decode()))
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, HarnessError) as exc:
         print(f"error: decode layer: {exc}", file=sys.stderr)
         return 2
     print("\n" + decode_layer.report(layer))
