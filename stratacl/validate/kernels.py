@@ -16,7 +16,11 @@ device-side timers do not see. Error = harness / public − 1.
 `--fit` (needs scipy) refits the free parameters of each calibrated class on its calibration rows
 only and prints them (what conf/fabric/*.yaml cites); it never reads check rows.
 
-Below the kernel rows come the operator rows (stratacl/validate/operators.py: NCCL's documented nccl-tests
+Then the decode-layer check rows (stratacl/validate/decode_layer.py): CloudMatrix-Infer's ≈ 600 µs
+per micro-batch per layer on each of its two decode streams against the harness's
+`+experiment=cloudmatrix_infer` decode step, op by op (`--decode-layer RUN_DIR` reads a saved run).
+
+Below them come the operator rows (stratacl/validate/operators.py: NCCL's documented nccl-tests
 busbw, DeepEP's README tables), every one a check row, each in its own bandwidth convention and in
 time. The default runs the fast ones (every NCCL row, DeepEP low-latency rows, normal rows up to
 EP 16: 4 s of CPU, 12 s wall on a loaded 2-core machine); `--operators` adds DeepEP's normal rows at
@@ -199,6 +203,10 @@ FREE = {
     ("hgx_h800", "grouped_gemm"): ("compute_fraction.fp8", "hbm_fraction", "k_fill", "fill_us"),
     ("hgx_h800", "attention_prefill"): ("compute_fraction.bf16", "k_fill"),
     ("hgx_h800", "attention_decode"): ("compute_fraction.bf16", "hbm_fraction"),
+    # Table 10's rows are all compute-bound ms-long kernels at two k: they identify the INT8
+    # fraction and the per-tile fill, not hbm_fraction or a µs ramp
+    ("cloudmatrix384", "grouped_gemm"): ("compute_fraction.int8", "k_fill"),
+    ("cloudmatrix384", "attention_decode"): ("compute_fraction.bf16", "hbm_fraction"),
 }
 
 
@@ -256,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", type=Path, default=TABLE, help="validation table (CSV)")
     ap.add_argument("--out", type=Path, default=Path("validation.png"), help="figure path (PNG)")
     ap.add_argument("--fit", action="store_true", help="refit the calibrated parameters on calibration rows")
+    ap.add_argument("--decode-layer", type=Path, metavar="RUN_DIR",
+                    help="the decode-layer check from a saved cloudmatrix_infer run (output.trace=true) "
+                    "instead of simulating it")
     ap.add_argument("--operators", action="store_true",
                     help="every operator row (adds DeepEP's normal kernels at EP 32-64, ~8 s more CPU)")
     args = ap.parse_args(argv)
@@ -270,6 +281,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     results = evaluate(rows)
     print(report(results))
+    from stratacl.errors import HarnessError
+    from stratacl.validate import decode_layer
+
+    try:
+        layer = decode_layer.breakdown(*(decode_layer.saved_decode(args.decode_layer) if args.decode_layer
+                                         else decode_layer.simulated_decode()))
+    except (OSError, ValueError, KeyError, HarnessError) as exc:
+        print(f"error: decode layer: {exc}", file=sys.stderr)
+        return 2
+    print("\n" + decode_layer.report(layer))
     from stratacl.validate import operators as validate_ops
 
     ops = validate_ops.evaluate(validate_ops.load(every=args.operators))

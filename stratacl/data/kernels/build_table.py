@@ -5,7 +5,9 @@ FLOPs and bytes follow from its stated shape by the rules below; the role (calib
 fixed here by rule BEFORE any parameter is fitted: within each group, in source order, every third
 row (the 3rd, 6th, ...) is a check row; groups of one or two rows calibrate (single stated figures
 with nothing else to fit on) unless marked check below because they are a different kernel than the
-class they check (sparse attention against the dense classes) or another die.
+class they check (sparse attention against the dense classes) or another die. The 910C rows
+follow the same rule: the six CANN grouped GEMM rows of Table 10 (3rd and 6th check), the two
+CANN MLA figures calibrate (one each, nothing else to fit on).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ HERE = Path(__file__).parent
 DEEPGEMM = ("DeepGEMM README @327ec92 (2025-04-09), Performance; MIT (c) 2025 DeepSeek; "
             "deepgemm_h800_fp8.csv")
 FLASHMLA = "FlashMLA README (deepseek-ai/FlashMLA, 2026-04); MIT (c) 2025 DeepSeek"
+CANN = ("Serving LLMs on Huawei CloudMatrix384 (arXiv 2506.12708 v2) §5.5.2-5.5.3; cann_910c.csv")
+CM384_INT8_TFLOPS = 752.0  # the die's INT8 peak (conf/fabric/cloudmatrix384.yaml); Table 10's HBM column implies it
+CM384_BF16_TFLOPS = 376.0  # the die's BF16 peak (2506.12708, conf/fabric/cloudmatrix384.yaml)
 FA3 = ("FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608) Fig. 5 forward, no causal mask, "
        "head dim 128, H100 SXM5 BF16 (bar labels; H800 = H100 SXM compute and HBM)")
 COLS = ("id", "group", "role", "fabric", "kernel", "format", "core", "gemms", "flops", "hbm_bytes",
@@ -119,8 +124,50 @@ def flashmla() -> list[TableRow]:
     return rows
 
 
+def cann_910c() -> list[TableRow]:
+    """The CANN rows on one 910C die: INT8 grouped GEMM (Table 10), MLA decode (Tables 8-9)."""
+    gg: list[TableRow] = []
+    mla: list[TableRow] = []
+    with (HERE / "cann_910c.csv").open() as f:
+        for r in csv.DictReader(f):
+            util = float(r["utilization_pct"]) / 100
+            if r["kernel"] == "int8_grouped_gemm":
+                g, m, n, k = int(r["groups"]), int(r["m"]), int(r["n"]), int(r["k"])
+                # INT8 A (m×k) and B (n×k) per group, BF16 D (m×n): this count reproduces the
+                # table's own hbm_GBps at the 752 TOPS peak to 0.2 %
+                gg.append({
+                    "id": f"cann_int8_grouped_gemm_{g}x{m}_{n}_{k}", "group": "910c int8 grouped_gemm",
+                    "fabric": "cloudmatrix384", "kernel": "grouped_gemm", "format": "int8", "core": "cube",
+                    "gemms": gemms_str([(m, n, k, g)]), "flops": 2 * m * n * k * g,
+                    "hbm_bytes": g * (m * k + n * k + 2 * m * n), "measured": round(util * CM384_INT8_TFLOPS, 2),
+                    "unit": "TFLOPS", "source": CANN + " Table 10",
+                    "note": f"{r['utilization_pct']} % of the {CM384_INT8_TFLOPS:.0f} TOPS INT8 peak; {g} groups "
+                    f"of m={m}; {r['hbm_GBps']} GB/s sustained; tile 128 x 152"})
+            elif r["bound"] == "compute":
+                g_, f_, h_ = mla_decode(128, 2, 128, 8192, 576 * 2)
+                mla.append({
+                    "id": "cann_mla_decode_compute_bound", "group": "910c bf16 attention_decode",
+                    "role": "calibrate", "fabric": "cloudmatrix384", "kernel": "attention_decode",
+                    "format": "bf16", "core": "cube", "gemms": g_, "flops": f_, "hbm_bytes": h_,
+                    "measured": round(util * CM384_BF16_TFLOPS, 2), "unit": "TFLOPS", "source": CANN + " Table 8",
+                    "note": f"{r['utilization_pct']} % of the {CM384_BF16_TFLOPS:.0f} TFLOPS BF16 peak, "
+                    "compute-bound; shape ASSUMED (not stated) = the FlashMLA compute-bound row it is "
+                    "compared with: batch 128, 2 query tokens (MTP), 128 heads, kv 8192, BF16 latent KV"})
+            else:
+                g_, f_, h_ = mla_decode(128, 1, 16, 8192, 576 * 2)
+                mla.append({
+                    "id": "cann_mla_decode_memory_bound", "group": "910c bf16 attention_decode",
+                    "role": "calibrate", "fabric": "cloudmatrix384", "kernel": "attention_decode",
+                    "format": "bf16", "core": "cube", "gemms": g_, "flops": f_, "hbm_bytes": h_,
+                    "measured": float(r["hbm_GBps"]), "unit": "GBps", "source": CANN + " Table 9",
+                    "note": f"{r['hbm_GBps']} of 1600 GB/s ({r['utilization_pct']} %), memory-bound; shape "
+                    "ASSUMED (not stated) = the FlashMLA memory-bound row it is compared with: batch 128, "
+                    "1 query token, 16 heads, kv 8192, BF16 latent KV"})
+    return by_rule(gg) + mla
+
+
 if __name__ == "__main__":
-    rows = deepgemm() + fa3() + flashmla()
+    rows = deepgemm() + fa3() + flashmla() + cann_910c()
     with (HERE / "validation.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLS)
         w.writeheader()
