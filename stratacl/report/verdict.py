@@ -1,13 +1,13 @@
 """Who won and why: a verdict per library against the baseline, from a run's metrics.
 
-For each non-baseline library the workload's headline metrics (`directions.HEADLINES`) are judged
+For each non-baseline library the workload's headline metrics (its spec's `headlines`, `directions.headlines`) are judged
 with their direction: a change within the metric's tie band counts as a tie, a missing or
 undefined value as missing. A headline with parts (a collectives size band: each collective's
 operator time in it, `directions.parts`) takes its outcome from them: better or worse when every
 decisive part agrees, mixed when they disagree, tie when none is decisive. The outcome is
 "faster" or "slower" when every decisive headline agrees, "mixed" when they disagree (or one is
 mixed), "tie" when none is decisive, "no verdict" when none is present. Context metrics
-(`directions.HEADLINE_CONTEXT`) are shown beside the headlines, never judged.
+(the spec's `context`, `directions.context`) are shown beside the headlines, never judged.
 The mechanisms are the metrics the accounting gives (exposed communication, copies, registration,
 launch, memory → batch) that differ from the baseline beyond their tie band, largest change first.
 Everything here is computed from the metrics alone: a verdict never feeds back into a result.
