@@ -7,13 +7,8 @@ from stratacl.workload_spec import WorkloadSpec
 from .metrics import CONTEXT, HEADLINES, METRICS
 from .schema import CollectivesConfig
 
-SPEC = WorkloadSpec(
-    name="collectives",
-    schema=CollectivesConfig,
-    entry="workloads.collectives.workload",
-    metrics=METRICS,
-    headlines=HEADLINES,
-    context=CONTEXT,
-)
+SPEC = WorkloadSpec(name="collectives", schema=CollectivesConfig,
+                    entry="workloads.collectives.workload", metrics=METRICS, headlines=HEADLINES,
+                    context=CONTEXT)
 
 __all__ = ["SPEC", "CollectivesConfig"]

@@ -14,12 +14,7 @@ from stratacl.workload_spec import WorkloadSpec
 from .metrics import HEADLINES, METRICS
 from .schema import DlrmTrainConfig
 
-SPEC = WorkloadSpec(
-    name="dlrm_train",
-    schema=DlrmTrainConfig,
-    entry="workloads.dlrm_train.workload",
-    metrics=METRICS,
-    headlines=HEADLINES,
-)
+SPEC = WorkloadSpec(name="dlrm_train", schema=DlrmTrainConfig,
+                    entry="workloads.dlrm_train.workload", metrics=METRICS, headlines=HEADLINES)
 
 __all__ = ["SPEC", "DlrmTrainConfig"]

@@ -7,13 +7,8 @@ from stratacl.workload_spec import WorkloadSpec
 from .metrics import CONTEXT, HEADLINES, METRICS
 from .schema import InterferenceConfig
 
-SPEC = WorkloadSpec(
-    name="interference",
-    schema=InterferenceConfig,
-    entry="workloads.interference.workload",
-    metrics=METRICS,
-    headlines=HEADLINES,
-    context=CONTEXT,
-)
+SPEC = WorkloadSpec(name="interference", schema=InterferenceConfig,
+                    entry="workloads.interference.workload", metrics=METRICS, headlines=HEADLINES,
+                    context=CONTEXT)
 
 __all__ = ["SPEC", "InterferenceConfig"]

@@ -12,13 +12,7 @@ from stratacl.workload_spec import WorkloadSpec
 from .metrics import CAVEATS, HEADLINES, METRICS
 from .schema import LlmInferConfig
 
-SPEC = WorkloadSpec(
-    name="llm_infer",
-    schema=LlmInferConfig,
-    entry="workloads.llm_infer.workload",
-    metrics=METRICS,
-    headlines=HEADLINES,
-    caveats=CAVEATS,
-)
+SPEC = WorkloadSpec(name="llm_infer", schema=LlmInferConfig, entry="workloads.llm_infer.workload",
+                    metrics=METRICS, headlines=HEADLINES, caveats=CAVEATS)
 
 __all__ = ["SPEC", "LlmInferConfig"]

@@ -10,11 +10,7 @@ from stratacl.workload_spec import WorkloadSpec
 
 from .schema import LlmTrainConfig
 
-SPEC = WorkloadSpec(
-    name="llm_train",
-    schema=LlmTrainConfig,
-    entry="workloads.llm_train.workload",
-    headlines=("iteration_time_s", "iteration_time_s_last"),
-)
+SPEC = WorkloadSpec(name="llm_train", schema=LlmTrainConfig, entry="workloads.llm_train.workload",
+                    headlines=("iteration_time_s", "iteration_time_s_last"))
 
 __all__ = ["SPEC", "LlmTrainConfig"]
