@@ -2,7 +2,8 @@
 installed distribution's package named under the `stratacl.workloads` entry-point group
 (`[project.entry-points."stratacl.workloads"] <name> = "<package>"`, docs/extending.md).
 
-The core knows no workload by name. Loading the registry imports every package's `__init__` (each must stay light: its spec, schema and
+The core knows no workload by name. A workload package holds a `schema` module. Loading the
+registry imports every such package's `__init__` (each must stay light: its spec, schema and
 metric tables, never torch) and stores each schema in Hydra's ConfigStore as
 `workload/<name>_schema`, which `conf/workload/<name>.yaml` lists first in its defaults. A package
 without a YAML of its own gets one: `workload=<name>` composes its schema's defaults.
@@ -11,6 +12,7 @@ without a YAML of its own gets one: `workload=<name>` composes its schema's defa
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from collections.abc import Mapping
 from importlib.metadata import entry_points
@@ -35,7 +37,7 @@ def specs() -> Mapping[str, WorkloadSpec]:
         _loaded = True
         root = importlib.import_module(PACKAGE)
         for mod in sorted(pkgutil.iter_modules(root.__path__), key=lambda m: m.name):
-            if mod.ispkg and not mod.name.startswith("_"):
+            if mod.ispkg and not mod.name.startswith("_") and _has_schema(mod):
                 found = getattr(importlib.import_module(f"{PACKAGE}.{mod.name}"), "SPEC", None)
                 if isinstance(found, WorkloadSpec):
                     register(found, package=mod.name)
@@ -46,6 +48,15 @@ def specs() -> Mapping[str, WorkloadSpec]:
                                   "export SPEC = WorkloadSpec(...) from the package's __init__")
             register(found, package=None if found.name == ep.name else ep.name)
     return MappingProxyType(_specs)
+
+
+def _has_schema(mod: pkgutil.ModuleInfo) -> bool:
+    """A workload package holds a `schema` module; shared packages (`common`, `modelcost`) do not,
+    and are never imported here (modelcost's `__init__` imports torch and transformers)."""
+    where = getattr(mod.module_finder, "path", None)
+    if where is None:
+        return True  # not on the file system: import it and look for a SPEC
+    return any(m.name == "schema" for m in pkgutil.iter_modules([os.path.join(where, mod.name)]))
 
 
 def register(spec: WorkloadSpec, package: str | None = None) -> None:
