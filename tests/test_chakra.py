@@ -19,7 +19,7 @@ import pytest
 from helpers import chakra_or_skip, make_library
 
 from stratacl.comm import algorithms as alg
-from stratacl.comm.library import staging_bytes
+from stratacl.comm.datapath import staging_bytes
 from stratacl.config import MoeLlWindows
 from stratacl.engine.replay import Replay
 from stratacl.errors import ConfigError, TraceError

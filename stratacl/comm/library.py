@@ -40,7 +40,7 @@ import numpy as np
 from stratacl.comm import algorithms as alg
 from stratacl.comm import ep
 from stratacl.comm.context import CONCURRENT, CommContext, HcclFacts
-from stratacl.comm.datapath import DATA_PATHS, staging_bytes
+from stratacl.comm.datapath import DATA_PATHS
 from stratacl.comm.families import FAMILIES, AlgorithmFamily
 from stratacl.comm.mechanism import Mechanism, from_library
 from stratacl.comm.movers import MOVERS, MoverModel
@@ -62,7 +62,7 @@ from stratacl.memory import AllocatorConfig, CachingAllocator, DieMemory, Regist
 from stratacl.memory.communicators import Communicator
 from stratacl.trace import Op, Trace
 
-__all__ = ["LibraryModel", "LibraryRuntime", "staging_bytes"]
+__all__ = ["LibraryModel", "LibraryRuntime"]
 
 
 class LibraryModel:
