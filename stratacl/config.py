@@ -351,7 +351,9 @@ class LibraryConfig:
     # mover=sdma: collectives the vector cores move instead (e.g. routing-dependent exchanges whose
     # sizes a host-launched engine would need on the host first)
     vector_core_colls: list[str] = field(default_factory=list)
-    stream_core_split: bool = True  # run with the workload's per-stream core limits (False: all cores)
+    # the workload's per-stream core limits (llm_infer's decode split): every preset keeps them;
+    # False is a scenario of its own (conf/library/stratacl_whole_die.yaml): every kernel on all cores
+    stream_core_split: bool = True
     # algorithm=hccl: HCCL_ALGO's per-operator level-1 (inter-server) choice, e.g. {allreduce: ring,
     # alltoall: pairwise}; operators not listed use HCCL's adaptive choice
     hccl_algo: dict[str, HcclLevel1] = field(default_factory=dict)

@@ -112,13 +112,15 @@ def test_tbo_decode_has_mixed_kernels_on_the_cloudmatrix_streams() -> None:
     assert max(core.vector_flops) > 0 and max(core.hbm_bytes) > 0 and core.gemms
     # fused W8A8 grouped matmul (SwiGLU and quantisation inside), its router / permutes a routing pass
     assert (moe.core, moe.dtype, moe.stream, moe.kernel) == ("mixed", "int8", "moe_path", "grouped_gemm")
-    assert by["L1.moe.mb1.route"].kernel == "routing" and by["L1.moe.mb1.gemm"].kernel == "gemm"
+    # the gate before the dispatch: the router GEMM and the top-k / permute pass
+    assert by["L1.gate.mb1.route"].kernel == "routing" and by["L1.gate.mb1"].kernel == "gemm"
+    assert by["L1.shared.mb1"].kernel == "gemm"  # no shared-expert replicas: every die runs its own
     assert by["L0.dense_mlp.mb0"].core == "cube" and by["L0.dense_mlp.mb0.vec"].core == "vector"
     assert by["embedding.mb0"].core == "vector" and by["embedding.mb0"].kernel == "routing"
     # the MoE path carries its micro-batch's dispatch, experts and combine in a row
     moe_path = [op.name.split(".")[1] for op in tr.ops if op.stream == "moe_path" and op.name.startswith("L1.")
                 and op.name.split(".")[2] == "mb0"]
-    assert list(dict.fromkeys(moe_path)) == ["dispatch", "moe", "combine"]
+    assert list(dict.fromkeys(moe_path)) == ["gate", "dispatch", "shared", "moe", "combine"]
     # one micro-batch, prefill, or the layout off: SGLang streams, no split
     assert it.trace("decode", 8, 1024).stream_cores == {}
     assert it.trace("prefill", 1024, 0).stream_cores == {}

@@ -253,5 +253,34 @@ def test_ep320_with_redundant_and_shared_replicas_runs() -> None:
     tr = it.trace("decode", 48, 4096)
     moe = [op for op in tr.ops if ".moe." in op.name and op.core == "mixed"]  # fused W8A8 grouped matmul
     assert moe and len(moe[0].flops) == 320 and moe[0].dtype == "int8"
+    # the shared expert runs on its 32 replicas as routed rows: no die runs it for its own tokens,
+    # and the gate (router GEMM, top-k) is the same on every die: its own micro-batch of 24
+    names = {op.name for op in tr.ops}
+    assert not any(".shared." in n for n in names)
+    gate = next(op for op in tr.ops if op.name.startswith("L3.gate.mb0") and op.kernel == "gemm")
+    assert np.ptp(np.asarray(gate.flops)) == 0
+    gemm_rows = {g[0] for g in gate.gemms}
+    assert gemm_rows == {24} and all(g[1] == 256 for g in gate.gemms)  # a micro-batch of 24: one logit per expert
     a, b = it.decode("cann_ep", 48, 4096), it.decode("stratacl", 48, 4096)
     assert a.time_s > 0 and b.time_s > 0 and np.isfinite([a.time_s, b.time_s]).all()
+
+
+def test_moe_work_conserves_the_layer_and_follows_whose_tokens() -> None:
+    """The MoE layer split three ways (gate, local shared expert, routed experts) adds back up to
+    the measured layer when every die gets the mean rows; the gate and the shared expert do not
+    follow a die's received rows, the routed experts do (twice the rows, twice the work)."""
+    cfg = compose_run(["workload=llm_infer", "library=[cann_ep]", "baseline=cann_ep"])
+    costs = serving_costs(tiny("w8a8", n_routed_experts=256), cfg.workload, 0)
+    phase, tokens = "decode", 32
+    cost = costs.decode(tokens, 1024)["moe"]
+    pl = costs.placement[phase]
+    assert pl.shared_local
+    mean = np.full(pl.ep, tokens * costs.top_k, dtype=float)
+    rows = mean * np.where(np.arange(pl.ep) == 0, 2.0, 1.0)
+    w = costs.moe_per_die(phase, cost, tokens, rows)
+    var = cost.less_bytes(costs.experts // costs.measure_ep[phase] * costs.expert_bytes + costs.shared_bytes)
+    total = w.gate.cube_flops + w.shared.cube_flops + w.routed.cube_flops
+    assert total == pytest.approx(var.cube_flops, rel=1e-9)
+    assert w.gate.cube_flops > 0 and w.shared.cube_flops > w.gate.cube_flops  # router << shared expert
+    assert w.scale[0] == pytest.approx(2.0) and w.scale[1:] == pytest.approx(1.0)
+    assert {p.kernel for p in w.gate.parts} == {"gemm", "routing"} and {p.kernel for p in w.routed.parts} >= {"grouped_gemm"}

@@ -108,8 +108,8 @@ def test_decode_layer_breakdown_closed_form() -> None:
 
     tr = Trace(world_size=1)
     times: list[float] = []
-    us = {"attn": 100.0, "attn.vec": 10.0, "attn_core": 300.0, "moe.route": 20.0, "moe.gemm": 30.0,
-          "dispatch": 50.0, "moe": 200.0, "combine": 80.0}
+    us = {"attn": 100.0, "attn.vec": 10.0, "attn_core": 300.0, "gate.route": 20.0, "gate": 25.0,
+          "shared": 5.0, "dispatch": 50.0, "moe": 200.0, "combine": 80.0}
 
     def op(name: str, stream: str, t: float) -> None:
         tr.add("compute", [0], flops=1.0, stream=stream, name=name)
@@ -128,7 +128,7 @@ def test_decode_layer_breakdown_closed_form() -> None:
     start = end - np.array(times) * 1e-6
     got = {o.op: o.harness_us for o in dl.breakdown(tr, start, end)}
     assert got == pytest.approx({"MLAProlog + O_PROJ": 110 * 2.25, "FusedAttention": 300 * 2.25,
-                                 "Gate (+ shared expert)": 50 * 2.25, "Dispatch": 50 * 2.25,
+                                 "Gate (+ local shared expert)": 50 * 2.25, "Dispatch": 50 * 2.25,
                                  "MLP (routed expert)": 200 * 2.25, "Combine": 80 * 2.25})
     rows = dl.stream_rows(dl.breakdown(tr, start, end))
     assert [(r.id, r.role, r.measured) for r in rows] == [("decode layer stream 0", "check", 600.0),

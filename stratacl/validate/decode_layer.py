@@ -9,9 +9,10 @@ The harness side is the `+experiment=cloudmatrix_infer` decode step (the baselin
 cann_ep): its decode trace replayed, each stream's time per micro-batch per MoE layer = the summed
 device time of that stream's ops of the layer (op end − start, so waiting on a dependency does not
 count), averaged over the MoE layers and both micro-batches. The harness prices MLAProlog and
-O_PROJ as one projection kernel (`L<i>.attn`, its norms in `.attn.vec`), and the gate GEMM with the
-shared expert's GEMMs (`.moe.gemm`) after the top-k routing kernel (`.moe.route`); the per-op rows
-name what each holds.
+O_PROJ as one projection kernel (`L<i>.attn`, its norms in `.attn.vec`), the gate as the router GEMM
+(`L<i>.gate`) and the top-k / token-permute pass (`.gate.route`) before the dispatch, and a shared
+expert every die runs for its own tokens as `L<i>.shared` (none in EP320: its 32 replicas run it as
+routed rows, inside the MLP of the dies that hold them); the per-op rows name what each holds.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ ATTN, MOE = "attn_path", "moe_path"  # the pipeline's streams in the trace (work
 OPS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     (ATTN, "stream 0", "MLAProlog + O_PROJ", ("attn", "attn.vec")),
     (ATTN, "stream 0", "FusedAttention", ("attn_core",)),
-    (MOE, "stream 1", "Gate (+ shared expert)", ("moe.route", "moe.gemm")),
+    (MOE, "stream 1", "Gate (+ local shared expert)", ("gate", "gate.route", "shared")),
     (MOE, "stream 1", "Dispatch", ("dispatch",)),
     (MOE, "stream 1", "MLP (routed expert)", ("moe",)),
     (MOE, "stream 1", "Combine", ("combine",)),

@@ -18,7 +18,7 @@ it by their row count m (kept real-valued here, rounded to whole rows when a ker
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 # (m, n, k, count), or (m, n, k, count, 1) when the rows a kernel's work follows (tokens, routed rows)
@@ -193,6 +193,19 @@ class Cost:
                 left -= take
         out = tuple(parts.values())
         return Cost(self.cube_flops, self.vector_flops, sum(p.hbm_bytes for p in out), out)
+
+    def matmuls(self, kernel: str, keep: Callable[[Gemm], bool]) -> Cost:
+        """The `kernel` part's matmuls that `keep` selects, with their share of its FLOPs and of
+        its bytes (bytes in proportion to FLOPs: at a fixed row count a matmul's weight traffic
+        is), e.g. a router's GEMM out of a layer's dense GEMMs. No such part or shapes: zero."""
+        part = next((p for p in self.parts if p.kernel == kernel), None)
+        total = gemm_flops(part.gemms) if part is not None else 0.0
+        if part is None or total <= 0:
+            return Cost()
+        gemms = tuple(g for g in part.gemms if keep(g))
+        w = gemm_flops(gemms) / total
+        out = Part(kernel, part.cube_flops * w, part.vector_flops * w, part.hbm_bytes * w, gemms)
+        return Cost(out.cube_flops, out.vector_flops, out.hbm_bytes, (out,) if not out.empty else ())
 
     def only(self, *kernels: str) -> Cost:
         """The part of this cost that runs as the given kernel classes (no parts: zero)."""

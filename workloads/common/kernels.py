@@ -279,6 +279,18 @@ def check_layout(layout: str, cube_cores: int, vector_cores: int, field: str) ->
                               "set it to none on this fabric")
 
 
+def split_note(layout: StreamLayout, tbo: bool, dropped_by: Sequence[str]) -> str | None:
+    """What the run's decode streams ran with: the named split, kept by every library unless a
+    library's preset drops it (`library.<name>.stream_core_split: false`, a scenario of its own)."""
+    if not tbo or StreamLayout(layout) == StreamLayout.none:
+        return None
+    (a, b), (c, d) = CLOUDMATRIX_DECODE_SPLIT
+    who = (f"dropped by {', '.join(dropped_by)} (library.<name>.stream_core_split=false: every kernel on "
+           "the whole die), kept by the others") if dropped_by else "kept by every library"
+    return (f"decode streams: {StreamLayout(layout).value} split (attention path {a} AIC + {b} AIV, "
+            f"MoE path {c} AIC + {d} AIV; 2506.12708 §4.2.3), {who}")
+
+
 def apply_stream_limits(tr: Trace, limits: dict[str, tuple[int, int]]) -> None:
     for stream, (aic, aiv) in limits.items():
         tr.limit_stream(stream, aic, aiv)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stratacl.errors import ConfigError
+from stratacl.vocab import KernelClass as K
 from workloads.common.cost import Cost
 from workloads.common.placement import Placement, contiguous, eplb
 from workloads.llm_infer.schema import LayoutConfig
@@ -33,6 +34,19 @@ PREFILL_TOKENS = (256, 1024, 4096, 16384)  # tokens per die per iteration
 # 1024 and 8192 alone, decode at 110K tokens was priced 6.7 % over its own measured shape).
 DECODE_CONTEXT = (1024, 2048, 8192, 32768, 131072)
 PREFILL_CONTEXT = (0, 2048, 8192, 32768, 131072)
+
+
+@dataclass(frozen=True)
+class MoeWork:
+    """A micro-batch's MoE layer on every die (`ServingCosts.moe_per_die`): the gate before the
+    dispatch and a local shared expert, both on the die's own tokens; the routed experts at
+    `scale` (per die) of the measured rows, with `weights` (per die) of expert weights to read."""
+
+    gate: Cost
+    shared: Cost
+    routed: Cost
+    scale: np.ndarray
+    weights: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,20 +144,29 @@ class ServingCosts:
                                       "the model has no shared expert", "set it to 0")
                 self.placement[phase] = eplb(shares, ep, self.top_k, red, shr, self.shared_weight)
 
-    def moe_per_die(self, phase: str, cost: Cost, tokens: float, rows: np.ndarray) -> tuple[Cost, np.ndarray, np.ndarray]:
-        """Per-die MoE work under the placement: (row-proportional part of `cost`, its per-die
-        scale, per-die expert weight bytes). `cost` was measured with `tokens` per die on
-        `measure_ep` dies; `rows`: weighted routed (and shared-replica) rows each die received."""
+    def moe_per_die(self, phase: str, cost: Cost, tokens: float, rows: np.ndarray) -> MoeWork:
+        """One micro-batch's MoE work on every die under the phase's placement. `cost` was
+        measured with `tokens` per die on `measure_ep` dies; `rows`: the weighted routed (and
+        shared-replica) rows each die received. The gate (router GEMM, top-k and the permutes of
+        the die's own token copies) and a local shared expert follow the die's own tokens; the
+        routed experts follow the rows it received; a shared expert with replicas runs on the
+        replica dies as rows of theirs (in `rows`), so no die runs it for its own tokens."""
         pl = self.placement[phase]
         e_m = self.experts // self.measure_ep[phase]
-        measured_w = e_m * self.expert_bytes + self.shared_bytes
-        var = cost.less_bytes(measured_w)  # off the grouped (then dense) GEMM kernel, kernel classes kept
-        local_shared = tokens * self.shared_weight if pl.shared_local else 0.0
-        ref = tokens * self.top_k + local_shared
-        scale = (rows + local_shared) / ref if ref > 0 else np.ones(pl.ep)
+        var = cost.less_bytes(e_m * self.expert_bytes + self.shared_bytes)  # weights re-added per die
         shared = self.shared_bytes if pl.shared_local else pl.shared_slots_per_die() * self.shared_bytes
-        weights = pl.routed_slots_per_die() * self.expert_bytes + shared
-        return var, scale, np.broadcast_to(np.asarray(weights, dtype=float), (pl.ep,)).copy()
+        weights = np.broadcast_to(np.asarray(pl.routed_slots_per_die() * self.expert_bytes + shared,
+                                             dtype=float), (pl.ep,)).copy()
+        ref = tokens * self.top_k
+        if not var.parts:  # no measured breakdown: all of it follows the rows, a local shared expert's too
+            local = tokens * self.shared_weight if pl.shared_local else 0.0
+            scale = (rows + local) / (ref + local) if ref + local > 0 else np.ones(pl.ep)
+            return MoeWork(Cost(), Cost(), var, scale, weights)
+        router = var.matmuls(K.gemm, lambda g: (g[1], g[2]) == (self.experts, self.hidden))  # a logit per expert
+        gate = var.only(K.routing) + router
+        local = (var.only(K.gemm) - router).clip() if pl.shared_local else Cost()
+        routed = var - var.only(K.routing, K.gemm)
+        return MoeWork(gate, local, routed.clip(), rows / ref if ref > 0 else np.ones(pl.ep), weights)
 
     def decode(self, batch: float, context: float) -> dict[str, Cost]:
         """Costs of a decode step of `batch` sequences per die with `context` cached tokens."""

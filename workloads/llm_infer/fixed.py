@@ -28,7 +28,7 @@ from stratacl.workload_api import RunContext, WorkloadResult
 from workloads.common.model import model_name
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import ServingCosts
-from workloads.llm_infer.iteration import IterationModel
+from workloads.llm_infer.iteration import IterationModel, decode_split_note
 from workloads.llm_infer.memory import role_dies, serving_tensors
 from workloads.llm_infer.scheduling import ServingPhase
 from workloads.llm_infer.schema import LlmInferConfig
@@ -94,4 +94,6 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
               f"{f.prefill_tokens_per_die} tokens/die in {f.prompt_tokens}-token prompts")
     notes = [f"fixed shapes (workload.fixed), each priced exactly by its own trace: {shapes}; MTP acceptance {per_step - 1:g}; model {model_name(cfg.model)} "
              f"quant '{cfg.model.quant or 'native'}'; KV {kv_tok:.0f} B/token; {iters.simulated} traces simulated"]
+    if (split := decode_split_note(ctx, cfg)) is not None:
+        notes.append(split)
     return WorkloadResult(rows=pd.DataFrame(rows), metrics=metrics, table=table, notes=notes)

@@ -35,6 +35,7 @@ from workloads.common.kernels import (
     apply_stream_limits,
     check_layout,
     layout_on_die,
+    split_note,
     stream_limits,
 )
 from workloads.common.placement import copies
@@ -417,9 +418,14 @@ class IterationModel:
             # by micro-batch on the MoE-path stream (its dispatch, experts, combine in a row)
             order = [(m, st) for m in range(mbs) for st in range(3)] if paths else \
                 [(m, st) for st in range(3) for m in range(mbs)]
+            work = [c.moe_per_die(phase, costs[m]["moe"], max(1, math.ceil(rows[m])), routed[m][1])
+                    for m in range(mbs)]
             for m, st in order:
-                disp, load, pairs = routed[m]
+                disp, _, pairs = routed[m]
                 if st == 0:
+                    if work[m].gate.parts:  # the routing the dispatch sends by
+                        last[m] = [self._compute(tr, ranks, work[m].gate, fs, last[m], f"L{li}.gate.mb{m}",
+                                                 layer_type="moe")]
                     peer = disp * self.dispatch_bytes
                     buf = self._buffer(tr, "dispatch", li, m, next(use) in miss, attn_op[m])
                     last[m] = [tr.collective("dispatch", "ep", float(peer.sum(axis=1).max()), peer_bytes=peer,
@@ -427,9 +433,11 @@ class IterationModel:
                                              group_tokens=pairs, name=f"L{li}.dispatch.mb{m}")]
                 elif st == 1:
                     # each die's experts: the rows the placement sent it (skew: hot dies) and its weights
-                    var, scale, weights = c.moe_per_die(phase, costs[m]["moe"], max(1, math.ceil(rows[m])), load)
-                    last[m] = [self._compute(tr, ranks, var, fs, last[m], f"L{li}.moe.mb{m}", scale,
-                                             layer_type="moe", hbm_extra=weights)]
+                    if work[m].shared.parts:
+                        last[m] = [self._compute(tr, ranks, work[m].shared, fs, last[m], f"L{li}.shared.mb{m}",
+                                                 layer_type="moe")]
+                    last[m] = [self._compute(tr, ranks, work[m].routed, fs, last[m], f"L{li}.moe.mb{m}",
+                                             work[m].scale, layer_type="moe", hbm_extra=work[m].weights)]
                 else:
                     peer = disp.T * self.combine_bytes
                     buf = self._buffer(tr, "combine", li, m, next(use) in miss, attn_op[m])
@@ -548,3 +556,9 @@ class IterationModel:
         syncs = sum(1 for op in trace.ops if op.kind == OpKind.collective and len(op.ranks) > 1
                     and lib.needs_host(op.coll, op.moe_mode))
         return lib.step_graph_launch_s(syncs)
+
+
+def decode_split_note(ctx: RunContext, cfg: LlmInferConfig) -> str | None:
+    """The run's note on its decode stream split (`workloads.common.kernels.split_note`)."""
+    dropped = [name for name, lib in ctx.libraries.items() if not lib.cfg.stream_core_split]
+    return split_note(cfg.scheduler.decode_stream_layout, cfg.scheduler.tbo, dropped)

@@ -109,7 +109,7 @@ def weight_bytes_per_die(mc: ModelCosts, ep: int, costs: ServingCosts | None = N
         return float(sum(mc.weight_bytes_by_role(tp=1, ep=ep).values()))
     by_role = mc.weight_bytes_by_role(tp=1, ep=1)
     rest = sum(v for k, v in by_role.items() if k not in ("moe_experts", "shared_experts"))
-    _, _, experts = costs.moe_per_die(phase, Cost(), 0.0, np.zeros(costs.placement[phase].ep))
+    experts = costs.moe_per_die(phase, Cost(), 0.0, np.zeros(costs.placement[phase].ep)).weights
     return float(rest + costs.n_moe_layers * experts.max())
 
 

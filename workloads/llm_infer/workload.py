@@ -20,7 +20,7 @@ from workloads.common.routing import expert_weights
 from workloads.llm_infer.capacity import population, slo_capacity
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.fixed import run_fixed
-from workloads.llm_infer.iteration import IterationModel
+from workloads.llm_infer.iteration import IterationModel, decode_split_note
 from workloads.llm_infer.memory import (
     ServingDie,
     registers_user_buffers,
@@ -398,6 +398,8 @@ def run(ctx: RunContext) -> WorkloadResult:
                     f"{window_note(reqs, cfg.requests, cfg.warmup_s)}; {iters.simulated} iteration traces simulated; "
                     f"KV {kv_tok:.0f} B/token; {describe_model(cfg.model, mc)}")
     notes.insert(1, f"latency percentiles (ttft/tpot/e2e_pNN_s): {LATENCY_DEFINITION}")
+    if (split := decode_split_note(ctx, cfg)) is not None:
+        notes.insert(2, split)
     extra = {"iterations": pd.concat(iter_frames, ignore_index=True)}
     if slo_frames:
         extra["slo_search"] = pd.concat(slo_frames, ignore_index=True)
