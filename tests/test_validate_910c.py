@@ -146,7 +146,17 @@ def test_decode_layer_of_the_deployment_is_a_check_on_both_streams() -> None:
     """The cloudmatrix_infer decode step: every paper op has harness time; both rows check."""
     from stratacl.validate import decode_layer as dl
 
-    ops = dl.breakdown(*dl.simulated_decode())
+    step = dl.simulated_decode()
+    ops = dl.breakdown(*step)
     assert len(ops) == len(dl.OPS) and all(o.harness_us > 0 for o in ops)
     assert {o.stream for o in ops} == {"stream 0", "stream 1"}
     assert [r.role for r in dl.stream_rows(ops)] == ["check", "check"]
+    # the HBM-share range: a kernel on more core groups never draws less HBM, so no op's alone time
+    # grows as fewer groups saturate HBM; the compute-bound attention does not move at all
+    rows = dl.hbm_range(*step, sats=(4, 12, 24))
+    per = [{o.op: o.harness_us for o in times} for _, times in rows]
+    for op in per[0]:
+        assert per[0][op] <= per[1][op] + 1e-9 <= per[2][op] + 2e-9
+    assert per[0]["FusedAttention"] == pytest.approx(per[2]["FusedAttention"])
+    assert per[2]["MLAProlog + O_PROJ"] > per[1]["MLAProlog + O_PROJ"]  # memory-bound on 16 of 24
+    assert "hbm_saturation_cores" in dl.report(dl.breakdown(*step), rows)

@@ -22,7 +22,7 @@ import statistics
 import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,9 @@ import numpy as np
 from stratacl.trace import Trace
 
 PUBLISHED_US = 600.0
+# hbm_saturation_cores values the range table shows: core groups a kernel needs to draw the die's
+# whole HBM rate (an ASSUMPTION knob of the 910C kernel model, 12 of 24 by default; no public figure)
+SAT_RANGE = (4, 8, 12, 16, 24)
 SOURCE = "CloudMatrix-Infer, 2506.12708 §4.2.3 Fig. 14b (4K, 96 per NPU, MTP, EP320)"
 GROUP = "910c decode layer per stream"
 EXPERIMENT = ("+experiment=cloudmatrix_infer", "library=[cann_ep]", "baseline=cann_ep")
@@ -131,7 +134,50 @@ def simulated_decode() -> tuple[Trace, np.ndarray, np.ndarray]:
         return saved_decode(Path(tmp))
 
 
-def report(ops: Sequence[OpTime]) -> str:
+def hbm_range(trace: Trace, start: np.ndarray, end: np.ndarray,
+              sats: Sequence[int] = SAT_RANGE) -> list[tuple[int, list[OpTime]]]:
+    """The breakdown with every compute op priced alone on its stream's cores (no contention) at
+    each `hbm_saturation_cores` value: how much HBM bandwidth a kernel on a third (MoE path) or
+    two thirds (attention path) of the die can still draw decides its memory-bound ops.
+    Dispatch and combine keep their replayed times."""
+    from stratacl.machine.compute import NO_LIMIT, core_fraction
+    from stratacl.machine.fabric import Fabric
+    from stratacl.machine.kernel_model import KernelModel
+    from stratacl.validate.operators import compose
+    from stratacl.vocab import OpKind
+
+    fab = Fabric(compose(EXPERIMENT).fabric)
+    out = []
+    for sat in sats:
+        km = KernelModel(replace(fab.cfg.die.kernel, hbm_saturation_cores=sat), fab.cube_cores,
+                         fab.vector_cores, fab.hbm_Bps)
+        took = end - start
+        for op in trace.ops:
+            if op.kind == OpKind.compute and _NAME.match(op.name):
+                frac = core_fraction(op, fab, trace.stream_cores.get(op.stream, NO_LIMIT))
+                kt = km.price(op, frac, fab.cube_peak(op.dtype), fab.vector_flops, fab.cube_format(op.dtype))
+                took[op.id] = max(op.fixed_time_s, kt.alone_s) + kt.launch_s
+        out.append((sat, breakdown(trace, np.zeros_like(took), took)))
+    return out
+
+
+def range_report(rows: Sequence[tuple[int, Sequence[OpTime]]]) -> list[str]:
+    if not rows:
+        return []
+    ops = [o.op.split(" (")[0] for o in rows[0][1]]
+    lines = ["HBM a limited stream can draw (fabric.die.kernel.hbm_saturation_cores: ASSUMPTION knob, "
+             "range shown; each compute op alone on its stream's cores, dispatch/combine as replayed), µs:",
+             f"{'sat':>4s} " + " ".join(f"{o:>18s}" for o in ops) + f" {'stream 0':>9s} {'stream 1':>9s}"]
+    for sat, times in rows:
+        per = {o.stream: 0.0 for o in times}
+        for o in times:
+            per[o.stream] += o.harness_us
+        lines.append(f"{sat:4d} " + " ".join(f"{o.harness_us:18.1f}" for o in times)
+                     + f" {per.get('stream 0', 0.0):9.1f} {per.get('stream 1', 0.0):9.1f}")
+    return lines
+
+
+def report(ops: Sequence[OpTime], sat_range: Sequence[tuple[int, Sequence[OpTime]]] = ()) -> str:
     from stratacl.validate.kernels import summary
 
     rows = stream_rows(ops)
@@ -142,4 +188,4 @@ def report(ops: Sequence[OpTime]) -> str:
               for r in rows]
     lines += [f"{g:40s} {role:9s} {n:4d} {med:11.1%} {worst:10.1%}"
               for g, role, n, med, worst in summary([(r, r.harness, r.error) for r in rows])]
-    return "\n".join(lines)
+    return "\n".join(lines + range_report(sat_range))

@@ -285,12 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     from stratacl.validate import decode_layer
 
     try:
-        layer = decode_layer.breakdown(*(decode_layer.saved_decode(args.decode_layer) if args.decode_layer
-                                         else decode_layer.simulated_decode()))
+        step = decode_layer.saved_decode(args.decode_layer) if args.decode_layer else decode_layer.simulated_decode()
+        layer = decode_layer.breakdown(*step)
     except (OSError, ValueError, KeyError, HarnessError) as exc:
         print(f"error: decode layer: {exc}", file=sys.stderr)
         return 2
-    print("\n" + decode_layer.report(layer))
+    print("\n" + decode_layer.report(layer, decode_layer.hbm_range(*step)))
     from stratacl.validate import operators as validate_ops
 
     ops = validate_ops.evaluate(validate_ops.load(every=args.operators))
