@@ -470,6 +470,11 @@ def validate_fabric(fab: FabricConfig) -> None:
                               f"{topo.nodes // topo.supernodes} nodes of a supernode",
                               "one L2 port per node of the supernode")
     _validate_host(fab)
+    if fab.die.kernel.hbm_saturation_cores > fab.die.cube_cores:
+        raise ConfigError("fabric.die.kernel.hbm_saturation_cores",
+                          f"{fab.die.kernel.hbm_saturation_cores:g} core groups to draw the die's HBM rate, but the "
+                          f"die has {fab.die.cube_cores}: no kernel could ever reach it",
+                          f"a value in (0, {fab.die.cube_cores}]")
     if fab.die.sdma.engines and not fab.die.sdma.engine_GBps > 0:
         raise ConfigError("fabric.die.sdma.engine_GBps", "must be positive when engines > 0")
 

@@ -60,6 +60,8 @@ def test_the_default_configs_pass() -> None:
     (["fabric.tiers.supernode.alpha_us=nan"], "fabric.tiers.supernode.alpha_us"),  # was ZeroDivisionError
     (["workload=llm_infer", "workload.requests.input_sigma=-1"], "workload.requests.input_sigma"),  # numpy
     (["fabric.tiers.node.beta_GBps=inf"], "fabric.tiers.node.beta_GBps"),
+    (["fabric.die.kernel.hbm_saturation_cores=25"], "fabric.die.kernel.hbm_saturation_cores"),  # > 24 AIC
+    (["fabric.die.kernel.hbm_saturation_cores=0"], "fabric.die.kernel.hbm_saturation_cores"),
     (["fabric.port_GBps.ub=-inf"], "fabric.port_GBps.ub"),
     (["fabric.die.sdma.launch_us.host=nan"], "fabric.die.sdma.launch_us.host"),
     (["library.stratacl.unit_KiB.node=0"], "library.stratacl.unit_KiB.node"),
