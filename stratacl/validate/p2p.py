@@ -145,12 +145,14 @@ def fit(rows: list[P2PRow]) -> list[TierFit]:
     out = []
     for tier in tiers:
         cal = [r for r in rows if r.role == "calibrate" and r.tier == tier]
-        conf = fabric_preset(FABRIC).cfg.tiers[tier].beta_GBps
+        fcfg = fabric_preset(FABRIC).cfg
+        conf = fcfg.tiers[tier].beta_GBps
+        port = fcfg.port_GBps[fcfg.tiers[tier].plane]  # a tier's β cannot exceed its plane's port
 
         def loss(beta: float, cal: list[P2PRow] = cal, tier: str = tier) -> float:
             return sum(math.log(harness_GBps(r, {tier: round(beta, 2)}) / r.measured) ** 2 for r in cal)
 
-        res = minimize_scalar(loss, bounds=(50.0, 300.0), method="bounded", options={"xatol": 0.05})
+        res = minimize_scalar(loss, bounds=(50.0, port), method="bounded", options={"xatol": 0.05})
         out.append(TierFit(tier, conf, float(res.x), len(cal), math.sqrt(float(res.fun) / len(cal))))
     return out
 
