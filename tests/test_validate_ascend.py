@@ -99,7 +99,8 @@ def test_section_lists_every_ascend_group() -> None:
     kern = validate.evaluate([r for r in validate.load_table() if r.fabric == ascend.FABRIC])
     layer = [decode_layer.OpTime("stream 0", "MLAProlog + O_PROJ", 600.0),
              decode_layer.OpTime("stream 1", "Dispatch", 900.0)]
-    text = ascend.section(kern, layer)
+    ev = ascend.evaluate(kern, layer)
+    text = ascend.section(ev)
     groups = {r.group for r, _, _ in kern} | {r.group for r in p2p.load()} | {
         r.group for r in ascend.load_moe(every=False)} | {decode_layer.GROUP}
     assert len(groups) == 2 + 4 + 4 + 1  # kernel classes, p2p tier x issuer, MoE libraries, decode
@@ -112,6 +113,8 @@ def test_section_lists_every_ascend_group() -> None:
     (line,) = [ln for ln in text.splitlines() if ln.startswith(decode_layer.GROUP)]
     assert line.split()[-5:-2] == ["2", "25.0%", "50.0%"]
     # calibrated kernel groups name their parameters; check groups set nothing
-    summary = ascend.summary(kern)
+    summary = ascend.summary(ev.kernels)
     assert all((what == "check only") == (role == "check") for _, role, _, _, _, what in summary)
     assert any("grouped_gemm.compute_fraction.int8" in what for *_, what in summary)
+    assert {r.group for r, _, _ in ev.rates} == {r.group for r in p2p.load()} | {
+        r.group for r in ascend.load_moe(every=False)}

@@ -152,22 +152,40 @@ def summary(results: Sequence[tuple[Measured, float, float]]) -> list[tuple[str,
     return out
 
 
-def section(kernel_results: Sequence[tuple[Row, float, float]], layer: Sequence[decode_layer.OpTime],
-            every: bool = False) -> str:
-    """The report's CloudMatrix384 section. `layer`: the decode-layer breakdown the report already ran."""
-    kern = [(r, h, e) for r, h, e in kernel_results if r.fabric == FABRIC]
-    hixl = p2p.evaluate(p2p.load())
-    moe = evaluate_moe(load_moe(every=every))
-    decode = [(r, r.harness, r.error) for r in decode_layer.stream_rows(layer)]
-    lines = ["== CloudMatrix384: every Ascend row ==", p2p.series(hixl), "",
+@dataclass(frozen=True)
+class Evaluated:
+    """Every Ascend group's (row, harness, error) results."""
+
+    kernels: list[tuple[Row, float, float]]
+    p2p: list[tuple[p2p.P2PRow, float, float]]
+    moe: list[tuple[MoeRow, float, float]]
+    decode: list[tuple[decode_layer.StreamRow, float, float]]
+
+    @property
+    def rates(self) -> list[tuple[Measured, float, float]]:
+        """The rows in GB/s beyond the kernel table (the report's figure plots these)."""
+        return [*self.p2p, *self.moe]
+
+
+def evaluate(kernel_results: Sequence[tuple[Row, float, float]], layer: Sequence[decode_layer.OpTime],
+             every: bool = False) -> Evaluated:
+    """`layer`: the decode-layer breakdown the report already ran; `every` adds the MoE HT rows."""
+    return Evaluated([(r, h, e) for r, h, e in kernel_results if r.fabric == FABRIC], p2p.evaluate(p2p.load()),
+                     evaluate_moe(load_moe(every=every)),
+                     [(r, r.harness, r.error) for r in decode_layer.stream_rows(layer)])
+
+
+def section(ev: Evaluated) -> str:
+    """The report's CloudMatrix384 section."""
+    lines = ["== CloudMatrix384: every Ascend row ==", p2p.series(ev.p2p), "",
              f"{'REFERENCE §5 MoE row (check)':40s} {'convention':20s} {'public':>7s} {'harness':>7s} {'error':>7s}"]
-    lines += [f"{r.id:40s} {CONVENTION:20s} {r.measured:7.0f} {h:7.0f} {e:+7.1%}" for r, h, e in moe]
+    lines += [f"{r.id:40s} {CONVENTION:20s} {r.measured:7.0f} {h:7.0f} {e:+7.1%}" for r, h, e in ev.moe]
     lines += [f"{rid:40s} relation: {text}: {'holds' if ok else 'FAILS'}" for rid, ok, text in relations()]
     lines += ["", FUSED_NOTE, "",
               f"{'group':52s} {'role':9s} {'rows':>4s} {'median|err|':>11s} {'worst|err|':>10s}  sets"]
-    for results in (kern, hixl, moe, decode):
+    for results in (ev.kernels, ev.p2p, ev.moe, ev.decode):
         lines += [f"{g:52s} {role:9s} {n:4d} {med:11.1%} {worst:10.1%}  {what}"
                   for g, role, n, med, worst, what in summary(results)]
-    if not every:
+    if all(r.mode == "ll" for r, _, _ in ev.moe):
         lines.append("(REFERENCE §5 MoE HT rows, 4096 tokens per rank: --operators)")
     return "\n".join(lines)

@@ -309,9 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(DeepEP normal rows above EP {validate_ops.FAST_HT_EP}: --operators)")
     from stratacl.validate import ascend
 
-    print("\n" + ascend.section(results, layer, every=args.operators))
+    cm384 = ascend.evaluate(results, layer, every=args.operators)
+    print("\n" + ascend.section(cm384))
     try:
-        print(f"\nfigure: {figure([*results, *ops], args.out)}")
+        print(f"\nfigure: {figure([*results, *ops, *cm384.rates], args.out)}")
     except ImportError:
         print("\nfigure skipped: needs matplotlib (pip install matplotlib)")
     return 0
