@@ -123,6 +123,13 @@ def relations() -> list[tuple[str, bool, str]]:
         "hccl_zerocopy", "allgather", 64 * MiB, "ring")
     out.append(("ring_beats_fullmesh_above_16MiB", big > 1.0,
                 f"busbw ring / full-mesh > 1 above ~16 MiB (HCCL-zerocopy): 64 MiB {big:.2f}x"))
+    lead = min(collective_s(b, "allgather", MiB) for b in ("hccl", "hccl_zerocopy")) / collective_s(
+        "stratacl", "allgather", MiB)
+    out.append(("stratacl_leads_at_1MiB", lead > 1.0,
+                f"busbw StrataCL / best of HCCL, HCCL-zerocopy > 1 at 1 MiB (paper: up to 1.6x): {lead:.2f}x"))
+    last = collective_s("stratacl", "allgather", 1024 * MiB) / collective_s("hccl_zerocopy", "allgather", 1024 * MiB)
+    out.append(("zerocopy_leads_at_1GiB", last > 1.0,
+                f"busbw HCCL-zerocopy / StrataCL > 1 at 1 GiB (paper: ~1.06x): {last:.2f}x"))
     return out
 
 

@@ -285,7 +285,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{fab_name} {kernel}: " + ", ".join(f"{k}={v:.4g}" for k, v in vals.items()))
         from stratacl.validate import p2p
 
-        for f in p2p.fit(p2p.load()):
+        try:
+            hixl = p2p.load()
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        for f in p2p.fit(hixl):
             print(f"{p2p.FABRIC} tiers.{f.tier}.beta_GBps: conf {f.conf_GBps:.4g}, fitted {f.fitted_GBps:.4g} on "
                   f"{f.rows} calibration rows (rms log error {f.rms_log_error:.3g}): {f.verdict}")
         return 0
@@ -309,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(DeepEP normal rows above EP {validate_ops.FAST_HT_EP}: --operators)")
     from stratacl.validate import ascend
 
-    cm384 = ascend.evaluate(results, layer, every=args.operators)
+    try:
+        cm384 = ascend.evaluate(results, layer, every=args.operators)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: CloudMatrix384 rows: {exc}", file=sys.stderr)
+        return 2
     print("\n" + ascend.section(cm384))
     try:
         print(f"\nfigure: {figure([*results, *ops, *cm384.rates], args.out)}")
