@@ -15,15 +15,16 @@ CAL_BLOCKS = {16, 64, 256, 1024}  # the rule in stratacl/data/operators/README.m
 
 def test_hixl_rows_load_with_provenance_and_the_stated_split() -> None:
     rows = p2p.load()
-    assert len(rows) == 2 * 2 * 2 * 8  # tiers x unfolds x directions x blocks
+    assert len(rows) == 2 * 3 * 2 * 8  # tiers x issuers x directions x blocks
     assert all(r.source.startswith("hicann/hixl@9ed283b") and r.measured > 0 for r in rows)
     for r in rows:
-        calibrate = r.unfold == "aicpu" and r.block_KiB in CAL_BLOCKS
+        calibrate = r.issuer == "aicpu" and r.block_KiB in CAL_BLOCKS
         assert r.role == ("calibrate" if calibrate else "check"), r.id
-    # every device-issued series has both roles; host-issued ones only check
+    # every FabricMem device-issued series has both roles; host-issued and HCCL comm-domain ones only check
     for tier in ("node", "supernode"):
-        assert {r.role for r in rows if r.tier == tier and r.unfold == "aicpu"} == {"calibrate", "check"}
-        assert {r.role for r in rows if r.tier == tier and r.unfold == "host"} == {"check"}
+        assert {r.role for r in rows if r.tier == tier and r.issuer == "aicpu"} == {"calibrate", "check"}
+        assert {r.role for r in rows if r.tier == tier and r.issuer != "aicpu"} == {"check"}
+    assert {(r.issuer, r.transport) for r in rows} == {("aicpu", "FabricMem"), ("host", "FabricMem"), ("hccl", "HCCS")}
 
 
 def test_a_hixl_row_without_source_is_refused(tmp_path) -> None:  # noqa: ANN001
@@ -34,8 +35,8 @@ def test_a_hixl_row_without_source_is_refused(tmp_path) -> None:  # noqa: ANN001
         p2p.load(bad)
 
 
-def _row(unfold: str, tier: str, kib: int) -> p2p.P2PRow:
-    return next(r for r in p2p.load() if (r.unfold, r.tier, r.block_KiB, r.direction) == (unfold, tier, kib, "D2rD"))
+def _row(issuer: str, tier: str, kib: int) -> p2p.P2PRow:
+    return next(r for r in p2p.load() if (r.issuer, r.tier, r.block_KiB, r.direction) == (issuer, tier, kib, "D2rD"))
 
 
 def test_p2p_pricing_closed_forms() -> None:
@@ -103,7 +104,7 @@ def test_section_lists_every_ascend_group() -> None:
     text = ascend.section(ev)
     groups = {r.group for r, _, _ in kern} | {r.group for r in p2p.load()} | {
         r.group for r in ascend.load_moe(every=False)} | {decode_layer.GROUP}
-    assert len(groups) == 2 + 4 + 4 + 1  # kernel classes, p2p tier x issuer, MoE libraries, decode
+    assert len(groups) == 2 + 6 + 4 + 1  # kernel classes, p2p tier x issuer, MoE libraries, decode
     for g in groups:
         assert g in text, g
     assert ascend.FUSED_NOTE in text and "HT rows" in text

@@ -2,15 +2,16 @@
 
 `stratacl/data/operators/hixl_a3.csv` (source, licence and the calibrate/check rule in README.md
 there): effective bandwidth of one HIXL `TransferSync` call moving 128 MiB between two dies as
-128 MiB / block one-sided transfers, FabricMem transport, device-to-device (D2rD = write to the
-remote die, rD2D = read from it), single machine (the `node` tier) and two machines (`supernode`).
-AICPU unfold: the AI CPU expands the request into transfer tasks (device-issued); Host unfold: the
-host does, on 4 concurrent streams.
+128 MiB / block one-sided transfers, device-to-device (D2rD = write to the remote die, rD2D = read
+from it), single machine (the `node` tier) and two machines (`supernode`). Issuers: FabricMem AICPU
+unfold (the AI CPU expands the request into transfer tasks: device-issued), FabricMem Host unfold
+(the host does, on 4 concurrent streams), HCCS through an HCCL communication domain (HCCL's AI CPU
+expansion).
 
 The harness prices the same call as what it is: one P2P operation of 128 MiB (per stream) between
 two dies on the row's tier, moved by SDMA with one descriptor per block, the descriptors written
-by the issuing agent (`trigger` aicpu / host: conf/fabric `die.sdma` launch and per-descriptor
-costs) while the engines move earlier blocks at the tier's β after its α. Error = harness / public
+by the issuing agent (`trigger` aicpu for the AI CPU issuers, host: conf/fabric `die.sdma` launch
+and per-descriptor costs) while the engines move earlier blocks at the tier's β after its α. Error = harness / public
 − 1 on the effective bandwidth (HIXL's convention: bytes / wall time of the call, 10^9 B per GB).
 
 `fit` frees one tier's β on that tier's calibration rows only (least squares on the log error). The
@@ -30,7 +31,9 @@ from stratacl.validate.kernels import ROLES
 TABLE = Path(__file__).parents[1] / "data" / "operators" / "hixl_a3.csv"
 FABRIC = "cloudmatrix384"
 LIBRARY = "stratacl"  # the preset whose mover is SDMA; its trigger and units are set per row
-ISSUERS = {"aicpu": "device-issued (AICPU unfold)", "host": "host-issued (Host unfold, 4 streams)"}
+ISSUERS = {"aicpu": "device-issued (AICPU unfold)", "host": "host-issued (Host unfold, 4 streams)",
+           "hccl": "HCCL comm-domain (HCCS)"}
+TRIGGER = {"aicpu": "aicpu", "host": "host", "hccl": "aicpu"}  # the harness's agent per issuer
 # the fit keeps the sourced β (StrataCL Table 1) unless it moves it by more than this
 KEEP_WITHIN = 0.05
 # a fitted β is sane only inside the measured per-die NPU-to-NPU band (2506.12708 Table 1:
@@ -45,7 +48,8 @@ class P2PRow:
     id: str
     role: str
     tier: str
-    unfold: str
+    transport: str
+    issuer: str
     streams: int
     direction: str
     block_KiB: int
@@ -55,17 +59,17 @@ class P2PRow:
 
     @property
     def group(self) -> str:
-        return f"ub p2p {self.tier} {ISSUERS[self.unfold]}"
+        return f"ub p2p {self.tier} {ISSUERS[self.issuer]}"
 
 
 def load(path: Path = TABLE) -> list[P2PRow]:
     rows = []
     with path.open(newline="") as f:
         for r in csv.DictReader(f):
-            row = P2PRow(r["id"], r["role"], r["tier"], r["unfold"], int(r["streams"]), r["direction"],
+            row = P2PRow(r["id"], r["role"], r["tier"], r["transport"], r["issuer"], int(r["streams"]), r["direction"],
                          int(r["block_KiB"]), int(r["total_MiB"]), float(r["measured_GBps"]), r["source"])
-            if row.role not in ROLES or row.unfold not in ISSUERS or not row.source:
-                raise ValueError(f"{path}: row {row.id}: role one of {ROLES}, unfold one of {list(ISSUERS)}, "
+            if row.role not in ROLES or row.issuer not in ISSUERS or not row.source:
+                raise ValueError(f"{path}: row {row.id}: role one of {ROLES}, issuer one of {list(ISSUERS)}, "
                                  "and a source")
             rows.append(row)
     return rows
@@ -74,7 +78,7 @@ def load(path: Path = TABLE) -> list[P2PRow]:
 def _overrides(row: P2PRow, beta: dict[str, float]) -> tuple[str, ...]:
     unit = f"{{node: {row.block_KiB}, supernode: {row.block_KiB}}}"
     return (f"fabric={FABRIC}", f"library=[{LIBRARY}]", f"baseline={LIBRARY}",
-            f"library.{LIBRARY}.trigger={row.unfold}", f"library.{LIBRARY}.unit_KiB={unit}",
+            f"library.{LIBRARY}.trigger={TRIGGER[row.issuer]}", f"library.{LIBRARY}.unit_KiB={unit}",
             *(f"fabric.tiers.{t}.beta_GBps={b}" for t, b in sorted(beta.items())))
 
 
@@ -159,12 +163,12 @@ def fit(rows: list[P2PRow]) -> list[TierFit]:
 
 def series(results: list[tuple[P2PRow, float, float]]) -> str:
     """One line per (tier, issuer, direction): public / harness GB/s at each block size."""
-    keys = list(dict.fromkeys((r.tier, r.unfold, r.direction) for r, _, _ in results))
+    keys = list(dict.fromkeys((r.tier, r.issuer, r.direction) for r, _, _ in results))
     blocks = sorted({r.block_KiB for r, _, _ in results})
     lines = [f"{'ub p2p series (public/harness GB/s, * = calibrate)':44s} "
              + " ".join(f"{(str(b) + 'K') if b < 1024 else str(b // 1024) + 'M':>11s}" for b in blocks)]
-    for tier, unfold, direction in keys:
+    for tier, issuer, direction in keys:
         cells = {r.block_KiB: f"{r.measured:.0f}/{h:.0f}{'*' if r.role == 'calibrate' else ' '}"
-                 for r, h, _ in results if (r.tier, r.unfold, r.direction) == (tier, unfold, direction)}
-        lines.append(f"{tier + ' ' + unfold + ' ' + direction:44s} " + " ".join(f"{cells.get(b, ''):>11s}" for b in blocks))
+                 for r, h, _ in results if (r.tier, r.issuer, r.direction) == (tier, issuer, direction)}
+        lines.append(f"{tier + ' ' + issuer + ' ' + direction:44s} " + " ".join(f"{cells.get(b, ''):>11s}" for b in blocks))
     return "\n".join(lines)
