@@ -145,7 +145,7 @@ def sets(group: str, role: str, rows: Sequence[Measured]) -> str:
         return f"{first.fabric}: die.kernel.classes.{first.kernel}." + ", .".join(FREE[(first.fabric, first.kernel)])
     if isinstance(first, p2p.P2PRow):
         return f"tiers.{first.tier}.beta_GBps (--fit; sourced value kept unless the fit moves it > {p2p.KEEP_WITHIN:.0%})"
-    return "?"
+    raise ValueError(f"{group}: calibration rows that set no known parameter")
 
 
 def summary(results: Sequence[tuple[Measured, float, float]]) -> list[tuple[str, str, int, float, float, str]]:

@@ -34,6 +34,7 @@ LIBRARY = "stratacl"  # the preset whose mover is SDMA; its trigger and units ar
 ISSUERS = {"aicpu": "device-issued (AICPU unfold)", "host": "host-issued (Host unfold, 4 streams)",
            "hccl": "HCCL comm-domain (HCCS)"}
 TRIGGER = {"aicpu": "aicpu", "host": "host", "hccl": "aicpu"}  # the harness's agent per issuer
+TIERS = ("node", "supernode")  # single machine, two machines
 # the fit keeps the sourced β (StrataCL Table 1) unless it moves it by more than this
 KEEP_WITHIN = 0.05
 # a fitted β is sane only inside the measured per-die NPU-to-NPU band (2506.12708 Table 1:
@@ -68,9 +69,9 @@ def load(path: Path = TABLE) -> list[P2PRow]:
         for r in csv.DictReader(f):
             row = P2PRow(r["id"], r["role"], r["tier"], r["transport"], r["issuer"], int(r["streams"]), r["direction"],
                          int(r["block_KiB"]), int(r["total_MiB"]), float(r["measured_GBps"]), r["source"])
-            if row.role not in ROLES or row.issuer not in ISSUERS or not row.source:
+            if row.role not in ROLES or row.issuer not in ISSUERS or row.tier not in TIERS or not row.source:
                 raise ValueError(f"{path}: row {row.id}: role one of {ROLES}, issuer one of {list(ISSUERS)}, "
-                                 "and a source")
+                                 f"tier one of {TIERS}, and a source")
             rows.append(row)
     return rows
 
@@ -82,7 +83,7 @@ def _overrides(row: P2PRow, beta: dict[str, float]) -> tuple[str, ...]:
             *(f"fabric.tiers.{t}.beta_GBps={b}" for t, b in sorted(beta.items())))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=2048)  # a fit revisits each (row, β) pair
 def _call_s(overrides: tuple[str, ...], tier: str, total_bytes: float, streams: int) -> float:
     """Wall time of one call: `streams` P2P ops of total_bytes / streams each, die 0 to the first die
     on `tier`, started together on an idle fabric."""
