@@ -144,7 +144,8 @@ def sets(group: str, role: str, rows: Sequence[Measured]) -> str:
     if isinstance(first, Row):
         return f"{first.fabric}: die.kernel.classes.{first.kernel}." + ", .".join(FREE[(first.fabric, first.kernel)])
     if isinstance(first, p2p.P2PRow):
-        return f"tiers.{first.tier}.beta_GBps (--fit; sourced value kept unless the fit moves it > {p2p.KEEP_WITHIN:.0%})"
+        return (f"--fit: tiers.{first.tier}.beta_GBps, applied only if sane and > {p2p.KEEP_WITHIN:.0%} "
+                "from conf's sourced value")
     raise ValueError(f"{group}: calibration rows that set no known parameter")
 
 
@@ -189,9 +190,9 @@ def section(ev: Evaluated) -> str:
     lines += [f"{r.id:40s} {CONVENTION:20s} {r.measured:7.0f} {h:7.0f} {e:+7.1%}" for r, h, e in ev.moe]
     lines += [f"{rid:40s} relation: {text}: {'holds' if ok else 'FAILS'}" for rid, ok, text in relations()]
     lines += ["", FUSED_NOTE, "",
-              f"{'group':52s} {'role':9s} {'rows':>4s} {'median|err|':>11s} {'worst|err|':>10s}  sets"]
+              f"{'group':56s} {'role':9s} {'rows':>4s} {'median|err|':>11s} {'worst|err|':>10s}  sets"]
     for results in (ev.kernels, ev.p2p, ev.moe, ev.decode):
-        lines += [f"{g:52s} {role:9s} {n:4d} {med:11.1%} {worst:10.1%}  {what}"
+        lines += [f"{g:56s} {role:9s} {n:4d} {med:11.1%} {worst:10.1%}  {what}"
                   for g, role, n, med, worst, what in summary(results)]
     if all(r.mode == "ll" for r, _, _ in ev.moe):
         lines.append("(REFERENCE §5 MoE HT rows, 4096 tokens per rank: --operators)")
