@@ -25,6 +25,11 @@ busbw, DeepEP's README tables), every one a check row, each in its own bandwidth
 time. The default runs the fast ones (every NCCL row, DeepEP low-latency rows, normal rows up to
 EP 16: 4 s of CPU, 12 s wall on a loaded 2-core machine); `--operators` adds DeepEP's normal rows at
 EP 32 and 64 (12 s of CPU in all, 35 s wall there).
+
+Last, the CloudMatrix384 section (stratacl/validate/ascend.py): every Ascend row in one place - the
+910C kernel groups, UB P2P (HIXL), REFERENCE §5's MoE table and HCCL relations, the decode layer -
+with each group's median and worst |error| and what it sets; `--operators` adds the MoE HT rows.
+`--fit` also refits the UB tiers' β on the HIXL calibration rows (stratacl/validate/p2p.py).
 """
 
 from __future__ import annotations
@@ -278,6 +283,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         for (fab_name, kernel), vals in fit(rows).items():
             print(f"{fab_name} {kernel}: " + ", ".join(f"{k}={v:.4g}" for k, v in vals.items()))
+        from stratacl.validate import p2p
+
+        try:
+            hixl = p2p.load()
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        for f in p2p.fit(hixl):
+            print(f"{p2p.FABRIC} tiers.{f.tier}.beta_GBps: conf {f.conf_GBps:.4g}, fitted {f.fitted_GBps:.4g} on "
+                  f"{f.rows} calibration rows (rms log error {f.rms_log_error:.3g}): {f.verdict}")
         return 0
     results = evaluate(rows)
     print(report(results))
@@ -297,8 +312,16 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + validate_ops.report(ops, validate_ops.nccl_relations()))
     if not args.operators:
         print(f"(DeepEP normal rows above EP {validate_ops.FAST_HT_EP}: --operators)")
+    from stratacl.validate import ascend
+
     try:
-        print(f"\nfigure: {figure([*results, *ops], args.out)}")
+        cm384 = ascend.evaluate(results, layer, every=args.operators)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: CloudMatrix384 rows: {exc}", file=sys.stderr)
+        return 2
+    print("\n" + ascend.section(cm384))
+    try:
+        print(f"\nfigure: {figure([*results, *ops, *cm384.rates], args.out)}")
     except ImportError:
         print("\nfigure skipped: needs matplotlib (pip install matplotlib)")
     return 0
