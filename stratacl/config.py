@@ -282,9 +282,13 @@ class HcclLevel1(StrEnum):
     auto = "auto"  # HCCL's adaptive choice
 
 
+MOE_COPY_KEYS = ("dispatch_ll", "combine_ll", "dispatch_ht", "combine_ht")
+
+
 class Partitioning(StrEnum):
-    uniform = "uniform"
-    balanced = "balanced"
+    uniform = "uniform"  # each peer a fixed core group (or peers dealt round-robin to cores)
+    balanced = "balanced"  # StrataCL §4.3: tier-sized units by LPT
+    even = "even"  # token copies dealt evenly over the cores whatever their peer (CANN's fused MoE ops)
 
 
 class Mover(StrEnum):
@@ -367,6 +371,10 @@ class LibraryConfig:
     host_sync: list[str] = field(default_factory=list)
     host_roundtrip_us: float = knob(0.0, ge=0)  # device→host copy of the counts + host handling + relaunch
     moe_signal_rtts: float = knob(0.0, ge=0)  # dispatch/combine: extra round trips of remote-atomic signalling
+    # dispatch/combine moved by the vector cores: each token copy's own processing on the core that
+    # sends it (a fused op's quantisation and per-expert packing, its weighted sum), µs per copy,
+    # per op and kernel family: dispatch_ll | combine_ll | dispatch_ht | combine_ht
+    moe_copy_us: dict[str, float] = knob(factory=dict, ge=0)
     # a plugin mechanism's own knobs by mechanism name, checked against its Config (comm/mechanism.py)
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -561,6 +569,10 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     from stratacl.comm.kinds import check_library
 
     check_library(where, lib)
+    for op in lib.moe_copy_us:
+        if op not in MOE_COPY_KEYS:
+            raise ConfigError(f"{where}.moe_copy_us.{op}", "not an operator and kernel family that moves token copies",
+                              f"use one of {list(MOE_COPY_KEYS)}")
     planes = beyond_die_planes(fab)
     if lib.plane not in planes:
         # name the presets of the fabric's scale-up plane (nvlink on NVIDIA, ub on Ascend)

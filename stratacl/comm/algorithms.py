@@ -50,6 +50,9 @@ class WirePlan:
     # least wire time on an idle fabric beyond the ports' (NCCL: its tuning model's bandwidth,
     # which carries protocol efficiencies and per-channel caps; comm/nccl.py)
     floor_s: float = 0.0
+    # MoE moved by vector cores: each token copy's processing on its core (library moe_copy_us) per
+    # byte of the copy
+    copy_s_per_byte: float = 0.0
 
     @property
     def wire_s(self) -> float:

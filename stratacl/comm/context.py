@@ -101,13 +101,16 @@ class CommContext:
         finest = min(self.unit_KiB.values(), default=DEFAULT_UNIT_KiB)
         for (nbytes, t), c in zip(plan.peer_work, copies, strict=True):
             tier = self.tier(t)
-            rate = min(fab.core_move_Bps, tier.beta_Bps)
+            # a token copy's own processing on its core (plan.copy_s_per_byte) slows the core's rate
+            rate = 1.0 / (1.0 / min(fab.core_move_Bps, tier.beta_Bps) + plan.copy_s_per_byte)
             peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate, c + flag))
             units.append(self.unit_KiB.get(tier.name, finest) * 1024)
         ncores = self.kernel_cores(cores)
         if self.partitioning == Partitioning.balanced:
             return partition.balanced(peers, ncores, units, self.fanout_cap,
                                       self.refine_units_below, self.min_unit_KiB * 1024)
+        if self.partitioning == Partitioning.even:
+            return partition.even(peers, ncores)
         return partition.uniform(peers, ncores)
 
     def transfer_windows(self, plan: alg.WirePlan) -> int:

@@ -176,6 +176,9 @@ class LibraryModel:
         plan = self._plan(coll, size, len(group), tidx.tobytes(), peer_bytes, algo)
         if moe is not None and plan.peer_work and self.cfg.moe_ll_windows == MoeLlWindows.per_expert:
             plan = replace(plan, peer_copies=moe_windows(plan, moe.mode, moe.bytes_per_copy, moe.experts_per_rank))
+        per_copy = self.cfg.moe_copy_us.get(f"{coll}_{moe.mode}", 0.0) if moe is not None else 0.0
+        if per_copy > 0 and moe is not None and moe.bytes_per_copy > 0:
+            plan = replace(plan, copy_s_per_byte=per_copy * 1e-6 / moe.bytes_per_copy)
         return plan
 
     @lru_cache(maxsize=65536)  # noqa: B019 - one model per run

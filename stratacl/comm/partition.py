@@ -1,7 +1,10 @@
 """Partitioning a transfer's per-peer payloads among the vector cores that move them.
 
 `uniform` gives each peer a fixed core group (HCCL-style: cores split evenly among peers, or peers
-dealt round-robin to cores when there are more peers than cores). `balanced` (StrataCL §4.3) cuts
+dealt round-robin to cores when there are more peers than cores). `even` deals the payload's token
+copies evenly over the cores whatever their peer, as CANN's fused MoE kernels split their tokens
+over the AIVs (ops-transformer mc2/moe_distribute_combine_v2: each core sends selfSendCnt / aivNum
+of them): every core moves 1/c of every peer's bytes and issues 1/c of its window writes. `balanced` (StrataCL §4.3) cuts
 each peer's payload into units of a tier-specific size, prices a unit τ(s) = α_t + s / r_t and
 assigns units to cores by LPT list scheduling in stripes, with at most `fanout_cap` units of one
 peer per stripe; the policy generator refines the units where few fall on each core.
@@ -62,6 +65,16 @@ def uniform(peers: list[PeerWork], cores: int) -> CoreSchedule:
             starts = w.copies - 1 + (1 if j >= cores else 0)
             loads[j % cores] += starts * w.alpha_s + w.nbytes / w.rate_Bps
     return CoreSchedule(tuple(loads))
+
+
+def even(peers: list[PeerWork], cores: int) -> CoreSchedule:
+    """Every core the same share of every peer's bytes and start-ups (its first start-up overlaps
+    the step latency, as in `uniform`)."""
+    if not peers:
+        return CoreSchedule((0.0,) * cores)
+    move = sum(w.nbytes / w.rate_Bps for w in peers) / cores
+    starts = sum(w.copies * w.alpha_s for w in peers) / cores - min(w.alpha_s for w in peers)
+    return CoreSchedule((move + max(0.0, starts),) * cores)
 
 
 def balanced(peers: list[PeerWork], cores: int, unit_bytes: list[float], fanout_cap: int,

@@ -9,8 +9,9 @@ Groups, each with its rows, median and worst |error| and what it sets in conf/:
   bandwidth as that table states it. HT rows (4096 tokens per rank) only with `every`;
 - REFERENCE §5's HCCL collective relations at 32 ranks (2 nodes × 8 NPUs × 2 dies), as holds / FAILS;
 - the decode-layer check (stratacl/validate/decode_layer.py).
-CANN's fused dispatch / combine (2506.12708 §5.5.1, Table 7 in v2) has no rows: its figures were
-not found in any stored copy of the paper, and none is invented (stratacl/data/operators/README.md).
+- CANN's fused dispatch / combine on A3 (stratacl/validate/fused.py: sgl-kernel-npu's measurements of
+  kernels built on CANN's MoeDistributeDispatchV2 / CombineV2; CloudMatrix-Infer's Table 7 was not
+  found in any stored copy of the paper, and none of its figures is used).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stratacl.validate import decode_layer, p2p
+from stratacl.validate import decode_layer, fused, p2p
 from stratacl.validate.kernels import FREE, ROLES, Measured, Row
 from stratacl.validate.operators import compose, moe_metrics
 
@@ -30,8 +31,6 @@ FABRIC = "cloudmatrix384"
 MOE_TABLE = Path(__file__).parents[1] / "data" / "operators" / "cm384_moe.csv"
 CONVENTION = "deepep_logical_GBps"
 RANKS = 32  # REFERENCE §5 microbenchmarks: 2 nodes x 8 NPUs x 2 dies
-FUSED_NOTE = ("cann fused dispatch/combine (2506.12708 §5.5.1 Table 7): no rows - figures not found in the stored "
-              "copies of the paper; nothing is fitted or checked on them")
 
 
 @dataclass(frozen=True)
@@ -143,6 +142,8 @@ def sets(group: str, role: str, rows: Sequence[Measured]) -> str:
     first = rows[0]
     if isinstance(first, Row):
         return f"{first.fabric}: die.kernel.classes.{first.kernel}." + ", .".join(FREE[(first.fabric, first.kernel)])
+    if isinstance(first, fused.FusedRow):
+        return f"--fit: library.{fused.LIBRARY}.moe_copy_us.{first.knob}"
     if isinstance(first, p2p.P2PRow):
         return (f"--fit: tiers.{first.tier}.beta_GBps, applied only if sane and > {p2p.KEEP_WITHIN:.0%} "
                 "from conf's sourced value")
@@ -167,6 +168,7 @@ class Evaluated:
     kernels: list[tuple[Row, float, float]]
     p2p: list[tuple[p2p.P2PRow, float, float]]
     moe: list[tuple[MoeRow, float, float]]
+    fused: list[tuple[fused.FusedRow, float, float]]
     decode: list[tuple[decode_layer.StreamRow, float, float]]
 
     @property
@@ -180,6 +182,7 @@ def evaluate(kernel_results: Sequence[tuple[Row, float, float]], layer: Sequence
     """`layer`: the decode-layer breakdown the report already ran; `every` adds the MoE HT rows."""
     return Evaluated([(r, h, e) for r, h, e in kernel_results if r.fabric == FABRIC], p2p.evaluate(p2p.load()),
                      evaluate_moe(load_moe(every=every)),
+                     fused.evaluate([r for r in fused.load() if every or r.mode == "ll"]),
                      [(r, r.harness, r.error) for r in decode_layer.stream_rows(layer)])
 
 
@@ -189,11 +192,12 @@ def section(ev: Evaluated) -> str:
              f"{'REFERENCE §5 MoE row (check)':40s} {'convention':20s} {'public':>7s} {'harness':>7s} {'error':>7s}"]
     lines += [f"{r.id:40s} {CONVENTION:20s} {r.measured:7.0f} {h:7.0f} {e:+7.1%}" for r, h, e in ev.moe]
     lines += [f"{rid:40s} relation: {text}: {'holds' if ok else 'FAILS'}" for rid, ok, text in relations()]
-    lines += ["", FUSED_NOTE, "",
-              f"{'group':56s} {'role':9s} {'rows':>4s} {'median|err|':>11s} {'worst|err|':>10s}  sets"]
-    for results in (ev.kernels, ev.p2p, ev.moe, ev.decode):
+    lines += ["", f"{'CANN fused MoE op row':40s} {'role':9s} {'unit':5s} {'public':>7s} {'harness':>7s} {'error':>7s}"]
+    lines += [f"{r.id:40s} {r.role:9s} {r.unit:5s} {r.measured:7.0f} {h:7.0f} {e:+7.1%}" for r, h, e in ev.fused]
+    lines += ["", f"{'group':56s} {'role':9s} {'rows':>4s} {'median|err|':>11s} {'worst|err|':>10s}  sets"]
+    for results in (ev.kernels, ev.p2p, ev.moe, ev.fused, ev.decode):
         lines += [f"{g:56s} {role:9s} {n:4d} {med:11.1%} {worst:10.1%}  {what}"
                   for g, role, n, med, worst, what in summary(results)]
     if all(r.mode == "ll" for r, _, _ in ev.moe):
-        lines.append("(REFERENCE §5 MoE HT rows, 4096 tokens per rank: --operators)")
+        lines.append("(REFERENCE §5 MoE HT rows and the CANN fused normal-kernel rows, 4096 tokens per rank: --operators)")
     return "\n".join(lines)
