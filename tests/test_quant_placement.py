@@ -284,3 +284,20 @@ def test_moe_work_conserves_the_layer_and_follows_whose_tokens() -> None:
     assert w.gate.cube_flops > 0 and w.shared.cube_flops > w.gate.cube_flops  # router << shared expert
     assert w.scale[0] == pytest.approx(2.0) and w.scale[1:] == pytest.approx(1.0)
     assert {p.kernel for p in w.gate.parts} == {"gemm", "routing"} and {p.kernel for p in w.routed.parts} >= {"grouped_gemm"}
+
+
+def test_die_rows_conserve_every_tokens_rows_and_eplb_flattens_them() -> None:
+    """Expected rows per die sum to top_k + the shared row per token; a uniform router on a
+    contiguous placement loads every die alike; replicating hot experts lowers the busiest die."""
+    shares = expert_weights(256, "zipf", 0.6, seed=0)
+    plain = eplb(shares, 256, 8, 0, 0, 1.0)
+    balanced = eplb(shares, 288, 8, 32, 0, 1.0)
+    shared = eplb(shares, 320, 8, 32, 32, 1.0)
+    assert plain.die_rows(shares, 8).sum() == pytest.approx(8.0)
+    assert shared.die_rows(shares, 8).sum() == pytest.approx(9.0)  # + one shared-expert row per token
+    uni = contiguous(256, 32).die_rows(np.full(256, 1 / 256), 8)
+    assert np.ptp(uni) == pytest.approx(0.0) and uni.sum() == pytest.approx(8.0)
+    def peak(p):  # noqa: ANN001, ANN202
+        r = p.die_rows(shares, 8)
+        return r.max() / r.mean()
+    assert peak(balanced) < peak(plain)

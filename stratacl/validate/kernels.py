@@ -311,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: decode layer: {exc}", file=sys.stderr)
         return 2
     print("\n" + decode_layer.report(layer, decode_layer.hbm_range(*step)))
+    print(decode_layer.skew_note(step[0]))
     from stratacl.validate import operators as validate_ops
 
     ops = validate_ops.evaluate(validate_ops.load(every=args.operators))

@@ -53,6 +53,16 @@ class Placement:
         d = np.asarray(self.slot_die)[np.asarray(self.slot_expert) == self.experts]
         return np.bincount(d, minlength=self.ep)
 
+    def die_rows(self, shares: np.ndarray, top_k: int) -> np.ndarray:
+        """Expected expert rows per token each die runs (routed rows in routed-row units, a shared
+        replica's share of every token's shared row): each copy to an expert goes to one of its
+        replicas in turn (`destinations`), so a replica takes 1/replicas of its expert's rows."""
+        reps = self.replicas()
+        load = np.concatenate([top_k * np.asarray(shares, dtype=float), [self.shared_weight]])
+        rows = np.zeros(self.ep)
+        np.add.at(rows, np.asarray(self.slot_die), (load / np.maximum(reps, 1))[np.asarray(self.slot_expert)])
+        return rows
+
     def replicas(self) -> np.ndarray:
         """Replica count per expert (routed, then the shared expert)."""
         return np.bincount(np.asarray(self.slot_expert), minlength=self.experts + 1)

@@ -125,6 +125,7 @@ class ServingCosts:
         self.expert_bytes = by_role.get("moe_experts", 0.0) / (n_moe * e)  # one routed expert, one layer
         self.shared_bytes = by_role.get("shared_experts", 0.0) / n_moe  # all shared experts, one layer
         self.n_moe_layers = n_moe
+        self.expert_imbalance: dict[str, float] = {}
         kind = str(layout.expert_placement) if layout is not None else "contiguous"
         for phase, ep in (("prefill", self.prefill_ep), ("decode", self.decode_ep)):
             red = getattr(layout, f"{phase}_redundant_experts", 0) if layout is not None else 0
@@ -143,6 +144,9 @@ class ServingCosts:
                     raise ConfigError(f"workload.layout.{phase}_shared_expert_replicas",
                                       "the model has no shared expert", "set it to 0")
                 self.placement[phase] = eplb(shares, ep, self.top_k, red, shr, self.shared_weight)
+            rows = self.placement[phase].die_rows(shares, self.top_k)
+            # the busiest die's expected expert rows over the mean: the router skew the placement leaves
+            self.expert_imbalance[phase] = float(rows.max() / rows.mean()) if rows.mean() > 0 else 1.0
 
     def moe_per_die(self, phase: str, cost: Cost, tokens: float, rows: np.ndarray) -> MoeWork:
         """One micro-batch's MoE work on every die under the phase's placement. `cost` was

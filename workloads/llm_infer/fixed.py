@@ -35,7 +35,7 @@ from workloads.llm_infer.schema import LlmInferConfig
 
 KEYS = ["decode_tok_per_s_per_npu", "decode_tpot_s", "decode_step_s", "decode_exposed_comm_s",
         "prefill_tok_per_s_per_npu", "prefill_iter_s", "prefill_exposed_comm_s",
-        "decode_weights_GB_per_die", "decode_kv_GB_per_die", "prefill_weights_GB_per_die"]
+        "decode_weights_GB_per_die", "decode_kv_GB_per_die", "prefill_weights_GB_per_die", "decode_expert_imbalance"]
 
 
 def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: IterationModel,
@@ -84,6 +84,8 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
             "decode_kv_GB_per_die": mem_d.kv / 1e9,
             "prefill_weights_GB_per_die": mem_p.weights / 1e9,
         }
+        if costs.experts:
+            m["decode_expert_imbalance"] = costs.expert_imbalance[ServingPhase.decode]
         metrics[library] = m
         for phase, st in (("decode", dec), ("prefill", pre)):
             rows.append({"library": library, "phase": phase, "time_s": st.time_s, "compute_s": st.compute_s,

@@ -28,6 +28,9 @@ METRICS: dict[str, MetricInfo] = {
     "load_fraction": metric(None, "fraction", "served rate / layout's analytic capacity"),
     "offered_load_fraction": metric(None, "fraction", "offered rate / layout's analytic capacity"),
     "overloaded": metric(None, "flag", "overloaded (regime note)"),
+    # the router skew (workload.skew / zipf_s) the expert placement leaves: the busiest die's expected
+    # expert rows over the mean; context (the same for every library)
+    "decode_expert_imbalance": metric(None, "×", "busiest die's expert rows / mean (decode placement)"),
     "offered_req_per_s": metric(None, "req/s", "offered rate (arrivals in the window)"),
     "served_fraction": metric(None, "fraction", "share of the arrival rate served (backlog floor)"),
     "prefill_served_fraction": metric(None, "fraction", "share of the prompt-token arrival rate prefilled"),
