@@ -47,7 +47,9 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
                    ("fabric.tiers.node.beta_GBps", "-5"), ("fabric.die.vector_cores", "0"),
                    ("library.hccl.comm_cores", "100"), ("library.hccl.fanout_cap", "0"),
                    ("library.hccl.pipeline_chunks", "0"), ("library.hccl.stage_anyway.allreduce", "2"),
-                   ("fabric.topology.nodes", "7"), ("output.timeline_max_ranks", "0"), ("seed", "-1")):
+                   ("fabric.topology.nodes", "7"), ("output.timeline_max_ranks", "0"), ("seed", "-1"),
+                   ("fabric.die.kernel.hbm_saturation_cores", "25"), ("fabric.die.kernel.hbm_saturation_cores", "0"),
+                   ("+library.hccl.moe_copy_us.dispatch_ll", "-1"), ("+library.hccl.moe_copy_us.gather", "1")):
         c.append(("out of range (core)", [f"{key}={v}", *COLL]))
     for key, v in (("workload.ranks", "1"), ("workload.batch_per_worker", "0"), ("workload.zipf_exponent", "-1"),
                    ("workload.embedding_dim", "-8"), ("workload.total_table_TiB", "0")):
@@ -66,7 +68,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
                    ("library.hccl.unit_KiB", "[1,2]")):
         c.append(("wrong type", [f"{key}={v}", *COLL]))
     for args in (["workload=llm_infer", "workload.requests.arrival=weibull"], ["library.hccl.mover=dma"],
-                 ["library.hccl.data_path=magic"], ["workload=dlrm_train", "workload.sharding=diagonal"],
+                 ["library.hccl.data_path=magic"], ["library.hccl.partitioning=evenly"], ["workload=dlrm_train", "workload.sharding=diagonal"],
                  ["workload=moe", "workload.modes=[xl]"], ["workload=moe", "workload.skew=pareto"],
                  ["fabric.tiers.node.plane=nvlinkx"], ["workload=llm_infer", "workload.requests.trace=sharegpt",
                                                        "workload.requests.arrival=trace"],
