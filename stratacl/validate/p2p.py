@@ -34,6 +34,7 @@ LIBRARY = "stratacl"  # the preset whose mover is SDMA; its trigger and units ar
 ISSUERS = {"aicpu": "device-issued (AICPU unfold)", "host": "host-issued (Host unfold, 4 streams)",
            "hccl": "HCCL comm-domain (HCCS)"}
 TRIGGER = {"aicpu": "aicpu", "host": "host", "hccl": "aicpu"}  # the harness's agent per issuer
+OP = {"D2rD": "put", "rD2D": "get"}  # HIXL's write to / read from the remote die
 TIERS = ("node", "supernode")  # single machine, two machines
 # the fit keeps the sourced β (StrataCL Table 1) unless it moves it by more than this
 KEEP_WITHIN = 0.05
@@ -80,6 +81,7 @@ def _overrides(row: P2PRow, beta: dict[str, float]) -> tuple[str, ...]:
     unit = f"{{node: {row.block_KiB}, supernode: {row.block_KiB}}}"
     return (f"fabric={FABRIC}", f"library=[{LIBRARY}]", f"baseline={LIBRARY}",
             f"library.{LIBRARY}.trigger={TRIGGER[row.issuer]}", f"library.{LIBRARY}.unit_KiB={unit}",
+            f"+library.{LIBRARY}.options.sdma.p2p_op={OP[row.direction]}",
             *(f"fabric.tiers.{t}.beta_GBps={b}" for t, b in sorted(beta.items())))
 
 
