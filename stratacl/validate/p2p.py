@@ -55,7 +55,7 @@ class P2PRow:
     streams: int
     direction: str
     block_KiB: int
-    total_MiB: int
+    total_MiB: float
     measured: float
     source: str
 
@@ -69,7 +69,7 @@ def load(path: Path = TABLE) -> list[P2PRow]:
     with path.open(newline="") as f:
         for r in csv.DictReader(f):
             row = P2PRow(r["id"], r["role"], r["tier"], r["transport"], r["issuer"], int(r["streams"]), r["direction"],
-                         int(r["block_KiB"]), int(r["total_MiB"]), float(r["measured_GBps"]), r["source"])
+                         int(r["block_KiB"]), float(r["total_MiB"]), float(r["measured_GBps"]), r["source"])
             if row.role not in ROLES or row.issuer not in ISSUERS or row.tier not in TIERS or not row.source:
                 raise ValueError(f"{path}: row {row.id}: role one of {ROLES}, issuer one of {list(ISSUERS)}, "
                                  f"tier one of {TIERS}, and a source")
