@@ -7,7 +7,8 @@ writing the peer's flag, or a notify task). An *agent* writes them one after ano
 - ``device`` trigger: `agents` vector cores of the die write them in parallel and ring the
   doorbell, holding those cores while they write (StrataCL §4.4);
 - ``aicpu``: the AI CPU writes task descriptors the scheduler runs (HCCL AI_CPU expansion mode),
-  no AI core held; ``host``: the host runtime does.
+  no AI core held; ``host``: the host runtime does, through one submission path per die that
+  concurrent host-issued operators share (resource ``submit``).
 The engines start after every agent's first descriptor and an engine start-up; the remaining
 descriptors are written while earlier ones move data, so the transfer cannot end before the last
 one is written. Per-descriptor write times, the engine start-up and the maximum descriptor length

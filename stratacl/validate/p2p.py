@@ -9,13 +9,18 @@ unfold (the AI CPU expands the request into transfer tasks: device-issued), Fabr
 expansion).
 
 The harness prices the same call as what it is: one P2P operation of 128 MiB (per stream) between
-two dies on the row's tier, moved by SDMA with one descriptor per block, the descriptors written
-by the issuing agent (`trigger` aicpu for the AI CPU issuers, host: conf/fabric `die.sdma` launch
-and per-descriptor costs) while the engines move earlier blocks at the tier's β after its α. Error = harness / public
-− 1 on the effective bandwidth (HIXL's convention: bytes / wall time of the call, 10^9 B per GB).
+two dies on the row's tier, moved by SDMA with one descriptor per block, a put for D2rD and a get
+for rD2D (the SDMA mover's `p2p_op`), the descriptors written by the issuing agent (`trigger` aicpu
+for the AI CPU issuers, host: conf/fabric `die.sdma` launch and per-descriptor costs; the host's
+streams share its one submission path) while the engines move earlier blocks at the tier's β after
+its α, as many blocks in flight as the tier's `in_flight` lets a queue keep (a capped queue waits
+the tier's `round_trip_us` per window). Error = harness / public − 1 on the effective bandwidth
+(HIXL's convention: bytes / wall time of the call, 10^9 B per GB).
 
-`fit` frees one tier's β on that tier's calibration rows only (least squares on the log error). The
-rows cannot identify α: the call pays the tier's α once per 128 MiB (< 0.3 % of its time at 2 µs).
+`fit_costs` (`python -m stratacl.validate.p2p`) fits the costs no other source states — the AI
+CPU's per-descriptor write and each tier's round trip — on their tier's calibration rows only;
+`fit` then frees one tier's β on the same rows at conf's costs (`python -m stratacl.validate
+--fit` prints it). α is not identified: one call pays it once per 128 MiB.
 """
 
 from __future__ import annotations
