@@ -41,6 +41,9 @@ class Plane(StrEnum):
     c2c = "c2c"  # NVLink-C2C between a Grace CPU and its Blackwell GPUs (GB200)
 
 
+ONE_SIDED = ("put", "get")  # a transfer writes to the peer's memory or reads from it
+
+
 @dataclass
 class TierConfig:
     """One distance tier of the network: latency α and per-die bandwidth β over a plane."""
@@ -49,6 +52,11 @@ class TierConfig:
     beta_GBps: float = knob(MISSING, gt=0)
     plane: Plane = Plane.ub  # which per-die port the bytes cross
     sync_us: float = knob(0.0, ge=0)  # flag write a synchronised algorithm step waits for on this tier
+    # SDMA transfers one queue keeps outstanding on this tier, by one-sided op (put | get); a
+    # capped queue waits `round_trip_us` for a completion per window (stratacl/comm/sdma.py).
+    # A missing key or 0 = unbounded.
+    in_flight: dict[str, int] = knob(factory=dict, ge=0)
+    round_trip_us: float = knob(0.0, ge=0)
 
 
 @dataclass
@@ -462,6 +470,9 @@ def validate_fabric(fab: FabricConfig) -> None:
                 f"plane '{tier.plane}' has no port rate",
                 f"add fabric.port_GBps.{tier.plane} or use one of {_names(fab.port_GBps)}",
             )
+        if set(tier.in_flight) - set(ONE_SIDED):
+            raise ConfigError(f"fabric.tiers.{name}.in_flight", f"unknown ops {sorted(set(tier.in_flight) - set(ONE_SIDED))}",
+                              f"use keys of {list(ONE_SIDED)}")
         if tier.beta_GBps > fab.port_GBps[tier.plane]:
             raise ConfigError(f"fabric.tiers.{name}.beta_GBps",
                               f"{tier.beta_GBps} GB/s exceeds the {tier.plane} port rate "

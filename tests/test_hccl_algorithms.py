@@ -3,6 +3,8 @@ collectives on an idle fabric, and HCCL's selection rules at their documented bo
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from helpers import make_library
 from test_closed_forms import one_op_time
@@ -25,9 +27,12 @@ def test_hierarchical_allreduce_matches_its_closed_form(cm384) -> None:  # noqa:
     ring_stage = (k - 1) * STEP["node"] + (k - 1) * (size / 2 / k) / BETA["node"]
     inter_stage = 2 * STEP["supernode"] + 2 * (size / k / 2) / BETA["supernode"]
     # AI_CPU expansion (SDMA mover): the AI CPU kernel starts once per operator (8 us), each stage's
-    # engines start after its first descriptor (2 us) and the engine start-up (1 us)
+    # engines start after its first descriptor and the engine start-up
     sdma_start = cm384.sdma_launch_s["aicpu"] + 3 * (cm384.sdma_descriptor_s["aicpu"] + cm384.sdma_startup_s)
-    expected = LAUNCH + 2 * ring_stage + inter_stage + sdma_start
+    # between the servers one put is in flight: each of the 16 MiB's descriptors (at most
+    # descriptor_KiB each) waits the supernode round trip
+    inter_waits = math.ceil(size / k / cm384.sdma_descriptor_bytes) * cm384.tiers["supernode"].round_trip_s
+    expected = LAUNCH + 2 * ring_stage + inter_stage + inter_waits + sdma_start
     plan = lib.wire_plan("allreduce", size, tuple(range(n)))
     assert plan.algorithm == "hccl:double_ring+nhr" and len(plan.stages) == 3
     assert plan.steps == 2 * (k - 1) + 2

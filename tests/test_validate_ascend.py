@@ -44,20 +44,27 @@ def test_p2p_pricing_closed_forms() -> None:
     # small blocks: the AI CPU writes one descriptor per block, the call lasts blocks x descriptor time
     small = _row("aicpu", "node", 16)
     assert p2p.harness_GBps(small) == pytest.approx(16384 / fab.sdma_descriptor_s["aicpu"] / 1e9, rel=0.01)
-    # large blocks: the wire at the tier's beta, less the call's fixed start (launch, first descriptor, alpha)
-    for tier in ("node", "supernode"):
-        big = p2p.harness_GBps(_row("aicpu", tier, 2048))
-        assert big == pytest.approx(fab.cfg.tiers[tier].beta_GBps, rel=0.03)
-        assert big < fab.cfg.tiers[tier].beta_GBps
-    # host unfold: 4 streams, each with its own host agent, share the tier's port
+    # large blocks within a node (puts posted): the wire at the tier's beta, less the call's fixed start
+    big = p2p.harness_GBps(_row("aicpu", "node", 2048))
+    assert big == pytest.approx(fab.cfg.tiers["node"].beta_GBps, rel=0.03)
+    assert big < fab.cfg.tiers["node"].beta_GBps
+    # across nodes one put in flight: each block waits the round trip, block / (rtt + block / beta),
+    # less the call's fixed start
+    sn = fab.tiers["supernode"]
+    block = 2048 * 1024
+    windowed = block / (sn.round_trip_s + block / sn.beta_Bps) / 1e9
+    assert p2p.harness_GBps(_row("aicpu", "supernode", 2048)) == pytest.approx(windowed, rel=0.03)
+    assert p2p.harness_GBps(_row("aicpu", "supernode", 2048)) < windowed
+    # host unfold: the 4 streams share one host submission path
     host = p2p.harness_GBps(_row("host", "node", 16))
-    assert host == pytest.approx(4 * 16384 / fab.sdma_descriptor_s["host"] / 1e9, rel=0.01)
+    assert host == pytest.approx(16384 / fab.sdma_descriptor_s["host"] / 1e9, rel=0.01)
 
 
 def test_a_higher_beta_only_moves_wire_bound_rows() -> None:
     small, big = _row("aicpu", "node", 16), _row("aicpu", "node", 2048)
-    assert p2p.harness_GBps(small, {"node": 190.0}) == pytest.approx(p2p.harness_GBps(small), rel=1e-9)
-    assert p2p.harness_GBps(big, {"node": 190.0}) > 1.1 * p2p.harness_GBps(big)
+    higher = {"tiers.node.beta_GBps": 190.0}
+    assert p2p.harness_GBps(small, higher) == pytest.approx(p2p.harness_GBps(small), rel=1e-9)
+    assert p2p.harness_GBps(big, higher) > 1.1 * p2p.harness_GBps(big)
 
 
 def test_the_fit_never_reads_check_rows() -> None:

@@ -23,7 +23,8 @@ from stratacl.comm import sdma
 from stratacl.comm.context import CommContext
 from stratacl.comm.mechanism import Mechanism
 from stratacl.comm.registry import Registry
-from stratacl.config import TIER_ORDER, Mover, Trigger
+from stratacl.config import ONE_SIDED, TIER_ORDER, Mover, Trigger
+from stratacl.errors import ConfigError
 from stratacl.machine.fabric import R
 from stratacl.machine.phases import Phase, delay
 
@@ -72,6 +73,14 @@ class Sdma(MoverModel):
     class Config:
         sdma_submit_cores: int  # device trigger: vector cores that write the descriptors
         unit_KiB: Mapping[str, float]  # descriptor size per tier
+        # whether the library's point-to-point transfer writes the peer's memory (put) or reads it
+        # (get: HIXL's rD2D); collectives always put
+        p2p_op: str = "put"
+
+        def __post_init__(self) -> None:
+            if self.p2p_op not in ONE_SIDED:
+                raise ConfigError("library.options.sdma.p2p_op", f"'{self.p2p_op}' is not a one-sided op",
+                                  f"use one of {list(ONE_SIDED)}")
 
     config: Sdma.Config
 
@@ -99,16 +108,21 @@ class Sdma(MoverModel):
         start = (0.0 if agent_running else fab.sdma_launch_s[trig]) + sub.first_s + fab.sdma_startup_s
         during = min(sub.rest_s, fab.sdma_startup_s)  # the agents go on writing while engines start
         rest = sub.rest_s - during
+        # the engines cannot beat their queues' in-flight windows (sdma.window_s)
+        window = sdma.window_s(plan, fab, own.p2p_op if plan.algorithm == "p2p" else "put", units)
         if self.trigger == Trigger.device:
             phases += delay("sync", sync_s)
             if start > 0:  # (a zero-length activity would have nothing to integrate)
                 frac = (sub.first_s + during) / start
                 phases.append(Phase("launch", holds=ctx.core_holds(sub.agents, frac), min_time_s=start))
             if rest <= 0:
-                return (), 0.0
+                return (), window
             wire_s = max(s for _, _, s in loads)
-            return ctx.core_holds(sub.agents, min(1.0, rest / wire_s) if wire_s > 0 else 1.0), rest
+            return ctx.core_holds(sub.agents, min(1.0, rest / wire_s) if wire_s > 0 else 1.0), max(rest, window)
         phases += delay("launch", start) + delay("sync", sync_s)
-        rest -= min(rest, sync_s)
-        return (), max(rest, 0.0)
+        rest = max(rest - min(rest, sync_s), 0.0)
+        if self.trigger == Trigger.host and rest > 0:
+            # one host submission path per die: concurrent host-issued operators share it
+            loads.append(("all", R["submit"], rest))
+        return (), max(rest, window)
 

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 # or shared; HBM is shared bandwidth.
 PORTS = tuple(f"{plane}_{way}" for plane in Plane for way in ("tx", "rx"))
 # last two: a node's switch uplinks / downlinks (fidelity=switch), loaded by role "sw"
-RESOURCES = (*PORTS, "hbm", "vec", "cube", "sdma", "l1_up", "l1_down")
+# "submit": the host path that writes SDMA descriptors for a host trigger, shared by its streams
+RESOURCES = (*PORTS, "hbm", "vec", "cube", "sdma", "submit", "l1_up", "l1_down")
 R = {name: i for i, name in enumerate(RESOURCES)}
 # A matmul format the die has no cube peak for runs as the hardware would: its operands are
 # widened to the next wider format (fp4 -> fp8 -> bf16, int4 -> int8 -> bf16), e.g. FP8 weights
@@ -80,6 +81,9 @@ class Tier:
     beta_Bps: float
     plane: Plane
     sync_s: float = 0.0  # flag write a synchronised step waits for
+    put_in_flight: int = 0  # SDMA puts / gets one queue keeps outstanding (0 = unbounded)
+    get_in_flight: int = 0
+    round_trip_s: float = 0.0  # a capped queue's wait for a completion
 
 
 class Fabric:
@@ -100,7 +104,8 @@ class Fabric:
             if tc is None:
                 continue
             self.tiers[name] = Tier(i, name, tc.alpha_us * 1e-6, tc.beta_GBps * 1e9, tc.plane,
-                                    tc.sync_us * 1e-6)
+                                    tc.sync_us * 1e-6, tc.in_flight.get("put", 0), tc.in_flight.get("get", 0),
+                                    tc.round_trip_us * 1e-6)
         if self.dies_per_npu > 1 and "die" not in self.tiers:
             raise ConfigError("fabric.tiers.die", "NPUs have several dies but no 'die' tier",
                               "add fabric.tiers.die")

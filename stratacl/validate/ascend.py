@@ -145,8 +145,9 @@ def sets(group: str, role: str, rows: Sequence[Measured]) -> str:
     if isinstance(first, fused.FusedRow):
         return f"--fit: library.{fused.LIBRARY}.moe_copy_us.{first.knob}"
     if isinstance(first, p2p.P2PRow):
-        return (f"--fit: tiers.{first.tier}.beta_GBps, applied only if sane and > {p2p.KEEP_WITHIN:.0%} "
-                "from conf's sourced value")
+        costs = [k for k, (t, _) in p2p.COSTS.items() if t == first.tier]
+        return (f"python -m stratacl.validate.p2p: {', '.join(costs)}; tiers.{first.tier}.beta_GBps only if "
+                f"sane and > {p2p.KEEP_WITHIN:.0%} from conf's sourced value")
     raise ValueError(f"{group}: calibration rows that set no known parameter")
 
 
