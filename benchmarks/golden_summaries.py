@@ -77,6 +77,7 @@ CI: dict[str, list[str]] = {
     "experiment_operators": [],
     "experiment_scaling": ["workload.ranks=32,128"],
     "experiment_sdma_tradeoff": [],
+    "experiment_stream_split": ["workload.requests.duration_s=4", "workload.warmup_s=1"],
     "experiment_vector_cores": ["library.hccl_zerocopy.comm_cores=4,48", "library.stratacl_no_sdma.comm_cores=48"],
 }
 

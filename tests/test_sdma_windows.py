@@ -127,3 +127,16 @@ def test_a_hostile_p2p_op_gives_one_clean_error() -> None:
                    "library.stratacl.trigger=aicpu", "+library.stratacl.options.sdma.p2p_op=fetch"))
     with pytest.raises(ConfigError, match="p2p_op"):
         LibraryModel("stratacl", cfg.library["stratacl"], Fabric(cfg.fabric))
+
+
+def test_each_submitting_agent_has_its_own_queue() -> None:
+    """A peer's transfers spread over the agents' queues: q queues cut the capped window q-fold
+    while the peer has at least q transfers, and never below one transfer's round trip."""
+    fab = validate.fabric_preset(p2p.FABRIC)
+    sn = fab.tiers["supernode"]
+    unit = {2: 64 * 1024.0}
+    plan = _window_plan(64 * 2**20, sn.index)  # 1024 transfers
+    one = sdma.window_s(plan, fab, "put", unit)
+    assert sdma.window_s(plan, fab, "put", unit, queues=4) == pytest.approx(one / 4)
+    small = _window_plan(128 * 1024, sn.index)  # two transfers: at most two queues help
+    assert sdma.window_s(small, fab, "put", unit, queues=4) == pytest.approx(sdma.window_s(small, fab, "put", unit, queues=2))

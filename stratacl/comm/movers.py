@@ -109,7 +109,7 @@ class Sdma(MoverModel):
         during = min(sub.rest_s, fab.sdma_startup_s)  # the agents go on writing while engines start
         rest = sub.rest_s - during
         # the engines cannot beat their queues' in-flight windows (sdma.window_s)
-        window = sdma.window_s(plan, fab, own.p2p_op if plan.algorithm == "p2p" else "put", units)
+        window = sdma.window_s(plan, fab, own.p2p_op if plan.algorithm == "p2p" else "put", units, sub.agents)
         if self.trigger == Trigger.device:
             phases += delay("sync", sync_s)
             if start > 0:  # (a zero-length activity would have nothing to integrate)

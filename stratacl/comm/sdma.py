@@ -18,6 +18,8 @@ A queue may keep only so many transfers of a peer outstanding on a tier (`Tier.p
 `get_in_flight`; a get is not posted: it ends when its data has come back): a capped queue moves
 windows of K transfers, each window waiting the tier's round trip for its completions, so the
 transfers of a window cost (round trip + bytes / β) / K each instead of bytes / β (`window_s`).
+Each submitting agent rings its own queue (ASSUMPTION), so a device trigger's `agents` vector cores
+spread a peer's transfers over that many queues; an AI CPU or host trigger has one.
 """
 
 from __future__ import annotations
@@ -74,10 +76,12 @@ def in_flight(tier: Tier, op: str) -> int:
     return tier.get_in_flight if op == "get" else tier.put_in_flight
 
 
-def window_s(plan: WirePlan, fabric: Fabric, op: str, unit_bytes: dict[int, float] | None = None) -> float:
+def window_s(plan: WirePlan, fabric: Fabric, op: str, unit_bytes: dict[int, float] | None = None,
+             queues: int = 1) -> float:
     """Least time the engines take when each peer's queue is capped (0 when no peer's tier caps
     `op`): per peer, n transfers of bytes / n each, n·(round trip + bytes / n / β) / K; peers run on
-    their own queues at once."""
+    their own queues at once. `queues`: the queues a peer's transfers spread over (one per
+    submitting agent: ASSUMPTION, each agent rings its own engine queue), at most n."""
     worst = 0.0
     for nbytes, t in plan.peer_work:
         tier = fabric.tier(t)
@@ -85,5 +89,5 @@ def window_s(plan: WirePlan, fabric: Fabric, op: str, unit_bytes: dict[int, floa
         if k <= 0 or nbytes <= 0:
             continue
         n = max(1, math.ceil(nbytes / _unit(fabric, t, unit_bytes)))
-        worst = max(worst, n * (tier.round_trip_s + nbytes / n / tier.beta_Bps) / k)
+        worst = max(worst, n * (tier.round_trip_s + nbytes / n / tier.beta_Bps) / (k * min(queues, n)))
     return worst

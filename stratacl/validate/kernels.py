@@ -295,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         for knob, v in fused.fit(fused.load()).items():
             print(f"{fused.FABRIC} library.{fused.LIBRARY}.moe_copy_us.{knob}: {v:.3g} us per token copy "
                   "(calibration rows of cann_fused_a3.csv)")
+        for c in p2p.fit_costs(hixl):
+            print(f"{p2p.FABRIC} {c.knob}: conf {c.conf:.4g}, fitted {c.fitted:.4g} on {c.rows} calibration rows "
+                  f"(rms log error {c.rms_log_error:.3g})")
         for f in p2p.fit(hixl):
             print(f"{p2p.FABRIC} tiers.{f.tier}.beta_GBps: conf {f.conf_GBps:.4g}, fitted {f.fitted_GBps:.4g} on "
                   f"{f.rows} calibration rows (rms log error {f.rms_log_error:.3g}): {f.verdict}")

@@ -233,15 +233,11 @@ def series(results: list[tuple[P2PRow, float, float]]) -> str:
 
 
 def main() -> int:
-    """`python -m stratacl.validate.p2p`: the calibrated costs, then each tier's β at them."""
-    rows = load()
-    for c in fit_costs(rows):
-        print(f"{FABRIC} {c.knob}: conf {c.conf:.4g}, fitted {c.fitted:.4g} on {c.rows} calibration rows "
-              f"(rms log error {c.rms_log_error:.3g})")
-    for f in fit(rows):
-        print(f"{FABRIC} tiers.{f.tier}.beta_GBps: conf {f.conf_GBps:.4g}, fitted {f.fitted_GBps:.4g} on "
-              f"{f.rows} calibration rows (rms log error {f.rms_log_error:.3g}): {f.verdict}")
-    return 0
+    """`python -m stratacl.validate.p2p`: the calibrated costs, then each tier's β at them (the same
+    lines `python -m stratacl.validate --fit` prints among its fits)."""
+    from stratacl.validate.kernels import main as validate_main
+
+    return validate_main(["--fit"])
 
 
 if __name__ == "__main__":
