@@ -41,7 +41,14 @@ class Plane(StrEnum):
     c2c = "c2c"  # NVLink-C2C between a Grace CPU and its Blackwell GPUs (GB200)
 
 
-ONE_SIDED = ("put", "get")  # a transfer writes to the peer's memory or reads from it
+class OneSided(StrEnum):
+    """A one-sided transfer writes to the peer's memory (put) or reads from it (get)."""
+
+    put = "put"
+    get = "get"
+
+
+ONE_SIDED = tuple(m.value for m in OneSided)
 
 
 @dataclass
@@ -366,6 +373,9 @@ class LibraryConfig:
     # the workload's per-stream core limits (llm_infer's decode split): every preset keeps them;
     # False is a scenario of its own (conf/library/stratacl_whole_die.yaml): every kernel on all cores
     stream_core_split: bool = True
+    # mover=sdma: whether the library's point-to-point transfer writes the peer's memory (put) or
+    # reads it (get: HIXL's rD2D rows); collectives always put
+    p2p_op: OneSided = OneSided.put
     # algorithm=hccl: HCCL_ALGO's per-operator level-1 (inter-server) choice, e.g. {allreduce: ring,
     # alltoall: pairwise}; operators not listed use HCCL's adaptive choice
     hccl_algo: dict[str, HcclLevel1] = field(default_factory=dict)

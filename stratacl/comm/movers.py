@@ -23,8 +23,7 @@ from stratacl.comm import sdma
 from stratacl.comm.context import CommContext
 from stratacl.comm.mechanism import Mechanism
 from stratacl.comm.registry import Registry
-from stratacl.config import ONE_SIDED, TIER_ORDER, Mover, Trigger
-from stratacl.errors import ConfigError
+from stratacl.config import TIER_ORDER, Mover, OneSided, Trigger
 from stratacl.machine.fabric import R
 from stratacl.machine.phases import Phase, delay
 
@@ -73,14 +72,7 @@ class Sdma(MoverModel):
     class Config:
         sdma_submit_cores: int  # device trigger: vector cores that write the descriptors
         unit_KiB: Mapping[str, float]  # descriptor size per tier
-        # whether the library's point-to-point transfer writes the peer's memory (put) or reads it
-        # (get: HIXL's rD2D); collectives always put
-        p2p_op: str = "put"
-
-        def __post_init__(self) -> None:
-            if self.p2p_op not in ONE_SIDED:
-                raise ConfigError("library.options.sdma.p2p_op", f"'{self.p2p_op}' is not a one-sided op",
-                                  f"use one of {list(ONE_SIDED)}")
+        p2p_op: OneSided  # a point-to-point transfer puts or gets; collectives always put
 
     config: Sdma.Config
 
@@ -109,7 +101,7 @@ class Sdma(MoverModel):
         during = min(sub.rest_s, fab.sdma_startup_s)  # the agents go on writing while engines start
         rest = sub.rest_s - during
         # the engines cannot beat their queues' in-flight windows (sdma.window_s)
-        window = sdma.window_s(plan, fab, own.p2p_op if plan.algorithm == "p2p" else "put", units, sub.agents)
+        window = sdma.window_s(plan, fab, own.p2p_op.value if plan.algorithm == "p2p" else OneSided.put.value, units, sub.agents)
         if self.trigger == Trigger.device:
             phases += delay("sync", sync_s)
             if start > 0:  # (a zero-length activity would have nothing to integrate)

@@ -86,7 +86,7 @@ def _overrides(row: P2PRow, knobs: dict[str, float]) -> tuple[str, ...]:
     unit = f"{{node: {row.block_KiB}, supernode: {row.block_KiB}}}"
     return (f"fabric={FABRIC}", f"library=[{LIBRARY}]", f"baseline={LIBRARY}",
             f"library.{LIBRARY}.trigger={TRIGGER[row.issuer]}", f"library.{LIBRARY}.unit_KiB={unit}",
-            f"+library.{LIBRARY}.options.sdma.p2p_op={OP[row.direction]}",
+            f"library.{LIBRARY}.p2p_op={OP[row.direction]}",
             *(f"fabric.{k}={v}" for k, v in sorted(knobs.items())))
 
 
