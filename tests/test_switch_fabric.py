@@ -16,12 +16,16 @@ from stratacl.trace import Trace
 PORT = 196e9  # UB port per die (2506.12708 §3.3.1)
 INTER = 150e9  # inter-node tier β (StrataCL Table 1)
 # launch + inter-node α + flag sync of one p2p step + the SDMA start of hccl_zerocopy's AI_CPU
-# expansion: AI CPU kernel 8 us + first descriptor 2 us + engine start-up 1 us (conf/fabric)
-FIXED = 5e-6 + 2.1e-6 + 2.1e-6 + (8e-6 + 2e-6 + 1e-6)
+# expansion: AI CPU kernel 8 us + first descriptor + engine start-up 1 us (conf/fabric)
+FIXED = 5e-6 + 2.1e-6 + 2.1e-6 + (8e-6 + Fabric(compose_run([]).fabric).sdma_descriptor_s["aicpu"] + 1e-6)
 
 
 def _fabric(*overrides: str) -> Fabric:
-    return Fabric(compose_run(["fabric.fidelity=switch", *overrides]).fabric)
+    """The switch model with SDMA queues unbounded (the in-flight windows have their own tests,
+    tests/test_sdma_windows.py): these closed forms are of ports, links and uplinks."""
+    return Fabric(compose_run(["fabric.fidelity=switch", "fabric.tiers.supernode.in_flight.put=0",
+                               "fabric.tiers.supernode.in_flight.get=0", "fabric.tiers.node.in_flight.get=0",
+                               *overrides]).fabric)
 
 
 def _incast(fab: Fabric, senders: int, size: float) -> float:
