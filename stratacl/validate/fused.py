@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stratacl.validate.kernels import with_errors
 from stratacl.validate.operators import moe_metrics
 
 TABLE = Path(__file__).parents[1] / "data" / "operators" / "cann_fused_a3.csv"
@@ -92,11 +93,7 @@ def harness(row: FusedRow, copy_us: float | None = None) -> float:
 
 
 def evaluate(rows: Sequence[FusedRow]) -> list[tuple[FusedRow, float, float]]:
-    out = []
-    for r in rows:
-        h = harness(r)
-        out.append((r, h, h / r.measured - 1.0))
-    return out
+    return with_errors(rows, harness)
 
 
 def fit(rows: Sequence[FusedRow]) -> dict[str, float]:

@@ -39,10 +39,10 @@ import csv
 import functools
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from stratacl.machine.compute import ComputeLowering
 from stratacl.machine.fabric import Fabric
@@ -133,13 +133,21 @@ def harness_value(row: Row, fabric: Fabric | None = None) -> float:
     return work / t / UNITS[row.unit]
 
 
-def evaluate(rows: list[Row]) -> list[tuple[Row, float, float]]:
-    """(row, harness value, error = harness / public − 1) per row."""
+M = TypeVar("M", bound=Measured)
+
+
+def with_errors(rows: Sequence[M], value: Callable[[M], float]) -> list[tuple[M, float, float]]:
+    """(row, harness value, error = harness / public − 1) per row; `value` gives the harness's figure."""
     out = []
     for r in rows:
-        h = harness_value(r)
+        h = value(r)
         out.append((r, h, h / r.measured - 1.0))
     return out
+
+
+def evaluate(rows: list[Row]) -> list[tuple[Row, float, float]]:
+    """(row, harness value, error = harness / public − 1) per row."""
+    return with_errors(rows, harness_value)
 
 
 def summary(results: Sequence[tuple[Measured, float, float]]) -> list[tuple[str, str, int, float, float]]:
