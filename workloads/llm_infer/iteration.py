@@ -415,7 +415,7 @@ class IterationModel:
             routed = [self._routing_sample(phase, n, max(1, math.ceil(rows[m])), mode, li * mbs + m)
                       for m in range(mbs)]
             # issue order: stage by stage over the micro-batches on the SGLang streams; micro-batch
-            # by micro-batch on the MoE-path stream (its dispatch, experts, combine in a row)
+            # by micro-batch on the MoE-path stream (its gate, dispatch, experts, combine in a row)
             order = [(m, st) for m in range(mbs) for st in range(3)] if paths else \
                 [(m, st) for st in range(3) for m in range(mbs)]
             work = [c.moe_per_die(phase, costs[m]["moe"], max(1, math.ceil(rows[m])), routed[m][1])
