@@ -76,6 +76,16 @@ def test_out_of_range_value_writes_nothing(tmp_path, override, field) -> None:  
     assert not out.exists()
 
 
+def test_a_value_found_bad_at_run_time_leaves_no_run_directory(tmp_path) -> None:  # noqa: ANN001
+    """A layout the workload refuses once it runs (after Hydra made the run directory): one line,
+    exit 2, and the directory Hydra made is gone with its log."""
+    out = tmp_path / "run"
+    proc = run_cli([f"hydra.run.dir={out}", "workload=llm_infer", "workload.layout.prefill_ep=7"], tmp_path)
+    assert proc.returncode == 2 and "workload.layout.prefill_ep" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not out.exists()
+
+
 def test_multirun_with_joblib(tmp_path) -> None:  # noqa: ANN001
     sweep = tmp_path / "sweep"
     proc = run_cli(["--multirun", "workload.ranks=16,32", f"hydra.sweep.dir={sweep}", *SMALL], tmp_path)

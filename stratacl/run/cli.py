@@ -148,6 +148,13 @@ def _remove_outputs(out_dir: Path) -> None:
     shutil.rmtree(out_dir / TRACES_DIR, ignore_errors=True)  # output.trace
 
 
+def _remove_bare_run_dir(out_dir: Path) -> None:
+    """A failed run's directory holding only what Hydra wrote (its config and the log) goes too:
+    a bad value found at run time leaves nothing behind, as one found before the run does."""
+    if out_dir.is_dir() and {p.name for p in out_dir.iterdir()} <= {".hydra", "run.log"}:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
 def _strict(metrics: dict[str, dict[str, float]]) -> dict[str, dict[str, float | None]]:
     """Strict JSON: an undefined metric (NaN, ±inf) is written as null."""
     return {lib: {k: (float(v) if math.isfinite(float(v)) else None) for k, v in m.items()}
@@ -177,6 +184,7 @@ def main(dcfg: DictConfig) -> None:
         if multirun:
             raise
         log.info("failed: %s", exc)
+        _remove_bare_run_dir(out_dir)
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         sys.exit(2)
 
