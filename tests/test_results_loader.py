@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,10 +27,12 @@ def runs_root(tmp_path_factory) -> Path:  # noqa: ANN001
     assert sweep.returncode == 0, sweep.stderr
     single = run_cli([*SMALL, "workload.collectives=[allgather]", f"hydra.run.dir={root / 'single'}"], root)
     assert single.returncode == 0, single.stderr
-    # a run the workload refuses (a bad value of the fabric or a library fails before the run
-    # directory exists) leaves its config and log but no summary.json
+    # a run killed before it wrote summary.json (an out-of-memory kill, a lost node) leaves its
+    # config and log; a config error, by contrast, leaves nothing (tests/test_cli.py)
     failed = run_cli([*SMALL, "workload.ranks=1000", f"hydra.run.dir={root / 'failed'}"], root)
-    assert failed.returncode == 2 and (root / "failed" / ".hydra" / "config.yaml").is_file()
+    assert failed.returncode == 2 and not (root / "failed").exists()
+    shutil.copytree(root / "single" / ".hydra", root / "failed" / ".hydra")
+    (root / "failed" / "run.log").write_text("killed\n")
     return root
 
 
