@@ -49,7 +49,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
                    ("library.hccl.pipeline_chunks", "0"), ("library.hccl.stage_anyway.allreduce", "2"),
                    ("fabric.topology.nodes", "7"), ("output.timeline_max_ranks", "0"), ("seed", "-1"),
                    ("fabric.die.kernel.hbm_saturation_cores", "25"), ("fabric.die.kernel.hbm_saturation_cores", "0"),
-                   ("+library.hccl.moe_copy_us.dispatch_ll", "-1"), ("+library.hccl.moe_copy_us.gather", "1")):
+                   ("+library.hccl.moe_copy_us.dispatch_ll", "-1"), ("+library.hccl.moe_copy_us.dispatch_ll", "1e30"), ("+library.hccl.moe_copy_us.gather", "1")):
         c.append(("out of range (core)", [f"{key}={v}", *COLL]))
     for key, v in (("workload.ranks", "1"), ("workload.batch_per_worker", "0"), ("workload.zipf_exponent", "-1"),
                    ("workload.embedding_dim", "-8"), ("workload.total_table_TiB", "0")):

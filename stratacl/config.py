@@ -392,7 +392,8 @@ class LibraryConfig:
     # dispatch/combine moved by the vector cores: each token copy's own processing on the core that
     # sends it (a fused op's quantisation and per-expert packing, its weighted sum), µs per copy,
     # per op and kernel family: dispatch_ll | combine_ll | dispatch_ht | combine_ht
-    moe_copy_us: dict[str, float] = knob(factory=dict, ge=0)
+    # at most 1 ms: no kernel spends longer on one token copy (the fitted CANN values are ~0.1-2 µs)
+    moe_copy_us: dict[str, float] = knob(factory=dict, ge=0, le=1000)
     # a plugin mechanism's own knobs by mechanism name, checked against its Config (comm/mechanism.py)
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 

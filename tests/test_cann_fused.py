@@ -54,6 +54,9 @@ def test_per_copy_cost_of_an_op_that_moves_no_tokens_names_the_field() -> None:
     with pytest.raises(ConfigError, match=r"library\.cann_ep\.moe_copy_us\.allreduce"):
         validate_run(compose_run(["+library.cann_ep.moe_copy_us.allreduce=1.0", "library=[cann_ep]",
                                   "baseline=cann_ep"]))
+    with pytest.raises(ConfigError, match=r"library\.cann_ep\.moe_copy_us\.dispatch_ll"):  # beyond 1 ms a copy
+        validate_run(compose_run(["library.cann_ep.moe_copy_us.dispatch_ll=1e30", "library=[cann_ep]",
+                                  "baseline=cann_ep"]))
 
 
 def test_rows_load_with_sources_and_the_stated_split() -> None:
