@@ -256,6 +256,7 @@ class Algorithm(StrEnum):
     ring = "ring"
     mesh = "mesh"
     fullmesh = "fullmesh"
+    fullmesh_sio = "fullmesh_sio"  # full mesh over UB with the package peer relaying over SIO (algorithms.fullmesh_sio)
     pairwise = "pairwise"
     rhd = "rhd"
     auto = "auto"
@@ -612,7 +613,7 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     bad = [str(a) for a in lib.auto_candidates if a in (Algorithm.auto, Algorithm.pairwise)]
     if bad:
         raise ConfigError(f"{where}.auto_candidates", f"{bad} cannot be auto candidates",
-                          "use ring, mesh, fullmesh, rhd, hierarchical, hccl")
+                          "use ring, mesh, fullmesh, fullmesh_sio, rhd, hierarchical, hccl")
     _check_names(f"{where}.nccl_algos", lib.nccl_algos, ("ring", "tree", "nvls", "nvls_tree"))
     _check_names(f"{where}.nccl_protos", lib.nccl_protos, ("LL", "LL128", "Simple"))
     validate_expansion(name, lib, fab)

@@ -15,7 +15,7 @@ the gathered output for allgather, the input for reducescatter, the buffer for b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -188,3 +188,54 @@ def rhd(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane:
     return WirePlan(algorithm="rhd", steps=logn * halves, latency_s=latency * halves, tx_s=tx, rx_s=dict(tx),
                     send_bytes=nbytes * halves, recv_bytes=nbytes * halves, group_wire_bytes=nbytes * halves * n,
                     reduce_bytes=red, peers=logn, peer_work=((nbytes * halves, tiers[far].index),))
+
+
+def package_colours(tidx: np.ndarray) -> np.ndarray | None:
+    """Each member's side of its package (0 or 1, the lower group index 0), or None unless every
+    member's package peer (tier 0, over SIO) is in the group exactly once."""
+    n = tidx.shape[0]
+    colour = np.full(n, -1, dtype=int)
+    for i in range(n):
+        mates = [int(j) for j in np.flatnonzero(tidx[i] == 0) if j != i]
+        if len(mates) != 1:
+            return None
+        colour[i] = 0 if i < mates[0] else 1
+    return colour
+
+
+def sio_relay_matrix(n: int, size: float, tidx: np.ndarray) -> np.ndarray | None:
+    """Bytes per sender→receiver of a full mesh whose package peers share the UB work over SIO.
+
+    All-gather: a die pulls over UB only the chunks of the remote dies on its side of their
+    package (P−1 of them, P packages) and gets the other side's from its package peer over SIO,
+    which relays them with its own chunk (P chunks). Every receiver still gets n−1 chunks, but
+    the UB carries each package's copy once instead of twice, as a double ring's SIO half does.
+    Reduce-scatter is the transpose (package peers pre-reduce over SIO, then one UB load per
+    remote side), which is the same matrix. None when a member's package peer is missing."""
+    colour = package_colours(tidx)
+    if colour is None:
+        return None
+    chunk = size / n
+    same_side = colour[:, None] == colour[None, :]
+    m = np.where((tidx > 0) & same_side, chunk, 0.0)
+    m[tidx == 0] = (n // 2) * chunk  # its own chunk + the P−1 pulled on its side
+    np.fill_diagonal(m, 0.0)
+    return m
+
+
+def fullmesh_sio(coll: str, n: int, size: float, tidx: np.ndarray, fabric: Fabric, plane: Plane) -> WirePlan | None:
+    """One-step full mesh over UB in parallel with the package peer's SIO link (StrataCL's
+    hierarchical candidate): the relay streams unit by unit as the UB pulls land, so the two
+    links run as one exchange (the pipeline's one-unit fill is not charged). All-gather,
+    reduce-scatter and all-reduce (= both); None for other collectives or groups without every
+    package peer."""
+    if coll not in ("allgather", "reducescatter", "allreduce") or n < 4:
+        return None
+    m = sio_relay_matrix(n, size, tidx)
+    if m is None:
+        return None
+    plan = fullmesh(coll, n, size, tidx, fabric, plane, tuple(m.ravel()), algorithm="fullmesh_sio")
+    # the relayed slices take a second, dependent hop: one SIO step more per exchange
+    sio = fabric.tier(0, plane)
+    exchanges = 2 if coll == "allreduce" else 1
+    return replace(plan, steps=plan.steps + exchanges, latency_s=plan.latency_s + exchanges * (sio.alpha_s + sio.sync_s))

@@ -57,6 +57,18 @@ class FullMesh(AlgorithmFamily):
     exchanges_run = "fullmesh"
 
 
+@FAMILIES.register(Algorithm.fullmesh_sio)
+class FullMeshSio(AlgorithmFamily):
+    """The full mesh with the package peers sharing the UB work over SIO (algorithms.fullmesh_sio)
+    where every member's package peer is in the group; the plain full mesh otherwise."""
+
+    exchanges_run = "fullmesh"
+
+    def plan(self, ctx: CommContext, coll: str, size: float, tidx: Tiers, peer_bytes: Peers) -> Plan:
+        relayed = None if peer_bytes else alg.fullmesh_sio(coll, tidx.shape[0], size, tidx, ctx.fabric, ctx.plane)
+        return relayed or super().plan(ctx, coll, size, tidx, peer_bytes)
+
+
 @FAMILIES.register(Algorithm.ring)
 class Ring(AlgorithmFamily):
     def plan(self, ctx: CommContext, coll: str, size: float, tidx: Tiers, peer_bytes: Peers) -> Plan:
