@@ -22,10 +22,14 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stratacl.validate import decode_layer, fused, p2p
 from stratacl.validate.kernels import FREE, ROLES, Measured, Row
 from stratacl.validate.operators import compose, moe_metrics
+
+if TYPE_CHECKING:
+    from stratacl.comm.library import LibraryModel
 
 FABRIC = "cloudmatrix384"
 MOE_TABLE = Path(__file__).parents[1] / "data" / "operators" / "cm384_moe.csv"
@@ -84,21 +88,33 @@ def evaluate_moe(rows: list[MoeRow]) -> list[tuple[MoeRow, float, float]]:
 # --------------------------------------------------------------------------- HCCL relations
 
 
-@functools.lru_cache(maxsize=64)
-def collective_s(library: str, coll: str, size: float, algorithm: str = "") -> float:
-    """Time of one `coll` of `size` bytes per rank over RANKS dies of an idle CloudMatrix384."""
-    from stratacl.comm.library import LibraryModel
+@functools.lru_cache(maxsize=256)
+def collective_s(library: str, coll: str, size: float, algorithm: str = "", ranks: int = RANKS) -> float:
+    """Time of one `coll` of `size` bytes per rank over `ranks` dies of an idle CloudMatrix384;
+    `coll` "p2p": the first half of the dies each send `size` to their partner in the second half."""
     from stratacl.engine.replay import simulate
-    from stratacl.machine.fabric import Fabric
     from stratacl.trace import Trace
+
+    tr = Trace(world_size=ranks)
+    if coll == "p2p":
+        src = list(range(ranks // 2))
+        tr.add("p2p", range(ranks), src=src, dst=[r + ranks // 2 for r in src], nbytes=size)
+    else:
+        tr.add_family("g", [range(ranks)])
+        tr.collective(coll, "g", size)
+    res = simulate(tr, library_model(library, algorithm))
+    return float(res.end[0] - res.start[0])
+
+
+@functools.lru_cache(maxsize=32)
+def library_model(library: str, algorithm: str = "") -> LibraryModel:
+    """The `library` preset on CloudMatrix384, its algorithm forced when `algorithm` is given."""
+    from stratacl.comm.library import LibraryModel
+    from stratacl.machine.fabric import Fabric
 
     cfg = compose((f"fabric={FABRIC}", f"library=[{library}]", f"baseline={library}",
                    *((f"library.{library}.algorithm={algorithm}",) if algorithm else ())))
-    tr = Trace(world_size=RANKS)
-    tr.add_family("g", [range(RANKS)])
-    tr.collective(coll, "g", size)
-    res = simulate(tr, LibraryModel(library, cfg.library[library], Fabric(cfg.fabric)))
-    return float(res.end[0] - res.start[0])
+    return LibraryModel(library, cfg.library[library], Fabric(cfg.fabric))
 
 
 MiB = 2.0**20

@@ -337,8 +337,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: CloudMatrix384 rows: {exc}", file=sys.stderr)
         return 2
     print("\n" + ascend.section(cm384))
+    refs = []
+    if args.operators:
+        from stratacl.validate import cm384_ops, reference_rows
+
+        refs = cm384_ops.rows(cm384.moe)
+        print("\n== REFERENCE §3/§5 operator rows (calibrate rows first; ratios within 0.15, GB/s within 15 %) ==")
+        print(reference_rows.table(refs))
     try:
         print(f"\nfigure: {figure([*results, *ops, *cm384.rates], args.out)}")
+        if refs:
+            print(f"figure: {cm384_ops.figure(refs, args.out.with_name(args.out.stem + '_reference_rows.png'))}")
     except ImportError:
         print("\nfigure skipped: needs matplotlib (pip install matplotlib)")
     return 0

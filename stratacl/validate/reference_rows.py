@@ -27,10 +27,13 @@ class RefRow:
     what: str  # the published statement, with its source
     missing: str = ""  # when off: the mechanism believed missing
     sets: str = ""  # calibrate rows: the conf/ parameter fitted on it
+    relation: str = "="  # "=": within tolerance of target; ">=" / "<=": a bound, met or within tolerance
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"{self.id}: role {self.role!r} not in {ROLES}")
+        if self.relation not in ("=", ">=", "<="):
+            raise ValueError(f"{self.id}: relation {self.relation!r} not one of =, >=, <=")
 
     @property
     def absolute(self) -> bool:
@@ -45,16 +48,22 @@ class RefRow:
 
     @property
     def ok(self) -> bool:
-        return abs(self.error) <= TOLERANCE
+        e = self.error
+        if self.relation == ">=":
+            return e >= -TOLERANCE
+        if self.relation == "<=":
+            return e <= TOLERANCE
+        return abs(e) <= TOLERANCE
 
 
 def table(rows: list[RefRow]) -> str:
     """The rows, calibration rows first, then check rows, each group together."""
-    head = f"{'REFERENCE row':34s} {'group':22s} {'role':9s} {'unit':8s} {'target':>8s} {'harness':>8s} {'error':>8s}  "
+    head = f"{'REFERENCE row':34s} {'group':22s} {'role':9s} {'unit':8s} {'target':>10s} {'harness':>8s} {'error':>8s}  "
     lines = [head + "ok"]
     for role in ROLES:
         for r in sorted((r for r in rows if r.role == role), key=lambda r: r.group):
             err = f"{r.error:+8.3f}" if r.absolute else f"{r.error:+8.1%}"
             note = "ok" if r.ok else f"OFF ({r.missing or 'mechanism not named'})"
-            lines.append(f"{r.id:34s} {r.group:22s} {r.role:9s} {r.unit:8s} {r.target:8.3f} {r.harness:8.3f} {err}  {note}")
+            target = f"{'' if r.relation == '=' else r.relation}{r.target:.3f}"
+            lines.append(f"{r.id:34s} {r.group:22s} {r.role:9s} {r.unit:8s} {target:>10s} {r.harness:8.3f} {err}  {note}")
     return "\n".join(lines)

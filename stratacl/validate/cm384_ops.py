@@ -1,0 +1,164 @@
+"""Every REFERENCE §5 operator row (and §3's two interference rows) as a `RefRow` with a target.
+
+The collective rows are single operators on an idle CloudMatrix384 at REFERENCE §5's microbenchmark
+shape (32 ranks = 2 nodes × 8 NPUs × 2 dies unless the row says otherwise; all-gather, the paper's
+headline collective), timed by `ascend.collective_s`; a busbw ratio is the inverse time ratio at
+equal size. Roles: a row is `calibrate` only when a conf/ parameter was fitted on it (the SDMA and
+interference modules say which); every other row is a `check`. Inequalities ("beats by > 30 %",
+"leads up to 8 MiB") are rows whose harness value must clear the bound (`RefRow.relation`).
+
+Which libraries stand for the paper's curves (a choice, stated here, not fitted):
+- "full-mesh vs ring": HCCL-zerocopy with its algorithm forced to full mesh and to ring (the same
+  data path, expansion and cores; only the algorithm differs);
+- "StrataCL vs the best baseline": the `stratacl` preset as it chooses, vs the faster of `hccl` and
+  `hccl_zerocopy` at each size, the largest ratio over 64 KiB – 16 MiB ("up to 1.6×");
+- "full-mesh peak vs ring at scale": StrataCL's faster one-step mesh (full mesh or full mesh with the
+  package peer's SIO relay) vs HCCL-zerocopy's own choice at 1 GiB, at 32, 128 and 256 ranks;
+- core partitioning: `stratacl_no_partition` (uniform) vs `stratacl_no_sdma` (balanced), full mesh,
+  at the paper's policy-generation shape (32-rank 128 MiB all-gather on 24 cores, StrataCL §4.3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from stratacl.validate import ascend
+from stratacl.validate.ascend import MiB, collective_s
+from stratacl.validate.reference_rows import TOLERANCE, RefRow
+
+KiB = 1024.0
+BASELINES = ("hccl", "hccl_zerocopy")
+SMALL_MEDIUM = [64 * KiB * 2**i for i in range(0, 9)]  # 64 KiB .. 16 MiB
+MESHES = ("fullmesh", "fullmesh_sio")
+SCALES = (32, 128, 256)
+
+
+def _ag(lib: str, size: float, algorithm: str = "", ranks: int = ascend.RANKS) -> float:
+    return collective_s(lib, "allgather", size, algorithm, ranks)
+
+
+def _row(rid: str, group: str, target: float, harness: float, what: str, *, relation: str = "=",
+         unit: str = "ratio", missing: str = "") -> RefRow:
+    return RefRow(rid, group, "check", target, harness, unit, what, missing=missing, relation=relation)
+
+
+def collective_rows() -> list[RefRow]:
+    """REFERENCE §5's collective rows at 32 ranks (and the 32 → 256 scaling row)."""
+    out = []
+    for s in (16, 128):
+        out.append(_row(f"zerocopy_vs_hccl_{s}MiB", "staging", 1.3,
+                        _ag("hccl", s * MiB) / _ag("hccl_zerocopy", s * MiB),
+                        "HCCL-zerocopy beats HCCL by > 30 % busbw above 8 MiB", relation=">=",
+                        missing="believed: the staging copies' rate (750 GB/s, HCCL's cost-model constant, not a "
+                                "measurement) is above what SDMA memcpy tasks reach between HBM buffers"))
+    ring = {s: _ag("hccl_zerocopy", s, "ring") for s in (*SMALL_MEDIUM, 64 * MiB)}
+    mesh = {s: _ag("hccl_zerocopy", s, "fullmesh") for s in ring}
+    below = [s for s in SMALL_MEDIUM if s < MiB]
+    step_missing = ("HCCL's AI_CPU per-step launch (the AI CPU issues each ring step's tasks after the "
+                    "previous notify) not priced beyond the step's flag latency (issue 35 item 3)")
+    out.append(_row("fullmesh_vs_ring_64KiB", "full mesh vs ring", 4.5, ring[64 * KiB] / mesh[64 * KiB],
+                    "full-mesh 4.5× ring at 64 KiB (ring synchronisation ≈ 77 % of its time)", missing=step_missing))
+    gm = math.exp(sum(math.log(ring[s] / mesh[s]) for s in below) / len(below))
+    out.append(_row("fullmesh_vs_ring_below_1MiB", "full mesh vs ring", 2.0, gm,
+                    "full-mesh ≈ 2× ring on average below 1 MiB (geometric mean 64-512 KiB)", missing=step_missing))
+    out.append(_row("fullmesh_vs_ring_8MiB", "full mesh vs ring", 1.0, ring[8 * MiB] / mesh[8 * MiB],
+                    "full-mesh leads up to ≈ 8 MiB", relation=">=",
+                    missing="the AI CPU writes the full mesh's per-peer descriptors one after another"))
+    out.append(_row("ring_vs_fullmesh_64MiB", "full mesh vs ring", 1.0, mesh[64 * MiB] / ring[64 * MiB],
+                    "ring wins above ≈ 16 MiB", relation=">=",
+                    missing="HCCL's full mesh at 64 MiB is not port-bound in the harness (per-peer SDMA queues)"))
+    lead = max(min(_ag(b, s) for b in BASELINES) / _ag("stratacl", s) for s in SMALL_MEDIUM)
+    out.append(_row("stratacl_vs_best_small_medium", "stratacl vs baselines", 1.6, lead,
+                    "StrataCL up to 1.6× busbw over the best baseline at small/medium sizes",
+                    missing="HCCL's small-size path too slow (hd_stage's synchronised steps at 4.2 µs each) or "
+                            "StrataCL's one-step start too cheap (SDMA start-up, issue 35 item 4)"))
+    out.append(_row("zerocopy_vs_stratacl_1GiB", "stratacl vs baselines", 1.06,
+                    _ag("stratacl", 1024 * MiB) / _ag("hccl_zerocopy", 1024 * MiB),
+                    "at the largest sizes the zerocopy ring is ≈ 6 % ahead of StrataCL"))
+    p2p = collective_s("hccl_zerocopy", "p2p", 64 * MiB) / collective_s("stratacl", "p2p", 64 * MiB)
+    out.append(_row("p2p_stratacl_vs_zerocopy_64MiB", "stratacl vs baselines", 1.0, p2p,
+                    "P2P about equal (64 MiB, 16 inter-node pairs)"))
+    for n in SCALES:
+        best_mesh = min(_ag("stratacl", 1024 * MiB, m, n) for m in MESHES)
+        out.append(_row(f"mesh_vs_ring_peak_{n}ranks", "scaling", 0.9, _ag("hccl_zerocopy", 1024 * MiB, "", n) / best_mesh,
+                        f"full-mesh peak within 10 % of ring at {n} ranks (1 GiB all-gather)", relation=">="))
+    return out
+
+
+def partition_rows() -> list[RefRow]:
+    """Core partitioning: completion spread 43 % → ≤ 5 %, makespan −19 % (32-rank 128 MiB all-gather)."""
+    size, g = 128 * MiB, tuple(range(ascend.RANKS))
+    uni = ascend.library_model("stratacl_no_partition", "fullmesh")
+    bal = ascend.library_model("stratacl_no_sdma", "fullmesh")
+    t_uni, t_bal = _ag("stratacl_no_partition", size, "fullmesh"), _ag("stratacl_no_sdma", size, "fullmesh")
+    return [
+        _row("core_spread_uniform", "core partitioning", 0.43, uni.op_info("allgather", size, g).core_spread,
+             "uniform core groups: fastest-to-slowest core completion spread 43 %", unit="fraction"),
+        _row("core_spread_balanced", "core partitioning", 0.05, bal.op_info("allgather", size, g).core_spread,
+             "balanced partitioning: spread ≤ 5 %", relation="<=", unit="fraction"),
+        _row("core_makespan_change", "core partitioning", -0.19, t_bal / t_uni - 1,
+             "balanced partitioning: makespan −19 %", unit="fraction"),
+    ]
+
+
+def moe_rows(evaluated: list[tuple[ascend.MoeRow, float, float]]) -> list[RefRow]:
+    """REFERENCE §5's EP32 MoE table as `ascend.evaluate_moe` ran it, relative error on GB/s."""
+    missing = {
+        "deepep": "DeepEP's LL per-expert windows over RDMA priced one start-up each, serialised",
+        "cann_ep": "CANN EP's HT token gather / combine weighted sum on the AIVs priced below their cost",
+        "cann_ep_zerocopy": "as cann_ep, and the pool's per-op window setup not priced",
+        "stratacl": "StrataCL's hierarchical MoE partition (token → expert window → peer window) costs not priced",
+    }
+    return [RefRow(r.id, f"moe {r.mode} ep{r.ep}", "check", r.measured, h, "GB/s",
+                   f"{r.library} {r.kind} {r.mode.upper()} busbw (DeepEP logical)", missing=missing.get(r.library, ""))
+            for r, h, _ in evaluated]
+
+
+def helper_rows() -> list[RefRow]:
+    """The SDMA-offload and interference rows, from their own modules when present."""
+    out: list[RefRow] = []
+    for name in ("sdma_row", "interference_row"):
+        try:
+            mod = __import__(f"stratacl.validate.{name}", fromlist=["rows"])
+        except ModuleNotFoundError:
+            continue
+        rows: Callable[[], list[RefRow]] = mod.rows
+        out += rows()
+    return out
+
+
+def rows(moe: list[tuple[ascend.MoeRow, float, float]] | None = None) -> list[RefRow]:
+    """Every row; `moe`: the MoE table already evaluated (else run here, HT rows included)."""
+    moe = ascend.evaluate_moe(ascend.load_moe(every=True)) if moe is None else moe
+    return [*collective_rows(), *partition_rows(), *helper_rows(), *moe_rows(moe)]
+
+
+def figure(refs: list[RefRow], out: Path) -> Path:
+    """Each row's error against its tolerance band, grouped; filled = calibrate, hollow = check."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = list(dict.fromkeys(r.group for r in refs))
+    fig, ax = plt.subplots(figsize=(7.5, max(4.0, 0.22 * len(refs) + 1)))
+    ys, labels = [], []
+    for i, r in enumerate(sorted(refs, key=lambda r: (groups.index(r.group), r.role))):
+        c = f"C{groups.index(r.group) % 10}"
+        # relative error for GB/s rows, absolute for ratios / fractions: both against ±TOLERANCE
+        ax.scatter([r.error], [i], color=c if r.role == "calibrate" else "none", edgecolors=c, s=30)
+        ys.append(i)
+        labels.append(f"{r.id} ({r.relation}{r.target:g})" if r.relation != "=" else r.id)
+    ax.axvspan(-TOLERANCE, TOLERANCE, color="0.9", zorder=0)
+    ax.axvline(0, color="k", lw=0.6)
+    ax.set_yticks(ys, labels, fontsize=6)
+    ax.set_xlabel("error: harness − target (ratios, fractions) or harness / target − 1 (GB/s)")
+    ax.set_title("REFERENCE §3/§5 operator rows (shaded: ±0.15; filled: calibrate, hollow: check)", fontsize=8)
+    ax.set_xlim(-1.0, 1.5)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out

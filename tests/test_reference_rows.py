@@ -1,0 +1,56 @@
+"""REFERENCE §5 operator rows as validation rows: the pass rule, and the rows as the harness computes them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from stratacl.validate import cm384_ops
+from stratacl.validate.reference_rows import TOLERANCE, RefRow, table
+
+
+def _r(target: float, harness: float, unit: str = "ratio", relation: str = "=") -> RefRow:
+    return RefRow("x", "g", "check", target, harness, unit, "what", relation=relation)
+
+
+def test_pass_rule_is_absolute_for_ratios_relative_otherwise() -> None:
+    assert _r(1.6, 1.6 + TOLERANCE * 0.99).ok and not _r(1.6, 1.6 + TOLERANCE * 1.01).ok
+    assert _r(100.0, 114.0, unit="GB/s").ok and not _r(100.0, 116.0, unit="GB/s").ok
+    assert _r(100.0, 80.0, unit="GB/s").error == pytest.approx(-0.2)
+    # a bound is met by anything beyond it, and by a shortfall within the tolerance
+    assert _r(1.3, 5.0, relation=">=").ok and _r(1.3, 1.2, relation=">=").ok and not _r(1.3, 1.1, relation=">=").ok
+    assert _r(0.05, 0.0, unit="fraction", relation="<=").ok and not _r(0.05, 0.3, unit="fraction", relation="<=").ok
+    with pytest.raises(ValueError, match="role"):
+        RefRow("x", "g", "fit", 1.0, 1.0, "ratio", "what")
+    with pytest.raises(ValueError, match="relation"):
+        RefRow("x", "g", "check", 1.0, 1.0, "ratio", "what", relation="~")
+
+
+def test_table_lists_calibration_rows_first_and_names_what_is_missing() -> None:
+    rows = [RefRow("c1", "g", "check", 1.0, 3.0, "ratio", "w", missing="a mechanism"),
+            RefRow("k1", "g", "calibrate", 1.0, 1.0, "ratio", "w", sets="knob")]
+    text = table(rows).splitlines()
+    assert text[1].startswith("k1") and text[2].startswith("c1")
+    assert "OFF (a mechanism)" in text[2]
+
+
+@pytest.fixture(scope="module")
+def collective_rows() -> list[RefRow]:
+    return cm384_ops.collective_rows() + cm384_ops.partition_rows()
+
+
+def test_collective_rows_are_finite_named_and_say_what_is_missing(collective_rows: list[RefRow]) -> None:
+    ids = [r.id for r in collective_rows]
+    assert len(ids) == len(set(ids))
+    assert all(math.isfinite(r.harness) and r.harness != 0 for r in collective_rows)
+    # a row off its target says which mechanism is believed missing
+    assert all(r.missing for r in collective_rows if not r.ok)
+
+
+def test_balanced_partitioning_narrows_the_spread_and_shortens_the_makespan(collective_rows: list[RefRow]) -> None:
+    by = {r.id: r.harness for r in collective_rows}
+    assert by["core_spread_balanced"] < by["core_spread_uniform"]
+    assert by["core_makespan_change"] < 0
+    # the zerocopy pool removes HCCL's staging copies: never slower than staging
+    assert by["zerocopy_vs_hccl_16MiB"] >= 1.0 and by["zerocopy_vs_hccl_128MiB"] >= 1.0
