@@ -54,3 +54,12 @@ def test_balanced_partitioning_narrows_the_spread_and_shortens_the_makespan(coll
     assert by["core_makespan_change"] < 0
     # the zerocopy pool removes HCCL's staging copies: never slower than staging
     assert by["zerocopy_vs_hccl_16MiB"] >= 1.0 and by["zerocopy_vs_hccl_128MiB"] >= 1.0
+
+
+def test_figure_draws_every_row_including_those_off_the_axis(tmp_path) -> None:  # noqa: ANN001
+    pytest.importorskip("matplotlib")
+    rows = [_r(4.5, 1.95), _r(1.0, 9.0, relation=">="), RefRow("k", "h", "calibrate", 1.0, 1.05, "ratio", "w")]
+    rows = [RefRow(f"r{i}", r.group, r.role, r.target, r.harness, r.unit, r.what, relation=r.relation)
+            for i, r in enumerate(rows)]
+    out = cm384_ops.figure(rows, tmp_path / "rows.png")
+    assert out.stat().st_size > 1000

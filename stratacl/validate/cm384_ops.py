@@ -33,6 +33,7 @@ BASELINES = ("hccl", "hccl_zerocopy")
 SMALL_MEDIUM = [64 * KiB * 2**i for i in range(0, 9)]  # 64 KiB .. 16 MiB
 MESHES = ("fullmesh", "fullmesh_sio")
 SCALES = (32, 128, 256)
+LO, HI = -1.0, 1.5  # the figure's error axis
 
 
 def _ag(lib: str, size: float, algorithm: str = "", ranks: int = ascend.RANKS) -> float:
@@ -144,19 +145,27 @@ def figure(refs: list[RefRow], out: Path) -> Path:
 
     groups = list(dict.fromkeys(r.group for r in refs))
     fig, ax = plt.subplots(figsize=(7.5, max(4.0, 0.22 * len(refs) + 1)))
-    ys, labels = [], []
+    ys: list[int] = []
+    labels: list[str] = []
+    colours: list[str] = []
     for i, r in enumerate(sorted(refs, key=lambda r: (groups.index(r.group), r.role))):
         c = f"C{groups.index(r.group) % 10}"
         # relative error for GB/s rows, absolute for ratios / fractions: both against ±TOLERANCE
-        ax.scatter([r.error], [i], color=c if r.role == "calibrate" else "none", edgecolors=c, s=30)
+        x = min(max(r.error, LO + 0.02), HI - 0.02)  # off the axis: drawn at its edge as a triangle
+        marker = "o" if x == r.error else (">" if r.error > 0 else "<")
+        ax.scatter([x], [i], marker=marker, color=c if r.role == "calibrate" else "none", edgecolors=c, s=30)
         ys.append(i)
         labels.append(f"{r.id} ({r.relation}{r.target:g})" if r.relation != "=" else r.id)
+        colours.append("k" if r.ok else "red")
     ax.axvspan(-TOLERANCE, TOLERANCE, color="0.9", zorder=0)
     ax.axvline(0, color="k", lw=0.6)
     ax.set_yticks(ys, labels, fontsize=6)
+    for tick, colour in zip(ax.get_yticklabels(), colours, strict=True):
+        tick.set_color(colour)  # red: off its target
     ax.set_xlabel("error: harness − target (ratios, fractions) or harness / target − 1 (GB/s)")
-    ax.set_title("REFERENCE §3/§5 operator rows (shaded: ±0.15; filled: calibrate, hollow: check)", fontsize=8)
-    ax.set_xlim(-1.0, 1.5)
+    ax.set_title("REFERENCE §3/§5 operator rows (shaded: ±0.15; filled: calibrate, hollow: check; red: off)",
+                 fontsize=8)
+    ax.set_xlim(LO, HI)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=130)
