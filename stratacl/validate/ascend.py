@@ -87,18 +87,29 @@ def evaluate_moe(rows: list[MoeRow]) -> list[tuple[MoeRow, float, float]]:
 @functools.lru_cache(maxsize=64)
 def collective_s(library: str, coll: str, size: float, algorithm: str = "") -> float:
     """Time of one `coll` of `size` bytes per rank over RANKS dies of an idle CloudMatrix384."""
+    return collective_runs(library, coll, (size,), algorithm)[0][0]
+
+
+def collective_runs(library: str, coll: str, sizes: Sequence[float], algorithm: str = "",
+                    overrides: Sequence[str] = ()) -> list[tuple[float, float]]:
+    """(time, vector-core-seconds held) of one `coll` per size, each alone over RANKS dies of an idle
+    CloudMatrix384: one config composed (with `overrides`), one simulation per size."""
     from stratacl.comm.library import LibraryModel
     from stratacl.engine.replay import simulate
     from stratacl.machine.fabric import Fabric
     from stratacl.trace import Trace
 
     cfg = compose((f"fabric={FABRIC}", f"library=[{library}]", f"baseline={library}",
-                   *((f"library.{library}.algorithm={algorithm}",) if algorithm else ())))
-    tr = Trace(world_size=RANKS)
-    tr.add_family("g", [range(RANKS)])
-    tr.collective(coll, "g", size)
-    res = simulate(tr, LibraryModel(library, cfg.library[library], Fabric(cfg.fabric)))
-    return float(res.end[0] - res.start[0])
+                   *((f"library.{library}.algorithm={algorithm}",) if algorithm else ()), *overrides))
+    model = LibraryModel(library, cfg.library[library], Fabric(cfg.fabric))
+    out = []
+    for size in sizes:
+        tr = Trace(world_size=RANKS)
+        tr.add_family("g", [range(RANKS)])
+        tr.collective(coll, "g", size)
+        res = simulate(tr, model)
+        out.append((float(res.end[0] - res.start[0]), float(res.core_s[0])))
+    return out
 
 
 MiB = 2.0**20
