@@ -92,28 +92,39 @@ def evaluate_moe(rows: list[MoeRow]) -> list[tuple[MoeRow, float, float]]:
 def collective_s(library: str, coll: str, size: float, algorithm: str = "", ranks: int = RANKS) -> float:
     """Time of one `coll` of `size` bytes per rank over `ranks` dies of an idle CloudMatrix384;
     `coll` "p2p": the first half of the dies each send `size` to their partner in the second half."""
+    return collective_runs(library, coll, (size,), algorithm, ranks=ranks)[0][0]
+
+
+def collective_runs(library: str, coll: str, sizes: Sequence[float], algorithm: str = "",
+                    overrides: Sequence[str] = (), ranks: int = RANKS) -> list[tuple[float, float]]:
+    """(time, vector-core-seconds held) of one `coll` per size, each alone over `ranks` dies of an idle
+    CloudMatrix384, the library composed once (with `overrides`)."""
     from stratacl.engine.replay import simulate
     from stratacl.trace import Trace
 
-    tr = Trace(world_size=ranks)
-    if coll == "p2p":
-        src = list(range(ranks // 2))
-        tr.add("p2p", range(ranks), src=src, dst=[r + ranks // 2 for r in src], nbytes=size)
-    else:
-        tr.add_family("g", [range(ranks)])
-        tr.collective(coll, "g", size)
-    res = simulate(tr, library_model(library, algorithm))
-    return float(res.end[0] - res.start[0])
+    model = library_model(library, algorithm, tuple(overrides))
+    out = []
+    for size in sizes:
+        tr = Trace(world_size=ranks)
+        if coll == "p2p":
+            src = list(range(ranks // 2))
+            tr.add("p2p", range(ranks), src=src, dst=[r + ranks // 2 for r in src], nbytes=size)
+        else:
+            tr.add_family("g", [range(ranks)])
+            tr.collective(coll, "g", size)
+        res = simulate(tr, model)
+        out.append((float(res.end[0] - res.start[0]), float(res.core_s[0])))
+    return out
 
 
-@functools.lru_cache(maxsize=32)
-def library_model(library: str, algorithm: str = "") -> LibraryModel:
-    """The `library` preset on CloudMatrix384, its algorithm forced when `algorithm` is given."""
+@functools.lru_cache(maxsize=64)
+def library_model(library: str, algorithm: str = "", overrides: tuple[str, ...] = ()) -> LibraryModel:
+    """The `library` preset on CloudMatrix384 (with `overrides`), its algorithm forced when given."""
     from stratacl.comm.library import LibraryModel
     from stratacl.machine.fabric import Fabric
 
     cfg = compose((f"fabric={FABRIC}", f"library=[{library}]", f"baseline={library}",
-                   *((f"library.{library}.algorithm={algorithm}",) if algorithm else ())))
+                   *((f"library.{library}.algorithm={algorithm}",) if algorithm else ()), *overrides))
     return LibraryModel(library, cfg.library[library], Fabric(cfg.fabric))
 
 
