@@ -1,7 +1,7 @@
 """REFERENCE §5 "SDMA offload: core occupancy −95 %+, operator latency +9 %" as validation rows.
 
 The `+experiment=sdma_tradeoff` shape run in process: stratacl (device-triggered SDMA) against
-stratacl_no_sdma (the same library, vector cores moving the data), 32 ranks, each collective alone
+stratacl_no_sdma (the same library, vector cores moving the data), both on the full mesh, 32 ranks, each collective alone
 on an idle CloudMatrix384 at the 15 sizes 64 KiB – 1 GiB (stratacl.validate.ascend.collective_runs).
 
 Aggregate (the harness's band convention): per collective, the geometric mean over the sizes of
@@ -30,6 +30,9 @@ from stratacl.validate.reference_rows import RefRow, table
 KiB = 1024.0
 SIZES = tuple(64 * KiB * 2**k for k in range(15))  # 64 KiB – 1 GiB (REFERENCE §5 microbenchmarks)
 SDMA, CORES = "stratacl", "stratacl_no_sdma"
+# the paper's ablation moves the same one-step full mesh with or without SDMA: both forced to it (the
+# presets' own choice would compare different algorithms where the vector-core path is core-bound)
+ALGORITHM = "fullmesh"
 CALIBRATE = "allgather"  # the rule: allgather rows calibrate, allreduce rows check
 CHECK = "allreduce"
 LATENCY, OCCUPANCY = 0.09, -0.95
@@ -40,8 +43,8 @@ STARTUP = "fabric.die.sdma.startup_us"
 
 def per_size(coll: str, overrides: Sequence[str] = ()) -> list[tuple[float, float]]:
     """(time ratio, vector-core-seconds ratio) stratacl / stratacl_no_sdma at each size."""
-    sdma = collective_runs(SDMA, coll, SIZES, overrides=overrides)
-    cores = collective_runs(CORES, coll, SIZES, overrides=overrides)
+    sdma = collective_runs(SDMA, coll, SIZES, ALGORITHM, overrides=overrides)
+    cores = collective_runs(CORES, coll, SIZES, ALGORITHM, overrides=overrides)
     return [(a[0] / b[0], a[1] / b[1]) for a, b in zip(sdma, cores, strict=True)]
 
 
