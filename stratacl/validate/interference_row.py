@@ -30,9 +30,12 @@ ROWS = (
 MISSING = {
     "hccl": "a larger interference source than HBM latency (L2 pollution by streaming traffic, shared "
             "task scheduling) or more comm HBM traffic",
-    "hccl_zerocopy": "a dependence on the traffic other than u/(1-u) (e.g. L2 pollution, task scheduling)",
+    # what the check showed at the fit (0.068 vs 0.13): hccl's slowdown comes mostly from its staging
+    # copies' high-u bursts, where u/(1-u) is steep; the published 25/13 = 1.92 is near the ratio of
+    # the two libraries' HBM bytes (1.79), as a cost per byte of traffic would give
+    "hccl_zerocopy": "a slowdown growing with the traffic's bytes rather than the convex u/(1-u) of "
+                     "loaded latency (e.g. L2 pollution by streaming comm traffic)",
 }
-
 
 def overrides(libraries: tuple[str, ...], extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     libs = ",".join(libraries)
@@ -62,7 +65,9 @@ def rows() -> list[RefRow]:
     for lib, role, target, what in ROWS:
         r = RefRow(id=f"interference_{lib}", group="interference", role=role, target=target, harness=got[lib],
                    unit="fraction", what=f"{SOURCE}, {what}", sets=KNOB if role == "calibrate" else "")
-        out.append(r if r.ok else RefRow(**{**r.__dict__, "missing": MISSING[lib]}))
+        # the check row is within tolerance yet half its target: it names its suspect anyway
+        off = not r.ok or abs(r.error) > 0.25 * target
+        out.append(RefRow(**{**r.__dict__, "missing": MISSING[lib]}) if off else r)
     return out
 
 
