@@ -6,7 +6,9 @@ capacity". Every die's resource has capacity 1, so an activity alone runs at ful
 takes T = max(entry seconds, min_time). With others, rates come from weighted max-min fairness on
 the dominant share (progressive filling; = dominant resource fairness): two equal transfers through
 one port each get half of it. Activities may also *hold* a fraction of a resource (vector cores
-running a communication kernel): held capacity is unavailable to others regardless of rate.
+running a communication kernel): held capacity is unavailable to others regardless of rate. A compute activity sensitive to loaded
+memory latency (`stall` > 0) is further capped by the HBM share of the traffic activities beside it
+(stratacl/engine/interference.py).
 
 Rates change only when an activity starts or ends, and only inside the connected component of
 activities whose ranksets intersect. Dies that see the same set of ranksets are identical, so the
@@ -22,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import simpy
 
+from stratacl.engine.interference import involved, stall_caps
+
 if TYPE_CHECKING:
     from stratacl.engine.utilisation import UtilisationRecorder
 
@@ -33,7 +37,9 @@ EPS = 1e-12
 # are solved but not stored: the memo only saves solver time, it never changes an allocation.
 SOLVE_MEMO_MAX_ENTRIES = 200_000
 # an activity's (rankset, kind, coefficient) rows as the solver sees them: loads, then holds
-Descriptor = tuple[tuple[tuple[int, int, float], ...], tuple[tuple[int, int, float], ...]]
+# plus its stall exposure and its HBM traffic rows (rankset, coefficient)
+Descriptor = tuple[tuple[tuple[int, int, float], ...], tuple[tuple[int, int, float], ...], float,
+                   tuple[tuple[int, float], ...]]
 Grouped = tuple[list[tuple[int, float]], list[tuple[int, float]]]  # one rankset's (loads, holds)
 HELD_BACK = 1 - 1e-12  # an activity runs below its own maximum when f < solo_f * HELD_BACK
 
@@ -41,11 +47,12 @@ HELD_BACK = 1 - 1e-12  # an activity runs below its own maximum when f < solo_f 
 class Activity:
     __slots__ = (
         "uid", "entries", "holds", "T", "solo_f", "desc", "by_rs", "remaining", "f", "t_last", "gen", "on_done", "rs_ids",
-        "work", "did", "held", "cap", "mo", "mark",
+        "work", "did", "held", "cap", "mo", "mark", "stall", "tr",
     )
 
     def __init__(self, entries: list[tuple[int, int, float]], holds: list[tuple[int, int, float]],
-                 min_time: float, on_done: Callable[[], None] | None, uid: int) -> None:
+                 min_time: float, on_done: Callable[[], None] | None, uid: int, stall: float = 0.0,
+                 traffic: int = -1) -> None:
         self.uid = uid
         T = min_time
         for _, _, s in entries:
@@ -56,6 +63,9 @@ class Activity:
         self.entries = [(k, t, s / T) for k, t, s in entries if s > 0]
         self.holds = [(k, t, h) for k, t, h in holds if h > 0]
         self.rs_ids = frozenset([k for k, _, _ in self.entries] + [k for k, _, _ in self.holds])
+        self.stall = stall  # exposure to others' HBM traffic (engine/interference.py); 0 = none
+        # HBM traffic others see: (rankset, coefficient) of its loads of resource kind `traffic`
+        self.tr = [(k, c) for k, t, c in self.entries if t == traffic] if traffic >= 0 else []
         self.desc: Descriptor | None = None  # solver descriptor, built on first shared solve
         self.did = -1  # the descriptor's interned id (FluidSystem._desc_id)
         self.held = False  # runs below its own maximum (counted in FluidSystem.n_held)
@@ -94,7 +104,7 @@ class Activity:
     def descriptor(self) -> Descriptor:
         """What the solver sees of the activity: equal descriptors get equal rates."""
         if self.desc is None:
-            self.desc = (tuple(sorted(self.entries)), tuple(sorted(self.holds)))
+            self.desc = (tuple(sorted(self.entries)), tuple(sorted(self.holds)), self.stall, tuple(sorted(self.tr)))
         return self.desc
 
     def __eq__(self, other: object) -> bool:
@@ -167,8 +177,10 @@ class FluidSystem:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, entries: list[tuple[int, int, float]], holds: list[tuple[int, int, float]],
-              min_time: float, on_done: Callable[[], None]) -> Activity:
-        act = Activity(entries, holds, min_time, on_done, next(self._uid))
+              min_time: float, on_done: Callable[[], None], stall: float = 0.0, traffic: int = -1) -> Activity:
+        """`stall`: the activity's exposure to HBM traffic; `traffic`: the resource kind whose loads
+        are traffic others stall behind (-1: none). Both only matter together (interference.py)."""
+        act = Activity(entries, holds, min_time, on_done, next(self._uid), stall, traffic)
         act.t_last = self.env.now
         active = self.active_by_rs
         for k in act.rs_ids:
@@ -286,6 +298,10 @@ class FluidSystem:
                 a.f = hit[a.did]
             return
         self._fill(comp)
+        if involved(comp):  # kernels beside HBM traffic: cap them, then share again
+            caps = stall_caps(comp, self._atoms_of(comp))
+            if caps:
+                self._share(comp, caps)
         if len(self._solved) < SOLVE_MEMO_MAX_ENTRIES:
             self._solved[key] = {a.did: a.f for a in comp}
 
@@ -294,9 +310,16 @@ class FluidSystem:
         did = a.did = index.setdefault(a.descriptor(), len(index))
         return did
 
-    def _fill(self, comp: set[Activity]) -> None:
+    def _atoms_of(self, comp: set[Activity]) -> list[frozenset[int]]:
         ks = frozenset().union(*(a.rs_ids for a in comp))
-        atoms = [ks] if len(ks) == 1 else self._maximal_atoms(ks)
+        return [ks] if len(ks) == 1 else self._maximal_atoms(ks)
+
+    def _fill(self, comp: set[Activity]) -> None:
+        self._share(comp, None)
+
+    def _share(self, comp: set[Activity], caps: dict[Activity, float] | None) -> None:
+        """Progressive filling; `caps`: rate caps some activities start with (stall caps)."""
+        atoms = self._atoms_of(comp)
         # constraints per (atom, resource kind): [residual, unfrozen coefficient sum]; each
         # activity keeps its (constraint, coefficient) list (`mo`) so freezing updates sums in
         # place, and its rate cap (`cap`). Per-atom maps are keyed by uid (ints hash in C; insertion
@@ -307,7 +330,7 @@ class FluidSystem:
         by_uid: dict[int, Activity] = {}
         by_rs: dict[int, list[tuple[int, Grouped]]] = {}
         for a in comp:
-            a.cap = 1.0
+            a.cap = 1.0 if caps is None else caps.get(a, 1.0)
             a.mo = []
             u = a.uid
             by_uid[u] = a

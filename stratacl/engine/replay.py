@@ -27,7 +27,7 @@ from stratacl.errors import TraceError
 from stratacl.machine.compute import ComputeLowering
 from stratacl.machine.fabric import R
 from stratacl.machine.lowering import CommLowering
-from stratacl.machine.phases import CATEGORIES, Phase
+from stratacl.machine.phases import CATEGORIES, TRAFFIC, Phase
 from stratacl.trace import Trace
 from stratacl.vocab import HostPeer, OpKind
 
@@ -134,6 +134,7 @@ class Replay:
         self._algo = [""] * n  # the library's choices per comm op, kept at lowering
         self._spread = [math.nan] * n
         self._vec = R["vec"]
+        self._hbm_kind = R["hbm"]
         self._work_err = 0.0
         self._events = 0
         self._role_cache: list[dict[str, int] | None] = [None] * n
@@ -208,7 +209,8 @@ class Replay:
         holds = [(roles[role], r, h) for role, r, h in ph.holds]
         box: list[Activity] = []
         act = self.fluid.start(entries, holds, ph.min_time_s,
-                               lambda: self._phase_done(i, phases, k, t0, box[0]))
+                               lambda: self._phase_done(i, phases, k, t0, box[0]),
+                               stall=ph.hbm_stall, traffic=self._hbm_kind if ph.category in TRAFFIC else -1)
         box.append(act)
 
     def _phase_done(self, i: int, phases: list[Phase], k: int, t0: float, act: Activity | None) -> None:

@@ -26,7 +26,9 @@ leaves the rest of the die to kernels of other streams; beside communication it 
 takes HBM bandwidth or a transfer holds cores it needs: a communication kernel holding h of C cores
 (GPU SMs, `cores_shared`) leaves a compute-bound kernel C − h of them (time × C / (C − h)) and a
 memory-bound one its full rate while C − h ≥ sat, else (C − h) / sat of it. A launch delay precedes
-it. Per-rank vectors use the slowest rank: an SPMD op ends when its last rank does.
+it. Beside communication's HBM traffic its memory latency grows and it slows by the die's
+`comm_hbm_stall` exposure (stratacl/engine/interference.py) even when compute-bound. Per-rank
+vectors use the slowest rank: an SPMD op ends when its last rank does.
 Communication ops are not lowered here (`stratacl.comm`).
 
 Local copies (`memcpy`: device-to-device) run on the SDMA engines when the die has them — runtime
@@ -115,7 +117,8 @@ def lower_compute(op: Op, fabric: Fabric, limit: tuple[int, int] = NO_LIMIT) -> 
         loads.append(("all", R["hbm"], kt.hbm_bytes / fabric.hbm_Bps))
     min_t = max(op.fixed_time_s, kt.alone_s)
     phase = Phase(PhaseCategory.compute, loads=tuple(loads), min_time_s=min_t,
-                  hbm_bytes=rank_sum(op, op.hbm_bytes) + kt.reread_bytes * len(op.ranks))
+                  hbm_bytes=rank_sum(op, op.hbm_bytes) + kt.reread_bytes * len(op.ranks),
+                  hbm_stall=km.cfg.comm_hbm_stall)
     return [Phase(PhaseCategory.launch, delay_s=kt.launch_s), phase] if kt.launch_s > 0 else [phase]
 
 

@@ -3,7 +3,8 @@
 A phase is either a pure delay (latency, synchronisation, launch) or a fluid activity: resource
 loads in seconds at a die's full capacity, fractions of resources held for its duration, and a
 minimum time (a rate cap, e.g. the cores it may use). Loads and holds apply to every die of a role:
-``all`` (the op's ranks), ``src`` / ``dst`` (p2p ends).
+``all`` (the op's ranks), ``src`` / ``dst`` (p2p ends). The HBM loads of ``wire`` and ``copy``
+phases are traffic a compute phase with ``hbm_stall`` > 0 slows beside (`TRAFFIC`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from stratacl.vocab import PhaseCategory
 
 CATEGORIES = tuple(c.value for c in PhaseCategory)
+# categories whose HBM loads are communication traffic (transfers, staging copies, DMA copies)
+TRAFFIC = (PhaseCategory.wire.value, PhaseCategory.copy.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +29,8 @@ class Phase:
     hbm_bytes: float = 0.0  # HBM bytes read+written, summed over all ranks
     copy_bytes: float = 0.0  # bytes copied into/out of staging buffers, summed over all ranks
     parts: tuple[tuple[str, float], ...] = ()  # a merged delay: (category, seconds) in order
+    # compute: exposure to the HBM traffic of communication beside it (stratacl/engine/interference.py)
+    hbm_stall: float = 0.0
 
     @property
     def is_delay(self) -> bool:
