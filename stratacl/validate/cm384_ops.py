@@ -163,7 +163,7 @@ def figure(refs: list[RefRow], out: Path) -> Path:
     ax.set_yticks(ys, labels, fontsize=6)
     for tick, colour in zip(ax.get_yticklabels(), colours, strict=True):
         tick.set_color(colour)  # red: off its target
-    ax.set_xlabel("error: harness − target (ratios, fractions) or harness / target − 1 (GB/s)")
+    ax.set_xlabel("error: harness − target (ratios) or harness / target − 1 (GB/s, fractions)")
     ax.set_title("REFERENCE §3/§5 operator rows (shaded: ±0.15; filled: calibrate, hollow: check; red: off)",
                  fontsize=8)
     ax.set_xlim(LO, HI)

@@ -3,8 +3,9 @@
 Each published operator figure (a busbw ratio, a latency change, a slowdown) becomes one `RefRow`:
 its target, the harness's value, a role (`calibrate`: a parameter in conf/ was fitted on it;
 `check`: nothing was), and when it is off, the mechanism believed missing. A row passes when it is
-within `tolerance` of its target: relative for absolute quantities, absolute for ratios and
-fractions (Issue 35: "ratios within 0.15 of their target").
+within `TOLERANCE` of its target: absolute for ratios (busbw or time ratios: "ratios within 0.15 of
+their target", issue 35), relative for everything else — GB/s, and fractions such as a slowdown or a
+latency change, where 0.15 absolute would pass a 13 % slowdown read as 0 % or 28 %.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class RefRow:
     role: str  # calibrate | check
     target: float
     harness: float
-    unit: str  # "ratio" / "fraction" compare absolutely; anything else relatively
+    unit: str  # "ratio" compares absolutely; anything else ("fraction", "GB/s") relatively
     what: str  # the published statement, with its source
     missing: str = ""  # when off: the mechanism believed missing
     sets: str = ""  # calibrate rows: the conf/ parameter fitted on it
@@ -37,11 +38,11 @@ class RefRow:
 
     @property
     def absolute(self) -> bool:
-        return self.unit in ("ratio", "fraction")
+        return self.unit == "ratio"
 
     @property
     def error(self) -> float:
-        """harness − target for ratios and fractions, harness / target − 1 otherwise."""
+        """harness − target for ratios, harness / target − 1 otherwise."""
         if self.absolute:
             return self.harness - self.target
         return self.harness / self.target - 1.0 if self.target else math.nan
