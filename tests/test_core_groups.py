@@ -86,7 +86,7 @@ def test_sdma_holds_cores_only_while_writing_descriptors(cm384, nbytes) -> None:
     # the descriptors: one per 256 KiB transfer unit (node tier) + one completion; 4 cores write them
     n_desc = math.ceil(nbytes / (256 * 1024)) + 1
     agents = min(4, n_desc)
-    write_s = math.ceil(n_desc / agents) * 0.5e-6
+    write_s = math.ceil(n_desc / agents) * cm384.sdma_descriptor_s["device"]
     assert res.core_s[0] == pytest.approx(agents * write_s, rel=1e-9)  # core-seconds = writing only
     # the mixed kernel loses exactly the group-time those cores were held
     assert res.end[k] - res.start[k] == pytest.approx(T + agents / cm384.vector_cores * write_s, rel=1e-9)
@@ -102,7 +102,7 @@ def test_sdma_descriptor_count_follows_units_and_steps(cm384) -> None:  # noqa: 
     # die and node peers (15) move 1 MiB in 4 units, inter-node peers (16) in 2; one tail flag each
     assert sdma.descriptors(plan, cm384, units) == 15 * 4 + 16 * 2 + 31
     sub = sdma.submission(plan, cm384, "device", 4, units)
-    assert sub.total_s == pytest.approx(math.ceil(123 / 4) * 0.5e-6)
+    assert sub.total_s == pytest.approx(math.ceil(123 / 4) * cm384.sdma_descriptor_s["device"])
     aicpu = cm384.sdma_descriptor_s["aicpu"]  # one writer whatever the cores asked for
     assert sdma.submission(plan, cm384, "aicpu", 4, units).total_s == pytest.approx(123 * aicpu)
 

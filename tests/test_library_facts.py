@@ -79,7 +79,7 @@ def test_kv_transfer_is_replayed_on_the_tier_placement_gives(fab: Fabric) -> Non
     (α + sync + bytes/β); on the same node it is faster. No tier is hard-coded in the workload.
     conf/fabric/cloudmatrix384.yaml: node tier α 0.7 + sync 1.3 µs at 170 GB/s, inter-node 2.1 +
     2.1 µs at 150 GB/s; stratacl launches in 5 µs and its device-triggered SDMA starts after one
-    0.5 µs descriptor write and the engine's 1 µs start-up."""
+    descriptor write and the engine's start-up (die.sdma, calibrated)."""
     lib = make_library(fab, "stratacl")
     nbytes = 64 << 20
 
@@ -89,7 +89,7 @@ def test_kv_transfer_is_replayed_on_the_tier_placement_gives(fab: Fabric) -> Non
         return simulate(tr, lib).makespan_s
 
     far, near = kv_time(fab.dies_per_node * 4), kv_time(2)  # die 64: node 4; die 2: die 0's node
-    fixed = 5e-6 + 0.5e-6 + 1e-6
+    fixed = 5e-6 + fab.sdma_descriptor_s["device"] + fab.sdma_startup_s  # launch + first descriptor + start-up
     assert far == pytest.approx(fixed + 2.1e-6 + 2.1e-6 + nbytes / 150e9, rel=1e-9)
     assert near == pytest.approx(fixed + 0.7e-6 + 1.3e-6 + nbytes / 170e9, rel=1e-9)
 

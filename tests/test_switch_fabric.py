@@ -16,8 +16,9 @@ from stratacl.trace import Trace
 PORT = 196e9  # UB port per die (2506.12708 §3.3.1)
 INTER = 150e9  # inter-node tier β (StrataCL Table 1)
 # launch + inter-node α + flag sync of one p2p step + the SDMA start of hccl_zerocopy's AI_CPU
-# expansion: AI CPU kernel 8 us + first descriptor + engine start-up 1 us (conf/fabric)
-FIXED = 5e-6 + 2.1e-6 + 2.1e-6 + (8e-6 + Fabric(compose_run([]).fabric).sdma_descriptor_s["aicpu"] + 1e-6)
+# expansion: AI CPU kernel 8 us + first descriptor + engine start-up (conf/fabric)
+_CM = Fabric(compose_run([]).fabric)
+FIXED = 5e-6 + 2.1e-6 + 2.1e-6 + (8e-6 + _CM.sdma_descriptor_s["aicpu"] + _CM.sdma_startup_s)
 
 
 def _fabric(*overrides: str) -> Fabric:
