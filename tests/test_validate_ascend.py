@@ -115,8 +115,7 @@ def test_section_lists_every_ascend_group() -> None:
     for g in groups:
         assert g in text, g
     assert "cann fused dispatch ll" in text and "HT rows" in text
-    for rid, holds, _ in ascend.relations():
-        assert f"{rid} " in text and isinstance(holds, bool)
+    assert "--operators)" in text  # the rows with targets (cm384_ops) are named, run with --operators
     # the decode-layer group's errors come from the breakdown: stream 0 on 600 µs, stream 1 900 against 600
     (line,) = [ln for ln in text.splitlines() if ln.startswith(decode_layer.GROUP)]
     assert line.split()[-5:-2] == ["2", "25.0%", "50.0%"]

@@ -7,7 +7,6 @@ Groups, each with its rows, median and worst |error| and what it sets in conf/:
   CANN EP zerocopy and StrataCL dispatch / combine, each the `moe` workload run in process with the
   row's library on `cloudmatrix384` (the `+experiment=moe_table` shape), in DeepEP's logical
   bandwidth as that table states it. HT rows (4096 tokens per rank) only with `every`;
-- REFERENCE §5's HCCL collective relations at 32 ranks (2 nodes × 8 NPUs × 2 dies), as holds / FAILS;
 - the decode-layer check (stratacl/validate/decode_layer.py).
 - CANN's fused dispatch / combine on A3 (stratacl/validate/fused.py: sgl-kernel-npu's measurements of
   kernels built on CANN's MoeDistributeDispatchV2 / CombineV2; CloudMatrix-Infer's Table 7 was not
@@ -85,7 +84,7 @@ def evaluate_moe(rows: list[MoeRow]) -> list[tuple[MoeRow, float, float]]:
     return out
 
 
-# --------------------------------------------------------------------------- HCCL relations
+# --------------------------------------------------------------------------- single operators
 
 
 @functools.lru_cache(maxsize=256)
@@ -129,34 +128,6 @@ def library_model(library: str, algorithm: str = "", overrides: tuple[str, ...] 
 
 
 MiB = 2.0**20
-
-
-def relations() -> list[tuple[str, bool, str]]:
-    """(id, holds, what) per REFERENCE §5 relation the harness can evaluate (allgather, 32 ranks)."""
-    out = []
-    # busbw ratio = time ratio at equal size and collective
-    zc = {s: collective_s("hccl", "allgather", s * MiB) / collective_s("hccl_zerocopy", "allgather", s * MiB)
-          for s in (16, 128)}
-    out.append(("hccl_zerocopy_beats_hccl", all(v > 1.3 for v in zc.values()),
-                "busbw HCCL-zerocopy / HCCL > 1.3 above 8 MiB: "
-                + ", ".join(f"{s} MiB {v:.2f}x" for s, v in zc.items())))
-    mesh = {s: collective_s("hccl_zerocopy", "allgather", s * MiB, "ring")
-            / collective_s("hccl_zerocopy", "allgather", s * MiB, "fullmesh") for s in (1 / 16, 1 / 2)}
-    out.append(("fullmesh_beats_ring_below_1MiB", all(v > 1.0 for v in mesh.values()),
-                "busbw full-mesh / ring > 1 below 1 MiB (paper: ~2x on average, 4.5x at 64 KiB; HCCL-zerocopy): "
-                + ", ".join(f"{s * 1024:.0f} KiB {v:.2f}x" for s, v in mesh.items())))
-    big = collective_s("hccl_zerocopy", "allgather", 64 * MiB, "fullmesh") / collective_s(
-        "hccl_zerocopy", "allgather", 64 * MiB, "ring")
-    out.append(("ring_beats_fullmesh_above_16MiB", big > 1.0,
-                f"busbw ring / full-mesh > 1 above ~16 MiB (HCCL-zerocopy): 64 MiB {big:.2f}x"))
-    lead = min(collective_s(b, "allgather", MiB) for b in ("hccl", "hccl_zerocopy")) / collective_s(
-        "stratacl", "allgather", MiB)
-    out.append(("stratacl_leads_at_1MiB", lead > 1.0,
-                f"busbw StrataCL / best of HCCL, HCCL-zerocopy > 1 at 1 MiB (paper: up to 1.6x): {lead:.2f}x"))
-    last = collective_s("stratacl", "allgather", 1024 * MiB) / collective_s("hccl_zerocopy", "allgather", 1024 * MiB)
-    out.append(("zerocopy_leads_at_1GiB", last > 1.0,
-                f"busbw HCCL-zerocopy / StrataCL > 1 at 1 GiB (paper: ~1.06x): {last:.2f}x"))
-    return out
 
 
 # --------------------------------------------------------------------------- the section
@@ -219,7 +190,6 @@ def section(ev: Evaluated) -> str:
     lines = ["== CloudMatrix384: every Ascend row ==", p2p.series(ev.p2p), "",
              f"{'REFERENCE §5 MoE row (check)':40s} {'convention':20s} {'public':>7s} {'harness':>7s} {'error':>7s}"]
     lines += [f"{r.id:40s} {CONVENTION:20s} {r.measured:7.0f} {h:7.0f} {e:+7.1%}" for r, h, e in ev.moe]
-    lines += [f"{rid:40s} relation: {text}: {'holds' if ok else 'FAILS'}" for rid, ok, text in relations()]
     lines += ["", f"{'CANN fused MoE op row':40s} {'role':9s} {'unit':5s} {'public':>7s} {'harness':>7s} {'error':>7s}"]
     lines += [f"{r.id:40s} {r.role:9s} {r.unit:5s} {r.measured:7.0f} {h:7.0f} {e:+7.1%}" for r, h, e in ev.fused]
     lines += ["", f"{'group':56s} {'role':9s} {'rows':>4s} {'median|err|':>11s} {'worst|err|':>10s}  sets"]
@@ -228,4 +198,6 @@ def section(ev: Evaluated) -> str:
                   for g, role, n, med, worst, what in summary(results)]
     if all(r.mode == "ll" for r, _, _ in ev.moe):
         lines.append("(REFERENCE §5 MoE HT rows and the CANN fused normal-kernel rows, 4096 tokens per rank: --operators)")
+        lines.append("(every REFERENCE §3/§5 operator row with its target - staging, full mesh vs ring, scaling, core "
+                     "partitioning, SDMA offload, interference: --operators)")
     return "\n".join(lines)

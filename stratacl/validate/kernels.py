@@ -27,7 +27,7 @@ EP 16: 4 s of CPU, 12 s wall on a loaded 2-core machine); `--operators` adds Dee
 EP 32 and 64 (12 s of CPU in all, 35 s wall there).
 
 Last, the CloudMatrix384 section (stratacl/validate/ascend.py): every Ascend row in one place - the
-910C kernel groups, UB P2P (HIXL), REFERENCE §5's MoE table and HCCL relations, the decode layer -
+910C kernel groups, UB P2P (HIXL), REFERENCE §5's MoE table, the decode layer -
 with each group's median and worst |error| and what it sets; `--operators` adds the MoE HT rows
 and the table of every REFERENCE §3/§5 operator row with its target (stratacl/validate/cm384_ops.py:
 calibrate rows first, a row off its target naming the mechanism believed missing), drawn beside the
