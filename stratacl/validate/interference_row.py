@@ -49,12 +49,13 @@ def slowdowns(libraries: tuple[str, ...], extra: tuple[str, ...] = ()) -> dict[s
     from stratacl.machine.fabric import Fabric
     from stratacl.validate.operators import compose
     from stratacl.workload_api import RunContext
-    from workloads.interference.workload import run
+    from stratacl.workload_registry import spec
 
     cfg = compose(overrides(libraries, extra))
     fabric = Fabric(cfg.fabric)
     libs = {name: LibraryModel(name, cfg.library[name], fabric) for name in libraries}
-    res = run(RunContext(cfg=cfg, fabric=fabric, libraries=libs, baseline=libraries[0], seed=0))
+    res = spec("interference").run()(RunContext(cfg=cfg, fabric=fabric, libraries=libs, baseline=libraries[0],
+                                                seed=0))
     return {lib: res.metrics[lib][METRIC] for lib in libraries}
 
 
