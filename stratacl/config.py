@@ -119,7 +119,7 @@ class KernelModelConfig:
     onchip_buffer_MiB: float = knob(1.0e9, gt=0)
     # part of the memory-latency growth u/(1-u) behind communication's HBM traffic (share u of the
     # die's HBM) a kernel does not hide (stratacl/engine/interference.py); 0 = ideal overlap
-    comm_hbm_stall: float = knob(0.0, ge=0)
+    comm_hbm_stall: float = knob(0.0, ge=0, le=1)  # a part: at most all of the growth
     # by KernelClass value, plus generic_cube / generic_vector / generic_mixed for kernels whose
     # class is not stated; a class not listed is priced as the ideal kernel
     classes: dict[str, KernelClassConfig] = field(default_factory=dict)

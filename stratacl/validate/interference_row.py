@@ -70,7 +70,7 @@ def rows() -> list[RefRow]:
     return out
 
 
-def fit(lo: float = 0.0, hi: float = 4.0, tol: float = 1e-3) -> float:
+def fit(lo: float = 0.0, hi: float = 1.0, tol: float = 1e-3) -> float:
     """The coefficient putting the calibrate row on its target (bisection: the slowdown rises with it)."""
     lib, _, target, _ = next(r for r in ROWS if r[1] == "calibrate")
 
