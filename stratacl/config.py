@@ -370,6 +370,9 @@ class LibraryConfig:
     moe_ht_path: str = MoeHtPath.flat.value  # HT dispatch/combine across nodes (comm/ep.py)
     moe_ll_windows: MoeLlWindows = MoeLlWindows.per_expert  # LL dispatch/combine: receive windows per peer
     expansion_mode: ExpansionMode = ExpansionMode.custom  # HCCL-style mode; not custom: sets mover/trigger
+    # expansion_mode=ai_cpu: operators (graphs) the card's AI CPU cores run at once; later ones wait
+    # (REFERENCE §3, CANN HCCL docs); aiv mode runs one operator per die (no multi-communicator concurrency)
+    aicpu_graphs_per_card: int = knob(6, ge=1)
     sdma_submit_cores: int = knob(1, ge=1)  # device-triggered SDMA: vector cores that write the descriptors
     # mover=sdma: collectives the vector cores move instead (e.g. routing-dependent exchanges whose
     # sizes a host-launched engine would need on the host first)

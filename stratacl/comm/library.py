@@ -56,7 +56,7 @@ from stratacl.config import (
     resolved_mover,
 )
 from stratacl.machine.fabric import Fabric, R
-from stratacl.machine.lowering import OpInfo
+from stratacl.machine.lowering import Concurrency, OpInfo
 from stratacl.machine.phases import Phase, delay, merge_delays
 from stratacl.memory import AllocatorConfig, CachingAllocator, DieMemory, RegistrationCost
 from stratacl.memory.communicators import Communicator
@@ -107,6 +107,17 @@ class LibraryModel:
         """Per-stream core limits the deployment runs with under this library (the trace's, or none
         when the preset drops the split: `stream_core_split`)."""
         return dict(trace.stream_cores) if self.cfg.stream_core_split else {}
+
+    def op_concurrency(self) -> Concurrency | None:
+        """HCCL's expansion modes bound its operators in flight (REFERENCE §3, CANN HCCL docs): AI_CPU
+        mode runs at most `aicpu_graphs_per_card` graphs per card (the card's AI CPU cores are
+        shared by its dies), AIV mode has no multi-communicator concurrency (one operator per die).
+        A custom mover/trigger (StrataCL, NCCL, DeepEP) has no such bound."""
+        if self.cfg.expansion_mode == ExpansionMode.ai_cpu:
+            return Concurrency(self.cfg.aicpu_graphs_per_card, self.fabric.dies_per_npu, "AI_CPU graphs per card")
+        if self.cfg.expansion_mode == ExpansionMode.aiv:
+            return Concurrency(1, 1, "AIV operators per die")
+        return None
 
     # ------------------------------------------------------------------ memory
     def comm_memory_bytes(self, communicators: int = 1) -> float:

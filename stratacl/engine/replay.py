@@ -20,6 +20,7 @@ import pandas as pd
 import simpy
 
 from stratacl.engine.accounting import Exposure, exposure
+from stratacl.engine.admission import Admission
 from stratacl.engine.fluid import Activity, FluidSystem
 from stratacl.engine.order import op_predecessors
 from stratacl.engine.utilisation import UtilisationRecorder
@@ -122,6 +123,10 @@ class Replay:
         self.fluid = FluidSystem(self.env, check=self.check)
         self.runtime = self.library.runtime(trace)
         self.compute = ComputeLowering(self.fabric, self.library.core_limits(trace))
+        # the library's bound on its operators in flight (a test double may not state one)
+        conc = getattr(self.library, "op_concurrency", lambda: None)()
+        self._admission = Admission(conc, trace.world_size) if conc is not None else None
+        self._ready_at: dict[int, float] = {}  # comm ops that waited for an admission slot
         self._rec = self.fluid.recorder = self._recorder() if self.record_utilisation else None
         # per-op results as lists while running (numpy item updates cost more), arrays at the end
         self._start = [math.nan] * n
@@ -142,7 +147,7 @@ class Replay:
         self._node_cache: dict[tuple[int, ...], tuple[int, ...]] = {}
         # collect first: an op with no phases ends at once and may release later roots
         for i in [i for i in range(n) if self._waiting[i] == 0]:
-            self._start_op(i)
+            self._ready_op(i)
         self.env.run()
         end = np.asarray(self._end, dtype=float)
         if np.isnan(end).any():
@@ -171,10 +176,22 @@ class Replay:
         return UtilisationRecorder(self.fluid, self.trace.world_size + extra, np.asarray(dies, dtype=np.int64))
 
     # ------------------------------------------------------------------ op lifecycle
+    def _ready_op(self, i: int) -> None:
+        """Dependencies met: start, unless the library has no free operator slot on its dies yet."""
+        adm = self._admission
+        op = self.trace.ops[i]
+        if adm is not None and op.kind not in ComputeLowering.KINDS and not adm.admit(i, op.ranks):
+            self._ready_at[i] = self.env.now
+            return
+        self._start_op(i)
+
     def _start_op(self, i: int) -> None:
         op = self.trace.ops[i]
         now = self.env.now
-        self._start[i] = now
+        ready = self._ready_at.pop(i, now)
+        self._start[i] = ready
+        if now > ready:  # waited for an AI CPU / AIV slot: the operator's launch is late by that much
+            self._split["launch"][i] += now - ready
         self.runtime.observe_start(op, now)
         if op.kind in ComputeLowering.KINDS:
             phases = self.compute.lower(op)
@@ -272,10 +289,13 @@ class Replay:
 
     def _finish_op(self, i: int) -> None:
         self._end[i] = self.env.now
+        if self._admission is not None:
+            for j in self._admission.release(i):
+                self._start_op(j)
         for j in self._succ[i]:
             self._waiting[j] -= 1
             if self._waiting[j] == 0:
-                self._start_op(j)
+                self._ready_op(j)
 
 
 def simulate(trace: Trace, library: CommLowering, check: bool = False, utilisation: bool = False) -> SimResult:

@@ -23,6 +23,16 @@ class OpInfo:
     core_spread: float = float("nan")  # fastest-to-slowest comm-core completion spread (vector movers)
 
 
+@dataclass(frozen=True, slots=True)
+class Concurrency:
+    """At most `limit` of a library's operators in flight on each unit of `dies_per_unit`
+    consecutive dies (engine/admission.py)."""
+
+    limit: int
+    dies_per_unit: int
+    what: str  # the limit as its source states it, e.g. "AI_CPU graphs per card"
+
+
 class CommRuntime(Protocol):
     """Per-replay state of a library (registrations, caches)."""
 
@@ -44,4 +54,8 @@ class CommLowering(Protocol):
 
     def core_limits(self, trace: Trace) -> dict[str, tuple[int, int]]:
         """Per-stream (AIC, AIV) limits the replay runs compute kernels with under this library."""
+        ...
+
+    def op_concurrency(self) -> Concurrency | None:
+        """How many of its operators can run at once per unit of dies (None: no limit)."""
         ...
