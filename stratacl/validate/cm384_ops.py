@@ -48,12 +48,6 @@ def _row(rid: str, group: str, target: float, harness: float, what: str, *, rela
 def collective_rows() -> list[RefRow]:
     """REFERENCE §5's collective rows at 32 ranks (and the 32 → 256 scaling row)."""
     out = []
-    for s in (16, 128):
-        out.append(_row(f"zerocopy_vs_hccl_{s}MiB", "staging", 1.3,
-                        _ag("hccl", s * MiB) / _ag("hccl_zerocopy", s * MiB),
-                        "HCCL-zerocopy beats HCCL by > 30 % busbw above 8 MiB", relation=">=",
-                        missing="believed: the staging copies' rate (750 GB/s, HCCL's cost-model constant, not a "
-                                "measurement) is above what SDMA memcpy tasks reach between HBM buffers"))
     ring = {s: _ag("hccl_zerocopy", s, "ring") for s in (*SMALL_MEDIUM, 64 * MiB)}
     mesh = {s: _ag("hccl_zerocopy", s, "fullmesh") for s in ring}
     below = [s for s in SMALL_MEDIUM if s < MiB]
@@ -139,9 +133,9 @@ def moe_rows(evaluated: list[tuple[ascend.MoeRow, float, float]]) -> list[RefRow
 
 
 def helper_rows() -> list[RefRow]:
-    """The SDMA-offload and interference rows, from their own modules when present."""
+    """The staging, SDMA-offload and interference rows, from their own modules (each with its calibration)."""
     out: list[RefRow] = []
-    for name in ("sdma_row", "interference_row"):
+    for name in ("staging_row", "sdma_row", "interference_row"):
         try:
             mod = __import__(f"stratacl.validate.{name}", fromlist=["rows"])
         except ModuleNotFoundError:

@@ -30,9 +30,8 @@ ROWS = (
 MISSING = {
     "hccl": "a larger interference source than HBM latency (L2 pollution by streaming traffic, shared "
             "task scheduling) or more comm HBM traffic",
-    # what the check showed at the fit (0.068 vs 0.13): hccl's slowdown comes mostly from its staging
-    # copies' high-u bursts, where u/(1-u) is steep; the published 25/13 = 1.92 is near the ratio of
-    # the two libraries' HBM bytes (1.79), as a cost per byte of traffic would give
+    # at the first fit (staging copies at 750 GB/s) the check read 0.068: hccl's slowdown came mostly
+    # from its copies' high-u bursts; with the calibrated 368 GB/s (validate/staging_row.py) it reads 0.149
     "hccl_zerocopy": "a slowdown growing with the traffic's bytes rather than the convex u/(1-u) of "
                      "loaded latency (e.g. L2 pollution by streaming comm traffic)",
 }
