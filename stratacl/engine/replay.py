@@ -192,6 +192,8 @@ class Replay:
         self._start[i] = ready
         if now > ready:  # waited for an AI CPU / AIV slot: the operator's launch is late by that much
             self._split["launch"][i] += now - ready
+            if self._rec is not None:  # phase index -1: the wait before the op's own phases
+                self._rec.phase(i, -1, Phase("launch", now - ready), ready, now)
         self.runtime.observe_start(op, now)
         if op.kind in ComputeLowering.KINDS:
             phases = self.compute.lower(op)
