@@ -44,17 +44,9 @@ def overrides(libraries: tuple[str, ...], extra: tuple[str, ...] = ()) -> tuple[
 @functools.lru_cache(maxsize=32)
 def slowdowns(libraries: tuple[str, ...], extra: tuple[str, ...] = ()) -> dict[str, float]:
     """`concurrent_compute_slowdown` per library, the interference workload run in process."""
-    from stratacl.comm.library import LibraryModel
-    from stratacl.machine.fabric import Fabric
-    from stratacl.validate.operators import compose
-    from stratacl.workload_api import RunContext
-    from stratacl.workload_registry import spec
+    from stratacl.validate.operators import run_in_process
 
-    cfg = compose(overrides(libraries, extra))
-    fabric = Fabric(cfg.fabric)
-    libs = {name: LibraryModel(name, cfg.library[name], fabric) for name in libraries}
-    res = spec("interference").run()(RunContext(cfg=cfg, fabric=fabric, libraries=libs, baseline=libraries[0],
-                                                seed=0))
+    res = run_in_process("interference", overrides(libraries, extra))
     return {lib: res.metrics[lib][METRIC] for lib in libraries}
 
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from stratacl.comm.library import LibraryModel
     from stratacl.config import RunConfig
+    from stratacl.workload_api import WorkloadResult
 
 DATA = Path(__file__).parents[1] / "data" / "operators"
 NCCL_TABLE = DATA / "nccl.csv"
@@ -189,8 +190,9 @@ def deepep_overrides(spec: dict[str, str], library: str = "deepep") -> tuple[str
 
 
 @functools.lru_cache(maxsize=16)
-def moe_metrics(overrides: tuple[str, ...]) -> dict[str, float]:
-    """The `moe` workload's metrics for its one library, run in process (no subprocess, no files)."""
+def run_in_process(workload: str, overrides: tuple[str, ...]) -> WorkloadResult:
+    """`workload` run in process on the config `overrides` compose (its libraries, baseline and seed):
+    no subprocess, no files."""
     from stratacl.comm.library import LibraryModel
     from stratacl.machine.fabric import Fabric
     from stratacl.workload_api import RunContext
@@ -199,8 +201,13 @@ def moe_metrics(overrides: tuple[str, ...]) -> dict[str, float]:
     cfg = compose(overrides)
     fab = Fabric(cfg.fabric)
     libs = {name: LibraryModel(name, cfg.library[name], fab) for name in cfg.library}
-    ctx = RunContext(cfg=cfg, fabric=fab, libraries=libs, baseline=cfg.baseline, seed=cfg.seed)
-    return spec("moe").run()(ctx).metrics[cfg.baseline]
+    return spec(workload).run()(RunContext(cfg=cfg, fabric=fab, libraries=libs, baseline=cfg.baseline, seed=cfg.seed))
+
+
+def moe_metrics(overrides: tuple[str, ...]) -> dict[str, float]:
+    """The `moe` workload's metrics for its one library, run in process."""
+    (metrics,) = run_in_process("moe", overrides).metrics.values()  # its one library's
+    return metrics
 
 
 MetricsFn = Callable[[tuple[str, ...]], dict[str, float]]
