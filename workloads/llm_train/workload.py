@@ -35,7 +35,7 @@ from .model import build_plan, model_costs, model_ref
 from .pipeline import Pipe, build_pipeline, chunk_units, stage_figures
 from .pp_memory import pipeline_breakdown, pipeline_peak
 from .pp_schedules import PpSchedule, check, stages_per_rank
-from .report import iteration_figures
+from .report import STEP_PARTS, iteration_figures, step_breakdown
 from .schedule import Knobs, build_iteration, moe_shape
 
 __all__ = ["Prepared", "estimate", "iteration_trace", "prepare", "run"]
@@ -183,7 +183,7 @@ def run(ctx: RunContext) -> WorkloadResult:
             for lib in libs:
                 res = ctx.simulate(trace, lib)
                 ctx.progress(1)
-                fig = iteration_figures(res.exposure())
+                fig = iteration_figures(res.exposure()) | step_breakdown(trace, res, ctx.fabric)
                 if prep.pipe is not None:  # per pipeline rank: one stage's compute hides nothing of another's
                     fig.update(stage_figures(trace, res.start, res.end, prep.layout))
                     fig["compute_s"], fig["exposed_comm_s"] = fig["stage_compute_s"], fig["stage_exposed_comm_s"]
@@ -191,6 +191,7 @@ def run(ctx: RunContext) -> WorkloadResult:
                 held = mem["reserved"] + mem["library"] + mem["overhead"]
                 records.append({"library": lib, "iteration": it, "zipf_exponent": s, "ep_imbalance": imb, **fig,
                                 "tokens_per_s": tokens / fig["iteration_time_s"],
+                                "tokens_per_s_per_die": tokens / fig["iteration_time_s"] / cfg.dies,
                                 "peak_mem_GB_per_die": held / 1e9,
                                 **{f"mem_{key}_GB": v / 1e9 for key, v in mem.items()},
                                 "recompute": k.recompute, "schedule_change": changes[lib],
@@ -215,8 +216,9 @@ def run(ctx: RunContext) -> WorkloadResult:
 
 def _metrics(sub: pd.DataFrame) -> dict[str, float]:
     m = {k: float(sub[k].mean()) for k in ("iteration_time_s", "compute_s", "exposed_comm_s", "tokens_per_s",
-                                            "comm_wire_s", "comm_copy_s", "comm_sync_s", "comm_register_s",
-                                            "comm_launch_s")}
+                                            "tokens_per_s_per_die", "mfu", "comm_wire_s", "comm_copy_s",
+                                            "comm_sync_s", "comm_register_s", "comm_launch_s",
+                                            *(f"step_{p}_s" for p in (*STEP_PARTS, "recompute")))}
     if "bubble_fraction" in sub:
         m["bubble_fraction"] = float(sub["bubble_fraction"].mean())
     m["iteration_time_s_first"] = float(sub["iteration_time_s"].iloc[0])
