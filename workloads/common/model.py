@@ -81,25 +81,27 @@ def model_name(ref: ModelRef, model_type: str = "") -> str:
 
 def model_costs(ref: ModelRef, cache_dir: str = "", routing: RoutingModel | None = None, *,
                 field: str = "workload.model", preset_field: str = "workload.model.preset",
-                quant_field: str = "workload.model.quant") -> ModelCosts:
-    """Measured costs of the referenced model (`cache_dir`: on-disk cache, "" = none)."""
+                quant_field: str = "workload.model.quant", passes: str = "fused") -> ModelCosts:
+    """Measured costs of the referenced model (`cache_dir`: on-disk cache, "" = none; `passes`:
+    fused | eager element-wise kernels, `ModelCosts`)."""
     resolve(ref.quant, dict(ref.formats), field=quant_field)  # bad formats name their own field
     overrides = OmegaConf.to_container(OmegaConf.create(dict(ref.overrides)), resolve=True)  # plain, for the key
     key = json.dumps({"preset": ref.preset, "model_type": ref.model_type, "config_json": ref.config_json,
                       "overrides": overrides, "dtype_bytes": ref.dtype_bytes, "attention": str(ref.attention),
                       "quant": ref.quant, "formats": dict(ref.formats)},
                      sort_keys=True)
-    return _model_costs(key, cache_dir, routing or RoutingModel(), field, preset_field)
+    return _model_costs(key, cache_dir, routing or RoutingModel(), field, preset_field, passes)
 
 
 @lru_cache(maxsize=8)
-def _model_costs(key: str, cache_dir: str, routing: RoutingModel, field: str, preset_field: str) -> ModelCosts:
+def _model_costs(key: str, cache_dir: str, routing: RoutingModel, field: str, preset_field: str,
+                 passes: str = "fused") -> ModelCosts:
     ref = ModelRef(**json.loads(key))
     formats = resolve(ref.quant, dict(ref.formats))
     hf = hf_config(ref, field=field, preset_field=preset_field)
     try:
         return ModelCosts(hf, dtype_bytes=ref.dtype_bytes, routing=routing, cache_dir=cache_dir or None,
-                          attention=str(ref.attention), formats=formats)
+                          attention=str(ref.attention), formats=formats, passes=passes)
     except ValueError as exc:  # CostInputError
         raise ConfigError(field, str(exc), FIX) from None
 

@@ -37,9 +37,12 @@ def model_ref(cfg: TrainStepConfig) -> ModelRef:
 
 
 def model_costs(cfg: TrainStepConfig) -> tuple[ModelCosts, ModelCosts]:
-    """(uniform-routing costs, Zipf-probe costs) for the configured model, cached per process."""
+    """(uniform-routing costs, Zipf-probe costs) for the configured model, cached per process;
+    its element-wise passes eager or fused as the step runs them (`compile`: llm_train's knob; a
+    training workload without it runs them fused)."""
     ref = model_ref(cfg)
-    return load_model_costs(ref), load_model_costs(ref, routing=_PROBE)
+    passes = "fused" if getattr(cfg, "compile", True) else "eager"
+    return load_model_costs(ref, passes=passes), load_model_costs(ref, routing=_PROBE, passes=passes)
 
 
 def tokens_per_tp_group(cfg: TrainStepConfig) -> int:

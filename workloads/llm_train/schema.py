@@ -82,6 +82,10 @@ class LlmTrainConfig(TrainStepConfig):
     optimizer_state_bytes: int = knob(8, ge=0)  # Adam exp_avg + exp_avg_sq in fp32
     optimizer_flops_per_param: float = knob(12.0, ge=0)
     recompute: bool = True  # full activation checkpointing per transformer block
+    # torch.compile on the model (torchtitan `training.compile`, default off): true runs each chain
+    # of element-wise ops (norms, RoPE, SwiGLU, casts, the loss) as one kernel, false runs every
+    # aten op as its own kernel reading and writing HBM (eager)
+    compile: bool = False
     prefetch: int = knob(1, ge=0)  # FSDP units all-gathered ahead of the one computing
     # FSDP2 runs gradient reduce-scatters on the all-gathers' process group (one communicator:
     # they run one at a time, in issue order) unless FSDPModule.set_separate_reduce_scatter_group()

@@ -33,7 +33,10 @@ from .measure import PHASES, Measured, Shape, make_shape, measure_shape
 from .phase import CostPhase
 from .sizes import ROLES, count_by_role, count_layer_by_role
 
-CACHE_VERSION = "modelcost-8"  # 8: production decode does not count the dynamic cache's concatenation; 7: matmuls with K < 16 are vector work; 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes; 5: chain-fused pass bytes; 6: query heads sharing a KV head packed into rows
+CACHE_VERSION = "modelcost-9"  # 9: training shapes count the fp32 cross-entropy loss; 8: production decode does not count the dynamic cache's concatenation; 7: matmuls with K < 16 are vector work; 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes; 5: chain-fused pass bytes; 6: query heads sharing a KV head packed into rows
+# how the element-wise and routing passes run: "fused" = each chain of ops as one kernel (CANN's
+# fused operators in serving, torch.compile in training); "eager" = every aten op its own kernel
+PASS_MODES = ("fused", "eager")
 ATTENTION_CORE_FORMAT = "bf16"  # scores/values over the KV cache: bf16 in W8A8 and FP8 stacks
 
 
@@ -130,9 +133,13 @@ class ModelCosts:
         bucket: str = "exact",
         attention: str | None = None,
         formats: Formats | None = None,
+        passes: str = "fused",
     ) -> None:
         if bucket not in ("exact", "pow2"):
             raise CostInputError(f"bucket: {bucket!r}; valid options: exact, pow2")
+        if passes not in PASS_MODES:
+            raise CostInputError(f"passes: {passes!r}; valid options: {', '.join(PASS_MODES)}")
+        self.passes = passes
         attention = attention or getattr(hf_config, ATTENTION_KEY, None) or "production"
         if attention not in ATTENTION_MODES:
             raise CostInputError(f"attention: {attention!r}; valid options: {', '.join(ATTENTION_MODES)}")
@@ -151,7 +158,7 @@ class ModelCosts:
         self._memo: dict[ShapeKey, dict[str, LayerCost]] = {}
         self._cores: dict[ShapeKey, dict[str, CoreCost]] = {}
         self._disk = DiskCache(cache_dir)
-        self._model_key = (f"{CACHE_VERSION}|{dtype_bytes}|{self.formats.key()}|{self.routing}|{attention}|"
+        self._model_key = (f"{CACHE_VERSION}|{dtype_bytes}|{self.formats.key()}|{self.routing}|{attention}|{passes}|"
                            f"{hf_config.to_json_string(use_diff=False)}")
 
     # ---- structure -------------------------------------------------------------------
@@ -415,7 +422,7 @@ class ModelCosts:
                 hbm_bytes_fused=int(fused),
                 weight_bytes=w_all,
                 activation_bytes_out=io.act_out.get(t, 0),
-                parts=_parts(tot, core, shape.phase, int(fused), kv, routed),
+                parts=_parts(tot, core, shape.phase, int(fused), kv, routed, self.passes == "fused"),
             )
         return out
 
@@ -481,7 +488,7 @@ def _attention_kind(phase: str) -> str:
 
 
 def _parts(tot, core: CoreCost | None, phase: str, fused: int, kv: float,  # noqa: ANN001
-           routed: float) -> tuple[tuple, ...]:
+           routed: float, chains: bool = True) -> tuple[tuple, ...]:
     """A layer type's work by kernel class (counter.class_parts; the closed-form attention core
     joins the attention class) with the bytes each kernel is charged:
 
@@ -494,7 +501,8 @@ def _parts(tot, core: CoreCost | None, phase: str, fused: int, kv: float,  # noq
       softmax/top-k, token permutes, gathers) the bytes it reads and writes when each chain of
       its ops runs as one kernel (CANN's fused operators npu_rms_norm, npu_rotary_mul,
       npu_swiglu, npu_dynamic_quant; torch.compile in training): the counter's `chain_bytes`,
-      measured — at most the unfused count b_u of the class;
+      measured — at most the unfused count b_u of the class; with `chains` False (eager PyTorch,
+      `passes="eager"`: every aten op its own kernel) the unfused count b_u itself;
     * the attention kernel at least its measured input/output (q, K/V, output: flash attention's
       traffic; in decode the KV read, which then is not counted twice);
     * a layer with no matmul (the embedding gather) keeps the fused traffic alone, split over its
@@ -503,7 +511,7 @@ def _parts(tot, core: CoreCost | None, phase: str, fused: int, kv: float,  # noq
     So the parts' bytes sum to hbm_bytes_fused + the passes' measured bytes + the attention
     kernel's I/O beyond the KV traffic."""
     att = _attention_kind(phase)
-    parts = class_parts(tot, att, chains=True)
+    parts = class_parts(tot, att, chains=chains)
     if core is not None:
         p = parts.get(att, Part(att))
         parts[att] = Part(att, p.cube_flops + core.cube_flops, p.vector_flops + core.vector_flops,

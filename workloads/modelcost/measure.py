@@ -6,6 +6,10 @@ the attention block (norm + attention + residual glue), the rest to the FFN bloc
 model's prologue (embedding lookup, rotary, masks) to "embedding"; the final norm and head
 to "lm_head". In backward, full-backward pre-hooks set the same tags as autograd reaches
 each module. Decode first fills a KV cache of `context` tokens (not counted).
+Training shapes end in the loss, counted as "lm_head" work: cross-entropy over the full vocabulary
+on the logits upcast to fp32, as torchtitan computes it (torchtitan/components/loss.py
+`cross_entropy_loss`: `cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))`), and the
+backward starts from that loss (its softmax gradient and the cast back are the head's too).
 With `attention="production"` the attention kernels of sparse, windowed and MLA-decode
 layers are cut out (`attn_hooks.py`) and their call records returned for `attention.py`.
 """
@@ -270,12 +274,16 @@ def measure_shape(
                 if shape.phase == CostPhase.train_bwd:
                     counter.tag = None  # forward is priced by train_fwd
                 logits, cache = _forward(model, ids, cache, not train, shape.phase == CostPhase.prefill)
+                if train:
+                    if shape.phase == CostPhase.train_fwd:
+                        counter.tag = "lm_head"
+                    loss = training_loss(logits, ids)
                 if shape.phase == CostPhase.train_bwd:
                     fwd_sinks = list(sink)
                     counter.tag = "lm_head"
                     with warnings.catch_warnings():
                         warnings.filterwarnings("ignore", message="Full backward hook")
-                        torch.autograd.backward([logits], [torch.empty_like(logits)])
+                        torch.autograd.backward([loss])
                     rows_tags = _expert_tags(model, layout)
                     for tag, (_, y) in zip(rows_tags, fwd_sinks, strict=True):
                         counter.tag = tag
@@ -300,6 +308,11 @@ def measure_shape(
         tagger.remove()
         for i, inner in originals.items():
             decoder_layers(model)[i].mlp.experts = inner
+
+
+def training_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """torchtitan's loss: mean cross-entropy over the full vocabulary on fp32 logits."""
+    return nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))
 
 
 def _expert_tags(model: nn.Module, layout: LayerLayout) -> list[str | None]:
