@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from stratacl.validate.operators import run_in_process
-from workloads.modelcost.config import load_model_yaml
 from workloads.modelcost import ModelCosts
+from workloads.modelcost.config import load_model_yaml
 
 SMALL = ("workload=llm_train", "fabric=hgx_h100", "library=[nccl]", "baseline=nccl",
          "workload.model.preset=llama3_8b", "workload.num_layers=2", "workload.dies=8", "workload.fsdp=8",
