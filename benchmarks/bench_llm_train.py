@@ -55,7 +55,7 @@ def main(iterations: list[int], experiment: str, libraries: str, extra: list[str
             res = simulate(trace, LibraryModel(name, lib_cfg, fabric))
             wall = time.perf_counter() - t0
             t0 = time.perf_counter()
-            step_breakdown(trace, res, fabric)
+            step_breakdown(trace, res, fabric, res.makespan_s)
             report = time.perf_counter() - t0
             flag = "" if wall + report < BUDGET_S else f"  OVER the {BUDGET_S:.0f} s budget"
             print(f"  {name:22s} simulated {res.makespan_s:8.3f} s in {wall:6.2f} s wall "

@@ -38,10 +38,9 @@ def model_ref(cfg: TrainStepConfig) -> ModelRef:
 
 def model_costs(cfg: TrainStepConfig) -> tuple[ModelCosts, ModelCosts]:
     """(uniform-routing costs, Zipf-probe costs) for the configured model, cached per process;
-    its element-wise passes eager or fused as the step runs them (`compile`: llm_train's knob; a
-    training workload without it runs them fused)."""
+    its element-wise passes eager or fused as the step runs them (`compile`)."""
     ref = model_ref(cfg)
-    passes = "fused" if getattr(cfg, "compile", True) else "eager"
+    passes = "fused" if cfg.compile else "eager"
     return load_model_costs(ref, passes=passes), load_model_costs(ref, routing=_PROBE, passes=passes)
 
 

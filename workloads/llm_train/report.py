@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from stratacl.trace import Op, Trace, family_of
-from stratacl.vocab import KernelClass, OpKind
+from stratacl.vocab import CoreKind, KernelClass, OpKind
 from stratacl.workload_api import Exposure
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def step_part(op: Op) -> str:
     final norm and the loss over the vocabulary) have their own; every other kernel is element-wise."""
     if op.name.startswith("optimizer"):
         return "optimizer"
-    if op.kernel in _CUBE or (not op.kernel and op.core == "cube"):
+    if op.kernel in _CUBE or (not op.kernel and op.core == CoreKind.cube):
         return "gemm"
     if op.kernel in _ATTENTION:
         return "attention_bwd" if pass_of(op.name) in ("bwd", "wgrad") else "attention_fwd"
@@ -52,7 +52,7 @@ def step_part(op: Op) -> str:
     return "elementwise"
 
 
-def step_breakdown(trace: Trace, res: SimResult, fabric: Fabric) -> dict[str, float]:
+def step_breakdown(trace: Trace, res: SimResult, fabric: Fabric, time_s: float) -> dict[str, float]:
     """Where one iteration's time goes, per die (mean over the trace's dies):
 
     - `step_<part>_s`: kernel seconds of each compute category (STEP_PARTS; launch included), and
@@ -63,7 +63,7 @@ def step_breakdown(trace: Trace, res: SimResult, fabric: Fabric) -> dict[str, fl
       collectives in flight together count in each, so these may sum above `exposed_comm_s`;
     - `mfu`: model FLOPs utilisation, the matmul FLOPs of the step's forward and backward passes
       (recompute left out; as the op counter measures them, so causal attention's masked half is not
-      counted) over the iteration time × the die's dense peak in each kernel's format, per die."""
+      counted) over the iteration time `time_s` × the die's dense peak in each kernel's format, per die."""
     dur = res.end - res.start
     world = float(trace.world_size)
     out = {f"step_{p}_s": 0.0 for p in STEP_PARTS} | {"step_recompute_s": 0.0}
@@ -75,13 +75,12 @@ def step_breakdown(trace: Trace, res: SimResult, fabric: Fabric) -> dict[str, fl
             out[f"step_{step_part(op)}_s"] += share
             if pass_of(op.name) == "rfwd":
                 out["step_recompute_s"] += share
-            elif op.core != "vector":
+            elif op.core != CoreKind.vector:
                 peak_s += float(np.mean(op.flops)) * len(op.ranks) / world / fabric.cube_peak(op.dtype)
         elif op.kind in (OpKind.collective, OpKind.p2p):
             key = f"{family_of(op.comm) or 'p2p'}_{op.coll or op.kind}"
             comm.setdefault(key, []).append(i)
-    span = float(res.end.max(initial=0.0) - res.start.min(initial=0.0))
-    out["mfu"] = peak_s / span if span > 0 else 0.0
+    out["mfu"] = peak_s / time_s if time_s > 0 else 0.0
     for key, ids in sorted(comm.items()):
         mask = np.zeros(len(trace.ops), dtype=bool)
         mask[ids] = True

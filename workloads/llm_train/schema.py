@@ -45,6 +45,9 @@ class TrainStepConfig(WorkloadConfig):
     grad_dtype_bytes: int = knob(4, ge=1)  # reduce-scatter / sharded gradient dtype
     sequence_parallel: bool = True
     flash_attention: bool = True  # fused kernels: no S×S scores, no fp32 upcast copies kept for backward
+    # element-wise passes as one kernel per chain of ops (torch.compile / fused operators) or, false,
+    # every aten op its own kernel (eager); llm_train defaults to eager (torchtitan's default)
+    compile: bool = True
     saved_activations: SavedActivations = SavedActivations.autograd
 
     def check_inputs(self, prefix: str = "workload") -> None:
@@ -82,7 +85,7 @@ class LlmTrainConfig(TrainStepConfig):
     optimizer_state_bytes: int = knob(8, ge=0)  # Adam exp_avg + exp_avg_sq in fp32
     optimizer_flops_per_param: float = knob(12.0, ge=0)
     recompute: bool = True  # full activation checkpointing per transformer block
-    # torch.compile on the model (torchtitan `training.compile`, default off): true runs each chain
+    # torch.compile on the model (torchtitan `compile.enable`, default off): true runs each chain
     # of element-wise ops (norms, RoPE, SwiGLU, casts, the loss) as one kernel, false runs every
     # aten op as its own kernel reading and writing HBM (eager)
     compile: bool = False

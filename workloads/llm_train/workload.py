@@ -183,7 +183,8 @@ def run(ctx: RunContext) -> WorkloadResult:
             for lib in libs:
                 res = ctx.simulate(trace, lib)
                 ctx.progress(1)
-                fig = iteration_figures(res.exposure()) | step_breakdown(trace, res, ctx.fabric)
+                fig = iteration_figures(res.exposure())
+                fig |= step_breakdown(trace, res, ctx.fabric, fig["iteration_time_s"])
                 if prep.pipe is not None:  # per pipeline rank: one stage's compute hides nothing of another's
                     fig.update(stage_figures(trace, res.start, res.end, prep.layout))
                     fig["compute_s"], fig["exposed_comm_s"] = fig["stage_compute_s"], fig["stage_exposed_comm_s"]
