@@ -101,6 +101,9 @@ class KernelClassConfig:
     tile_m: list[int] = knob(factory=list, ge=1)
     tile_n: list[int] = knob(factory=list, ge=1)
     k_fill: float = knob(0.0, ge=0)  # pipeline fill per tile, in elements of k (prologue/epilogue)
+    # attention backward: prologue/epilogue of each key block (loading its K/V tiles, writing its
+    # dK/dV, the dQ and softmax-statistics passes around the kernel), in query tiles of its walk
+    walk_fill: float = knob(0.0, ge=0)
     # ramp of the whole kernel on the device (first loads in flight, last tiles' epilogue): added
     # to its time alone, beside the launch the host pays
     fill_us: float = knob(0.0, ge=0)

@@ -92,5 +92,6 @@ class KernelClass(StrEnum):
     grouped_gemm = "grouped_gemm"  # MoE experts, contiguous or masked groups
     attention_prefill = "attention_prefill"
     attention_decode = "attention_decode"
+    attention_backward = "attention_backward"  # FlashAttention's backward: dQ, dK, dV from Q, K, V, O, dO
     elementwise = "elementwise"  # norms, RoPE, casts, activations, quant/dequant
     routing = "routing"  # router softmax/top-k, token permute/unpermute, gathers

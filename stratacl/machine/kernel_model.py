@@ -31,6 +31,15 @@ an ASSUMPTION knob). The defaults are the ideal kernel, i.e. the old roofline. P
   keeps its current K/V tile of tile_n rows × head_dim d resident; d = QKᵀ's k), so per matmul
   extra = count · k · n · e · (⌈⌈m / tile_m⌉ / g⌉ − 1); with the buffer holding one tile, g = 1 and
   K/V is read once per query block.
+  Attention backward (FlashAttention-2/3's dQ, dK, dV kernel: QKᵀ recomputed, dP, dV, dK, dQ per
+  tile pair): one block per key tile of tile_n keys and head, walking every query tile (so the
+  blocks are c · ⌈s_k / tile_n⌉ per grid); each matmul's two sequence dims padded to the tiles
+  and its head dim whole (the head is one tile's width), plus `k_fill` per matmul and tile pair
+  and `walk_fill` query tiles per block (its prologue and epilogue: K/V loaded, dK/dV written,
+  and the passes FlashAttention runs around the kernel, dO·O before and dQ's conversion after);
+  its re-reads are Q and dO streamed by every key block, shared by the g = min(cores,
+  ⌊B / (tile_m · d · e)⌋) key blocks of a head in the same wave: 2 · c · s_q · d · e · (⌈⌈s_k /
+  tile_n⌉ / g⌉ − 1) per grid (dQ's fp32 accumulation is left in the on-chip buffer: ASSUMPTION).
   The extra bytes are HBM load, so communication sharing HBM slows compute by mechanism.
 - **Ramp and launch.** The class's `fill_us` (first loads in flight, last tiles' epilogue) adds to
   the kernel's time alone: max(compute part, memory part) + fill. The die's `launch_us` is paid
@@ -55,6 +64,7 @@ if TYPE_CHECKING:
 GENERIC: dict[str, str] = {CoreKind.cube: "generic_cube", CoreKind.vector: "generic_vector", CoreKind.mixed: "generic_mixed"}
 CLASS_KEYS = (*(k.value for k in KernelClass), *GENERIC.values())
 FUSED = (KernelClass.attention_prefill, KernelClass.attention_decode)  # QKᵀ and PV in the same blocks
+# (the backward, KernelClass.attention_backward, has its own tiling: `_backward_tiling`)
 WHOLE_N = (KernelClass.attention_prefill,)  # one block walks all of n (the KV length)
 ATTENTION = FUSED
 # bytes per element of a stored operand by format ("" = bf16)
@@ -117,6 +127,8 @@ class KernelModel:
         wave-quantised work on `cores` cores; (1, 0, 1, (0, 0)) without gemms or tiles."""
         if not op.gemms or not kc.tile_m or not kc.tile_n:
             return 1.0, 0, 1.0, (0, 0)
+        if op.kernel == KernelClass.attention_backward:
+            return self._backward_tiling(op, kc, cores)
         exact = sum(2.0 * m * n * k * c for m, n, k, c in op.gemms)
         fused, whole_n = op.kernel in FUSED, op.kernel in WHOLE_N
         best: tuple[tuple[int, int, float, int], tuple[float, int, float, tuple[int, int]]] | None = None
@@ -143,6 +155,27 @@ class KernelModel:
         assert best is not None
         return best[1]
 
+    def _backward_tiling(self, op: Op, kc: KernelClassConfig,
+                         cores: int) -> tuple[float, int, float, tuple[int, int]]:
+        """FlashAttention's backward (module docstring): blocks are key tiles, each walking every
+        query tile of its head; the padded work is the (query x key) tile grid times each matmul's
+        head dim plus the per-tile fill."""
+        exact = sum(2.0 * m * n * k * c for m, n, k, c in op.gemms)
+        best: tuple[tuple[int, int, float, int], tuple[float, int, float, tuple[int, int]]] | None = None
+        for tm in kc.tile_m:
+            for tn in kc.tile_n:
+                work = 0.0
+                for s_q, s_k, d, c in backward_grids(op.gemms):
+                    work += 2.0 * (_cdiv(s_q, tm) + kc.walk_fill) * tm * _cdiv(s_k, tn) * tn * (d + kc.k_fill) * c
+                units = sum(c_min * _cdiv(s_k, tn) for s_k, c_min in backward_blocks(op.gemms).items())
+                waves = -(-units // cores)
+                eff = units / (waves * cores)
+                rank = (waves, -(units - (waves - 1) * cores), work, -tm * tn)
+                if best is None or rank < best[0]:
+                    best = (rank, (work / exact / eff, waves, eff, (tm, tn)))
+        assert best is not None
+        return best[1]
+
     def reread_bytes(self, op: Op, tile: tuple[int, int], cores: int) -> float:
         """Per-rank HBM bytes read again because of tiling (module docstring, closed forms)."""
         tm, tn = tile
@@ -150,6 +183,15 @@ class KernelModel:
             return 0.0
         e = ELEMENT_BYTES.get(op.dtype, 2.0)
         extra = 0.0
+        if op.kernel == KernelClass.attention_backward:  # Q and dO again for every pass of key blocks
+            heads = {}
+            for s_q, s_k, d, c in backward_grids(op.gemms):
+                c0, d0 = heads.get((s_q, s_k), (c, d))
+                heads[(s_q, s_k)] = (min(c0, c), max(d0, d))
+            for (s_q, s_k), (c, d) in heads.items():
+                g = max(1, min(cores, math.floor(self.buffer_bytes / (tm * d * e))))
+                extra += 2 * c * s_q * d * e * (_cdiv(_cdiv(s_k, tn), g) - 1)
+            return extra
         # attention: the K/V tile in flight is tile_n × head_dim, head_dim = k of QKᵀ (the first)
         g = self.sharing(op, tile, op.gemms[0][2], cores) if op.kernel in ATTENTION else 1
         for m, n, k, c in op.gemms:
@@ -193,6 +235,32 @@ class KernelModel:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _grid(m: int, n: int, k: int) -> tuple[int, int, int]:
+    """(query length, key length, head dim) of one backward matmul: every matmul of the backward
+    has two sequence dims and one head dim, the head dim the smallest (training sequences are
+    longer than a head; ASSUMPTION where they are not), the longer sequence dim the keys."""
+    d, s_q, s_k = sorted((int(m), int(n), int(k)))
+    return s_q, s_k, d
+
+
+def backward_grids(gemms: tuple[tuple[int, int, int, int], ...]) -> list[tuple[int, int, int, int]]:
+    """Each backward matmul as (query length, key length, head dim, count)."""
+    return [(*_grid(m, n, k), c) for m, n, k, c in gemms]
+
+
+def backward_blocks(gemms: tuple[tuple[int, int, int, int], ...]) -> dict[int, int]:
+    """Heads (× batch) per key length: the least count among the matmuls of one (query, key) grid
+    (the five matmuls of a tile pair may arrive merged by shape, e.g. dV and dQ of a square
+    grid as one entry of twice the count), summed over grids with the same key length."""
+    least: dict[tuple[int, int], int] = {}
+    for s_q, s_k, _, c in backward_grids(gemms):
+        least[(s_q, s_k)] = min(least.get((s_q, s_k), c), c)
+    out: dict[int, int] = {}
+    for (_, s_k), c in least.items():
+        out[s_k] = out.get(s_k, 0) + c
+    return out
 
 
 def kernel_model(fabric: Fabric) -> KernelModel:

@@ -13,7 +13,8 @@ classified by the counter) becomes one kernel per kernel class (`split_parts`):
 * gemm (projections, dense MLP, shared experts, router, LM head; DLRM's MLPs and interaction bmm)
   and grouped_gemm (routed experts: `_grouped_mm`) → cube kernels carrying the fused traffic
   (weights + layer I/O; the routed experts' weights on the grouped GEMM);
-* attention_prefill / attention_decode (the fused attention kernel, by the shape's phase: the
+* attention_prefill / attention_decode / attention_backward (the fused attention kernel, by the
+  shape's phase — a training backward runs FlashAttention's backward kernel: the
   sdpa/eager attention interface or the closed-form production core; QKᵀ and PV shapes) → a
   mixed kernel (CANN FlashAttentionScore / FusedInferAttentionScore: QKᵀ and PV on the cube
   units, the softmax on the vector units of the same block) carrying the KV read/write, at least
@@ -78,13 +79,16 @@ K = KernelClass
 # the core kind each kernel class runs as (a fused grouped GEMM becomes mixed, see `split_parts`)
 CLASS_CORE: dict[str, CoreKind] = {K.gemm: CoreKind.cube, K.grouped_gemm: CoreKind.cube,
                                    K.attention_prefill: CoreKind.mixed, K.attention_decode: CoreKind.mixed,
+                                   K.attention_backward: CoreKind.mixed,
                                    K.elementwise: CoreKind.vector, K.routing: CoreKind.vector}
 # emission order of a layer's kernels, and the name suffix of each but the main one
-ORDER = (K.routing, K.gemm, K.grouped_gemm, K.attention_prefill, K.attention_decode, K.elementwise)
+ORDER = (K.routing, K.gemm, K.grouped_gemm, K.attention_prefill, K.attention_decode, K.attention_backward,
+         K.elementwise)
 SUFFIX: dict[str, str] = {K.gemm: ".gemm", K.grouped_gemm: ".grouped", K.attention_prefill: ".attn",
-                          K.attention_decode: ".attn", K.elementwise: ".vec", K.routing: ".route"}
+                          K.attention_decode: ".attn", K.attention_backward: ".attn", K.elementwise: ".vec", K.routing: ".route"}
 # the kernel that carries a layer's fused traffic and `hbm_extra` (the first present)
-MAIN = (K.grouped_gemm, K.gemm, K.attention_prefill, K.attention_decode, K.routing, K.elementwise)
+MAIN = (K.grouped_gemm, K.gemm, K.attention_prefill, K.attention_decode, K.attention_backward, K.routing,
+        K.elementwise)
 # layer types (or their family prefix) whose matmul-free work is gathers (token embedding, DLRM
 # embedding bags) or routing (a router), not element-wise passes
 ROUTING_TYPES = ("embedding", "router", "routing")

@@ -19,7 +19,7 @@ COMM_SPLIT = ("wire", "copy", "sync", "register", "launch")
 STEP_PARTS = ("gemm", "attention_fwd", "attention_bwd", "elementwise", "loss", "optimizer")
 PASSES = ("fwd", "rfwd", "bwd", "wgrad")  # the pass segment of a training op's name (schedule.py, pipeline.py)
 _CUBE = (KernelClass.gemm, KernelClass.grouped_gemm)
-_ATTENTION = (KernelClass.attention_prefill, KernelClass.attention_decode)
+_ATTENTION = (KernelClass.attention_prefill, KernelClass.attention_decode, KernelClass.attention_backward)
 
 
 def iteration_figures(exp: Exposure) -> dict[str, float]:

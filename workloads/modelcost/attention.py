@@ -322,9 +322,10 @@ def core_cost(s: AttnStructure, call: AttnCall, phase: str, n_seq: int, q_len: i
         form, part = ("mla_absorbed", absorbed) if absorbed.cube <= expanded.cube else ("mla_expanded", expanded)
     visited = ts.dense if form == "mla_expanded" else ts.visited
     unread = 0 if form == "mla_expanded" else n_seq * ts.unread * part.entry_bytes
-    if phase == CostPhase.train_bwd:  # dQ, dK, dV, dP: the forward's matmuls twice over
+    if phase == CostPhase.train_bwd:  # dQ, dK, dV, dP: the forward's matmuls twice over (listed
+        # twice, not at twice the count: the backward kernel's blocks are its heads' key tiles)
         return CoreCost(form, 2 * part.cube, part.vector, 2 * part.hbm, 0, n_seq * visited, 0,
-                        tuple((m, n, k, 2 * c) for m, n, k, c in part.gemms))
+                        part.gemms + part.gemms)
     cube, vector, hbm = part.cube, part.vector, part.hbm
     gemms = part.gemms
     ix = s.indexer

@@ -102,24 +102,23 @@ def xla_bf16() -> list[TableRow]:
 
 
 def fa3_backward() -> list[TableRow]:
-    """FA3's backward on H100 priced as the class training prices every attention pass with
-    (attention_prefill: the forward's fit). All check rows, nothing fitted on them: they measure how
-    far a backward sits from the forward-fitted class (backward = 2.5 x forward FLOPs: QK^T and
-    dP recomputed per tile, dV, dK, dQ, the last accumulated across query blocks)."""
+    """FA3's backward on H100, the attention_backward class (backward = 2.5 x forward FLOPs: QK^T
+    recomputed per tile, dP, dV, dK, dQ, the last accumulated across key blocks); roles by rule
+    in source order (hd 64 then hd 128, seqlen rising)."""
     rows: list[TableRow] = []
     with (HERE / "fa3_h100_bwd.csv").open() as f:
         for r in csv.DictReader(f):
             d, h, s, b = (int(r[c]) for c in ("head_dim", "nheads", "seqlen", "batch"))
             bh = b * h
             gemms = [(s, s, d, bh), (s, s, d, bh), (s, d, s, bh), (s, d, s, bh), (s, d, s, bh)]
-            rows.append({"id": f"fa3_bwd_hd{d}_s{s}", "group": "h100 bf16 attention backward (as prefill class)",
-                         "role": "check", "fabric": "hgx_h100", "kernel": "attention_prefill", "format": "bf16",
+            rows.append({"id": f"fa3_bwd_hd{d}_s{s}", "group": "h100 bf16 attention_backward",
+                         "fabric": "hgx_h100", "kernel": "attention_backward", "format": "bf16",
                          "core": "cube", "gemms": gemms_str(gemms), "flops": 10 * bh * s * s * d,
                          # reads Q, K, V, O, dO; writes dQ, dK, dV (BF16)
                          "hbm_bytes": 8 * b * s * h * d * 2, "measured": float(r["tflops"]), "unit": "TFLOPS",
                          "source": FA3_BWD, "note": f"batch {b}, {h} heads, seqlen {s}, head dim {d}; "
                          "2.5 x the forward's FLOPs (FA3 Sec. 4.1)"})
-    return rows
+    return by_rule(rows)
 
 
 def mla_decode(b: int, s_q: int, h_q: int, kv: int, kv_elt: int) -> tuple[str, int, int]:
