@@ -184,7 +184,7 @@ class KernelModel:
         e = ELEMENT_BYTES.get(op.dtype, 2.0)
         extra = 0.0
         if op.kernel == KernelClass.attention_backward:  # Q and dO again for every pass of key blocks
-            heads = {}
+            heads: dict[tuple[int, int], tuple[int, int]] = {}
             for s_q, s_k, d, c in backward_grids(op.gemms):
                 c0, d0 = heads.get((s_q, s_k), (c, d))
                 heads[(s_q, s_k)] = (min(c0, c), max(d0, d))
