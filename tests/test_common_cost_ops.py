@@ -9,6 +9,7 @@ import pytest
 from stratacl.trace import Trace, stream_predecessors
 from workloads.common.cost import Cost
 from workloads.common.kernels import DLRM_FUSED, add_cost
+from workloads.llm_train.checkpointing import AcMode
 from workloads.llm_train.crosscheck import mlp_stack_plan
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.schedule import Knobs, build_iteration
@@ -65,7 +66,7 @@ def test_llm_train_keeps_vector_work_on_vector_cores() -> None:
     is no longer folded into cube FLOPs)."""
     layers, hidden, tokens, tp, fsdp = 3, 64, 32, 2, 2
     plan = mlp_stack_plan(layers, hidden, tokens, tp)
-    trace = build_iteration(plan, Layout(tp * fsdp, fsdp, tp, 1), Knobs(recompute=False))
+    trace = build_iteration(plan, Layout(tp * fsdp, fsdp, tp, 1), Knobs(ac=AcMode.none))
     sub = plan.units[0].subs[0]
     assert sub.fwd.vector_flops > 0 and sub.bwd.vector_flops > 0
     by_core = {"cube": 0.0, "vector": 0.0}

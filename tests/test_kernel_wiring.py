@@ -24,6 +24,7 @@ from workloads.llm_infer.costs import CORE, ServingCosts
 from workloads.llm_infer.iteration import IterationModel
 from workloads.llm_train import schedule as train_schedule
 from workloads.llm_train.blocks import Cost, ModelPlan, SubBlock, Unit
+from workloads.llm_train.checkpointing import AcMode
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.schedule import Knobs, build_iteration
 from workloads.llm_train.workload import iteration_trace, prepare
@@ -216,7 +217,7 @@ def test_held_vector_cores_slow_a_workloads_mixed_kernels_not_its_matmuls() -> N
     attn = SubBlock("attention", Cost(3.76e12, 1e10, 1e8), Cost(7.52e12, 2e10, 2e8))
     mlp = SubBlock("dense_mlp", Cost(3.76e12, 1e9, 1e8), Cost(7.52e12, 2e9, 2e8))
     units = tuple(Unit(f"layer{i}", (attn, mlp), params=200_000_000) for i in range(3))
-    tr = build_iteration(ModelPlan(units, hidden=4096, tokens=4096), Layout(8, 8, 1, 1), Knobs(recompute=False))
+    tr = build_iteration(ModelPlan(units, hidden=4096, tokens=4096), Layout(8, 8, 1, 1), Knobs(ac=AcMode.none))
     aiv = make_library(cm384, "hccl", data_path=DataPath.pool, expansion_mode=ExpansionMode.aiv,
                        algorithm=Algorithm.auto)
     cpu = make_library(cm384, "hccl", data_path=DataPath.pool, algorithm=Algorithm.auto)

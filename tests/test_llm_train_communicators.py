@@ -10,6 +10,7 @@ from stratacl.config import DataPath
 from stratacl.engine.replay import simulate
 from stratacl.trace import family_of
 from workloads.llm_train.blocks import Cost, ModelPlan, SubBlock, Unit
+from workloads.llm_train.checkpointing import AcMode
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.schedule import Knobs, build_iteration
 
@@ -19,7 +20,7 @@ UNITS = tuple(Unit(f"layer{i}", (SUB,), params=400_000_000) for i in range(4))
 
 def _trace(separate: bool):  # noqa: ANN202
     return build_iteration(ModelPlan(UNITS, hidden=4096, tokens=4096), Layout(8, 8, 1, 1, separate),
-                           Knobs(recompute=False))
+                           Knobs(ac=AcMode.none))
 
 
 def _fsdp(tr):  # noqa: ANN001, ANN202

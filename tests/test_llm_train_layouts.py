@@ -9,6 +9,7 @@ from helpers import compose_run
 
 from stratacl.errors import ConfigError
 from stratacl.machine.fabric import Fabric
+from workloads.llm_train.checkpointing import AcMode
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.memory import check_fits, memory_breakdown
 from workloads.llm_train.workload import prepare
@@ -36,12 +37,12 @@ def test_bad_layout_fails_clearly(extra, field) -> None:  # noqa: ANN001
 
 
 def test_layout_that_does_not_fit_fails_with_breakdown() -> None:
-    cfg, prep = _prepare(["workload.recompute=false"])
+    cfg, prep = _prepare(["workload.ac=none"])
     mem = memory_breakdown(prep.plan, prep.layout, prep.knobs, 1.6e9)
     with pytest.raises(ConfigError, match="GB per die") as err:
-        check_fits(mem, 1e9, "hccl", recompute=False)
-    assert "recompute=true" in str(err.value)
-    with_ac = memory_breakdown(prep.plan, prep.layout, replace(prep.knobs, recompute=True), 1.6e9)
+        check_fits(mem, 1e9, "hccl", ac=AcMode.none)
+    assert "ac=full" in str(err.value)
+    with_ac = memory_breakdown(prep.plan, prep.layout, replace(prep.knobs, ac=AcMode.full), 1.6e9)
     assert with_ac["activations"] < mem["activations"]
 
 

@@ -11,6 +11,7 @@ from helpers import compose_run, make_library
 from stratacl.errors import ConfigError
 from stratacl.machine.fabric import Fabric
 from workloads.llm_train.allocation import allocator_peak, iteration_ops
+from workloads.llm_train.checkpointing import AcMode
 from workloads.llm_train.memory import memory_breakdown
 from workloads.llm_train.workload import fit_memory, prepare
 
@@ -21,7 +22,7 @@ BIG = 2**40
 
 @pytest.fixture(scope="module")
 def setup():  # noqa: ANN201
-    cfg = compose_run(BASE + ["workload.recompute=false", "workload.alloc_overhead_GB=0"])
+    cfg = compose_run(BASE + ["workload.ac=none", "workload.alloc_overhead_GB=0"])
     fab = Fabric(cfg.fabric)
     return cfg, fab, prepare(cfg.workload, fab)
 
@@ -58,13 +59,13 @@ def test_a_die_that_does_not_fit_turns_on_recompute(setup) -> None:  # noqa: ANN
     cfg, fab, prep = setup
     lib = make_library(fab, "stratacl")
     plain = allocator_peak(prep.plan, prep.layout, prep.knobs, lib, BIG)
-    ac = allocator_peak(prep.plan, prep.layout, replace(prep.knobs, recompute=True), lib, BIG)
+    ac = allocator_peak(prep.plan, prep.layout, replace(prep.knobs, ac=AcMode.full), lib, BIG)
     assert ac.reserved < plain.allocated  # checkpointing needs less than the tensors alone without it
     hbm = (ac.reserved + plain.allocated) / 2  # fits only with activation checkpointing
     knobs, mem, change = fit_memory(prep, lib, hbm)
-    assert change == "recompute" and knobs.recompute
+    assert change == "recompute:none->full" and knobs.ac == AcMode.full
     assert mem["reserved"] <= ac.reserved  # a tight die releases its cache and retries instead of growing
     knobs, _, change = fit_memory(prep, lib, plain.reserved * 1.5)  # room enough: nothing changes
-    assert change == "" and not knobs.recompute
+    assert change == "" and knobs.ac == AcMode.none
     with pytest.raises(ConfigError, match="GB per die"):
         fit_memory(prep, lib, ac.reserved * 0.5)  # not even with recompute

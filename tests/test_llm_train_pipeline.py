@@ -13,6 +13,7 @@ from stratacl.engine.replay import simulate
 from stratacl.errors import ConfigError
 from stratacl.machine.fabric import Fabric
 from workloads.llm_train.allocation import ITERATIONS
+from workloads.llm_train.checkpointing import AcMode
 from workloads.llm_train.crosscheck import mlp_stack_plan
 from workloads.llm_train.layout import Layout
 from workloads.llm_train.pipeline import Pipe, build_pipeline, stage_figures
@@ -23,7 +24,7 @@ from workloads.llm_train.workload import prepare
 
 HIDDEN, TOKENS = 2048, 8192
 # no optimizer work and no recompute: every stage's time is its forwards and backwards
-QUIET = Knobs(recompute=False, optimizer_flops_per_param=0.0, master_bytes=0, grad_bytes=0, state_bytes=0)
+QUIET = Knobs(ac=AcMode.none, optimizer_flops_per_param=0.0, master_bytes=0, grad_bytes=0, state_bytes=0)
 
 
 @cache
@@ -117,7 +118,7 @@ def test_zero1_keeps_full_parameters_and_zero3_does_not() -> None:
     p, fsdp = 2, 4
     plan = mlp_stack_plan(4, HIDDEN, TOKENS, 1)
     lay = Layout(p * fsdp, fsdp, 1, 1, pp=p)
-    k = Knobs(recompute=False)
+    k = Knobs(ac=AcMode.none)
     full = sum(u.params for u in plan.units[:2]) * k.act_bytes  # rank 0's two blocks, bf16
     z1 = pipeline_ops(plan, lay, k, Pipe(microbatches=4, zero=1), 0)
     z3 = pipeline_ops(plan, lay, k, Pipe(microbatches=4, zero=3), 0)
@@ -192,7 +193,7 @@ def test_dualpipev_pairs_run_concurrently_only_when_overlapped(overlap: bool) ->
 
 def test_a_stage_ops_span_that_stage_only() -> None:
     p, fsdp = 4, 2
-    _, lay, trace, _ = _replay(p, 4, PpSchedule.one_f_one_b, fsdp=fsdp, zero=2, knobs=Knobs(recompute=False))
+    _, lay, trace, _ = _replay(p, 4, PpSchedule.one_f_one_b, fsdp=fsdp, zero=2, knobs=Knobs(ac=AcMode.none))
     for op in trace.ops:
         stages = {r // lay.stage_dies for r in op.ranks}
         assert len(stages) == (2 if op.kind == "p2p" else 1), op.label()

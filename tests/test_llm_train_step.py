@@ -59,9 +59,9 @@ def test_a_bad_passes_mode_is_named() -> None:
 @pytest.fixture(scope="module")
 def runs() -> dict[str, object]:
     return {name: run_in_process("llm_train", SMALL + extra) for name, extra in (
-        ("eager", ("workload.compile=false", "workload.recompute=false")),
-        ("compiled", ("workload.compile=true", "workload.recompute=false")),
-        ("recompute", ("workload.compile=false", "workload.recompute=true")))}
+        ("eager", ("workload.compile=false", "workload.ac=none")),
+        ("compiled", ("workload.compile=true", "workload.ac=none")),
+        ("recompute", ("workload.compile=false", "workload.ac=full")))}
 
 
 def test_step_breakdown_accounts_for_the_compute(runs: dict) -> None:  # noqa: ANN001

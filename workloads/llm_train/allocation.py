@@ -3,9 +3,9 @@
 FSDP2 as TorchTitan runs it, per die: the sharded fp32 parameters of every unit exist from the
 start; each iteration all-gathers a unit's parameters into an unsharded bf16 tensor before its
 forward (`prefetch` units ahead) and frees it after (reshard after forward); the forward keeps the
-unit's saved activations (one tensor per sub-block), or only its input under full activation
-checkpointing; the backward gathers the parameters again, recomputes the activations if they were
-checkpointed, produces the unit's unsharded gradient, reduce-scatters it into the sharded gradient
+unit's saved activations (one tensor per sub-block), or, when the block is checkpointed
+(checkpointing.py), its input and what a selective policy saves; the backward gathers the
+parameters again, recomputes the rest of the activations if the block was checkpointed, produces the unit's unsharded gradient, reduce-scatters it into the sharded gradient
 (allocated at the first backward and kept) and frees the rest; the optimizer step allocates its
 states at the first step. Two iterations run, so the second reuses what the first cached, as in
 steady state.
@@ -20,6 +20,7 @@ from stratacl.memory import GiB, MemoryPeak
 from stratacl.workload_api import Library
 
 from .blocks import ModelPlan
+from .checkpointing import AcMode, kept_bytes
 from .layout import Layout
 from .schedule import Knobs
 
@@ -37,10 +38,11 @@ def iteration_ops(plan: ModelPlan, layout: Layout, k: Knobs) -> list[tuple]:
     for i, n in enumerate(local):
         ops.append(("alloc", f"param{i}", n * k.master_bytes))
 
-    def saved(i: int, tag: str) -> None:
+    def saved(i: int, tag: str, nbytes: float | None = None) -> None:
         subs = max(1, len(units[i].subs))
+        nbytes = units[i].saved_bytes if nbytes is None else nbytes
         for j in range(subs):
-            ops.append(("alloc", f"{tag}{i}.{j}", units[i].saved_bytes / subs))
+            ops.append(("alloc", f"{tag}{i}.{j}", nbytes / subs))
 
     def free_saved(i: int, tag: str) -> None:
         for j in range(max(1, len(units[i].subs))):
@@ -58,10 +60,14 @@ def iteration_ops(plan: ModelPlan, layout: Layout, k: Knobs) -> list[tuple]:
         for i, u in enumerate(units):  # forward
             for j in range(i, i + k.prefetch + 1):
                 gather(j)
-            checkpoint = k.recompute and u.decoder
+            ac = k.unit_ac(units, i)
+            checkpoint = ac != AcMode.none
             if checkpoint:
+                kept = kept_bytes(u, ac)
                 ops.append(("alloc", f"boundary{i}", boundary))
-                saved(i, "tmp")  # the block's activations live only while it runs
+                if kept:
+                    saved(i, "kept", kept)  # what the selective policy saves
+                saved(i, "tmp", u.saved_bytes - kept)  # the rest lives only while it runs
                 free_saved(i, "tmp")
             else:
                 saved(i, "act")
@@ -71,12 +77,15 @@ def iteration_ops(plan: ModelPlan, layout: Layout, k: Knobs) -> list[tuple]:
             for j in range(i, i - k.prefetch - 1, -1):
                 gather(j)
             u = units[i]
-            checkpoint = k.recompute and u.decoder
+            ac = k.unit_ac(units, i)
+            checkpoint = ac != AcMode.none
             if checkpoint:
-                saved(i, "act")  # recomputed
+                saved(i, "act", u.saved_bytes - kept_bytes(u, ac))  # recomputed
             ops.append(("alloc", f"ugrad{i}", full[i] * k.grad_bytes))
             free_saved(i, "act")
             if checkpoint:
+                if kept_bytes(u, ac):
+                    free_saved(i, "kept")
                 ops.append(("free", f"boundary{i}"))
             ops.append(("free", f"unsharded{i}"))
             gathered.remove(i)

@@ -34,6 +34,9 @@ class SubBlock:
     core_fwd: Cost | None = None
     core_bwd: Cost | None = None
     core_dtype: str = ""
+    # the forward's ops selective op AC runs again (checkpointing.py; None: not measured)
+    sac: Cost | None = None
+    row_sac: Cost | None = None
 
     @property
     def routed(self) -> bool:
@@ -48,8 +51,9 @@ class Unit:
     subs: tuple[SubBlock, ...]
     params: int  # TP/EP-shard parameters sharded over `fsdp` (everything but routed experts)
     expert_params: int = 0  # routed-expert parameters of the EP shard, sharded over `efsdp`
-    saved_bytes: float = 0.0  # activations autograd keeps for backward (no recompute)
-    decoder: bool = True  # transformer blocks are checkpointed under recompute
+    saved_bytes: float = 0.0  # activations autograd keeps for backward (no checkpointing)
+    decoder: bool = True  # transformer blocks are what activation checkpointing wraps
+    sac_saved_bytes: float = 0.0  # what selective op AC keeps: its saved ops' outputs
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ class ModelPlan:
     tokens: int  # tokens per TP group per iteration (local batch × sequence)
     top_k: int = 0
     n_experts: int = 0
-    boundary_bytes: float = 0.0  # checkpointed block inputs per rank, all layers (recompute)
+    boundary_bytes: float = 0.0  # block inputs per rank, all layers (kept for a checkpointed block)
     first_input_needs_grad: bool = True  # False when no embedding precedes the first block
 
     @property

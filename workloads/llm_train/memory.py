@@ -5,6 +5,7 @@ from __future__ import annotations
 from stratacl.errors import ConfigError
 
 from .blocks import ModelPlan
+from .checkpointing import AcMode, kept_bytes
 from .layout import Layout
 from .schedule import Knobs
 
@@ -18,12 +19,13 @@ def memory_breakdown(plan: ModelPlan, layout: Layout, knobs: Knobs, library_byte
     """Bytes per die by kind, at the backward peak (where activations are largest)."""
     local = local_params(plan, layout)
     gathered = max(u.params + u.expert_params for u in plan.units)
-    decoder_saved = [u.saved_bytes for u in plan.units if u.decoder]
-    other_saved = sum(u.saved_bytes for u in plan.units if not u.decoder)
-    if knobs.recompute:  # block inputs kept; one block's activations live while it is recomputed
-        acts = plan.boundary_bytes + max(decoder_saved, default=0.0) + other_saved
-    else:
-        acts = sum(decoder_saved) + other_saved
+    # each unit keeps what its checkpointing keeps (a checkpointed block its input besides); one
+    # checkpointed block's recomputed activations live while its backward runs
+    acs = [knobs.unit_ac(plan.units, i) for i in range(len(plan.units))]
+    boundary = plan.boundary_bytes / (sum(1 for u in plan.units if u.decoder) or 1)
+    acts = sum(kept_bytes(u, ac) + (boundary if ac != AcMode.none else 0.0) for u, ac in zip(plan.units, acs, strict=True))
+    acts += max((u.saved_bytes - kept_bytes(u, ac) for u, ac in zip(plan.units, acs, strict=True) if ac != AcMode.none),
+                default=0.0)
     return {
         "params": local * knobs.master_bytes,
         "grads": local * knobs.grad_bytes,
@@ -36,7 +38,7 @@ def memory_breakdown(plan: ModelPlan, layout: Layout, knobs: Knobs, library_byte
     }
 
 
-def check_fits(breakdown: dict[str, float], hbm_bytes: float, library: str, recompute: bool,
+def check_fits(breakdown: dict[str, float], hbm_bytes: float, library: str, ac: AcMode,
                allocator_failed: bool = False) -> None:
     """A ConfigError when the tensors do not fit, or (`allocator_failed`) when the allocator's
     replay ran out although their sums fit (its rounding and fragmentation on top)."""
@@ -47,7 +49,7 @@ def check_fits(breakdown: dict[str, float], hbm_bytes: float, library: str, reco
     if total <= hbm_bytes:
         parts += "; the allocator's rounding and fragmentation on top run out"
     fix = "raise workload.fsdp/ep (more shards), lower workload.global_batch or seq_len"
-    if not recompute:
-        fix = "set workload.recompute=true, or " + fix
+    if ac != AcMode.full:
+        fix = "set workload.ac=full (activation checkpointing of every block), or " + fix
     raise ConfigError("workload", f"layout needs {total / 1e9:.1f} GB per die with library '{library}' "
                       f"but a die has {hbm_bytes / 1e9:.1f} GB ({parts} GB)", fix)

@@ -23,6 +23,7 @@ from workloads.modelcost import ATTENTION_CORE_FORMAT, CostInputError, ModelCost
 
 from .activations import saved_bytes_by_type
 from .blocks import ModelPlan, SubBlock, Unit
+from .checkpointing import AcMode
 from .layout import Layout
 from .saved_deepseek import per_routed_row_bytes, per_token_bytes
 
@@ -93,14 +94,25 @@ def _build(cfg: TrainStepConfig, layout: Layout, mc: ModelCosts, probe: ModelCos
     seq = cfg.seq_len
     fwd = mc.costs_for_shape(tokens, phase="train_fwd", tp=tp, ep=ep, seq_len=seq)
     bwd = mc.costs_for_shape(tokens, phase="train_bwd", tp=tp, ep=ep, seq_len=seq)
+    selective = getattr(cfg, "ac", AcMode.full) == AcMode.selective_op
+    if selective and cfg.saved_activations == SavedActivations.deepseek_v3:
+        raise ConfigError("workload.ac", "selective_op is torchtitan's op policy over what autograd saves; "
+                          "saved_activations=deepseek_v3 is DeepSeek's own", "use ac=none with deepseek_v3, "
+                          "or saved_activations=autograd")
+    sac = mc.costs_for_shape(tokens, phase="train_sac", tp=tp, ep=ep, seq_len=seq) if selective else {}
     saved = saved_bytes_by_type(mc, tokens, seq, tp, ep, cfg.flash_attention)
     routed = ep > 1 and n_exp > 0
     moe_sub = None
     if routed:
-        moe_sub, moe_saved = _moe_block(mc, probe, tokens // tp, ep, n_exp, top_k, cfg.flash_attention)
+        moe_sub, moe_saved = _moe_block(mc, probe, tokens // tp, ep, n_exp, top_k, cfg.flash_attention, selective)
         saved["moe"] = moe_saved
     if cfg.saved_activations == SavedActivations.deepseek_v3:
         saved.update(_deepseek_saved(mc, tokens, tp, top_k if routed else 0))
+    sac_saved = {t: float(c.sac_saved_bytes) for t, c in sac.items()}
+    if moe_sub is not None and moe_sub.sac is not None:  # at the rank's dispatched tokens, as _moe_block
+        rank = tokens // tp
+        sac_saved["moe"] = float(mc.costs_for_shape(rank, phase="train_sac", tp=1, ep=ep, seq_len=rank)["moe"]
+                                 .sac_saved_bytes)
 
     # the format each layer type's matmuls run in (workload.model.quant): forward, recompute and
     # backward alike (DeepSeek-V3 report §3.3.1: Fprop, Dgrad and Wgrad GEMMs all in FP8; torchao
@@ -117,7 +129,8 @@ def _build(cfg: TrainStepConfig, layout: Layout, mc: ModelCosts, probe: ModelCos
         split = core_f is not None and core_b is not None
         return SubBlock(kind, fwd[kind].cost, bwd[kind].cost, style if tp > 1 else "none", dtype=dt,
                         core_fwd=core_f if split else None, core_bwd=core_b if split else None,
-                        core_dtype=ATTENTION_CORE_FORMAT if split else "")
+                        core_dtype=ATTENTION_CORE_FORMAT if split else "",
+                        sac=sac[kind].cost if kind in sac else None)
 
     # this rank's TP/EP shard by role, per decoder layer (the model-cost piece's shard model)
     outer = mc.outer_params(tp, ep)
@@ -130,7 +143,8 @@ def _build(cfg: TrainStepConfig, layout: Layout, mc: ModelCosts, probe: ModelCos
         if not routed:  # experts TP-sharded inside the block's own FSDP unit
             params, experts = params + experts, 0
         units.append(Unit(f"layer{i}", (sub(attn), sub(ffn)), params, experts,
-                          saved.get(attn, 0.0) + saved.get(ffn, 0.0)))
+                          saved.get(attn, 0.0) + saved.get(ffn, 0.0),
+                          sac_saved_bytes=sac_saved.get(attn, 0.0) + sac_saved.get(ffn, 0.0)))
     units.append(Unit("lm_head", (sub("lm_head", "head"),), outer["lm_head"] + outer["final_norms"], 0,
                       saved.get("lm_head", 0.0), decoder=False))
     sp_tokens = tokens // tp if cfg.sequence_parallel else tokens
@@ -151,16 +165,19 @@ def _deepseek_saved(mc: ModelCosts, tokens: int, tp: int, top_k: int) -> dict[st
 
 
 def _moe_block(mc: ModelCosts, probe: ModelCosts, rank_tokens: int, ep: int, n_exp: int, top_k: int,
-               flash: bool) -> tuple[SubBlock, float]:
-    """MoE sub-block at the rank's dispatched tokens (tp=1 shard: experts are not TP-split)."""
+               flash: bool, selective: bool = False) -> tuple[SubBlock, float]:
+    """MoE sub-block at the rank's dispatched tokens (tp=1 shard: experts are not TP-split);
+    `selective`: with the part selective op AC runs again (router + shared, per row)."""
     rows_u = mc.routing.rows_on_rank(rank_tokens, top_k, n_exp, ep)
     rows_z = probe.routing.rows_on_rank(rank_tokens, top_k, n_exp, ep)
     out = []
-    for phase in ("train_fwd", "train_bwd"):
+    for phase in ("train_fwd", "train_bwd", *(("train_sac",) if selective else ())):
         u = mc.costs_for_shape(rank_tokens, phase=phase, tp=1, ep=ep, seq_len=rank_tokens)["moe"].cost
         z = probe.costs_for_shape(rank_tokens, phase=phase, tp=1, ep=ep, seq_len=rank_tokens)["moe"].cost
         row = (z - u).scale(1.0 / (rows_z - rows_u)).clip()
         out.append(((u - row.scale(rows_u)).clip(), row))
-    (fb, fr), (bb, br) = out
+    (fb, fr), (bb, br) = out[:2]
+    sb, sr = out[2] if selective else (None, None)
     saved = saved_bytes_by_type(mc, rank_tokens, rank_tokens, 1, ep, flash).get("moe", 0.0)
-    return SubBlock("moe", fb, bb, "block", row_fwd=fr, row_bwd=br), saved
+    return SubBlock("moe", fb, bb, "block", row_fwd=fr, row_bwd=br, sac=sb, row_sac=sr), saved
+

@@ -43,6 +43,7 @@ from workloads.common.routing import EpRouting
 from workloads.llm_train.schema import LayerSplit
 
 from .blocks import ModelPlan, SubBlock
+from .checkpointing import AcMode
 from .layout import Layout
 from .pp_schedules import (
     Action,
@@ -201,7 +202,7 @@ class PipelineBuilder(IterationBuilder):
             unit = self.plan.units[i]
             if gathers.get(i):
                 self._marker([self.last_main, *gathers[i]], "wait_gather")
-            if self.k.recompute and unit.decoder:
+            if self.k.unit_ac(self.plan.units, i) != AcMode.none:
                 for sub in unit.subs:
                     self._sub(i, sub, "rfwd", True)
             subs = unit.subs if a.kind == "B" else self.input_part[i]

@@ -10,7 +10,7 @@ Per die of pipeline rank r (only its stages' units):
 - ZeRO-1: as ZeRO-2, and the full gradient kept (accumulated over micro-batches, reduce-scattered
   once per step).
 Optimizer moments on the shard at every stage. Activations: a forward keeps the unit's saved
-tensors per micro-batch (or its input under full activation checkpointing) until the backward;
+tensors per micro-batch (or, checkpointed, its input and what a selective policy saves) until the backward;
 with the input/weight split the weight part (`weight_fraction` of them, ASSUMPTION) lives until the
 W action. The number of micro-batches in flight is whatever the schedule's order makes it.
 """
@@ -22,6 +22,7 @@ from stratacl.workload_api import Library
 
 from .allocation import ITERATIONS
 from .blocks import ModelPlan
+from .checkpointing import AcMode, kept_bytes
 from .layout import Layout
 from .pipeline import Pipe, chunk_units
 from .pp_schedules import rank_steps, stage_rank
@@ -56,20 +57,23 @@ def pipeline_ops(plan: ModelPlan, layout: Layout, k: Knobs, pipe: Pipe, r: int) 
         ops.append(("alloc", f"unsharded{i}", full[i] * k.act_bytes) if on else ("free", f"unsharded{i}"))
         (held.add if on else held.discard)(i)
 
-    def keep(i: int, mb: int) -> None:  # the saved activations, as the input and the weight part
-        ops.append(("alloc", f"act{i}.{mb}.in", units[i].saved_bytes * (1 - wf)))
-        ops.append(("alloc", f"act{i}.{mb}.w", units[i].saved_bytes * wf))
+    def keep(i: int, mb: int, nbytes: float | None = None) -> None:  # saved activations: input and weight part
+        nbytes = units[i].saved_bytes if nbytes is None else nbytes
+        ops.append(("alloc", f"act{i}.{mb}.in", nbytes * (1 - wf)))
+        ops.append(("alloc", f"act{i}.{mb}.w", nbytes * wf))
 
     for it in range(ITERATIONS):
         for step in steps:
             for a in step:
-                ckpt = [k.recompute and units[i].decoder for i in chunks[a.stage]]
+                acs = [k.unit_ac(units, i) for i in chunks[a.stage]]
+                ckpt = [ac != AcMode.none for ac in acs]
                 if a.kind == "F":
-                    for i, c in zip(chunks[a.stage], ckpt, strict=True):
+                    for i, ac in zip(chunks[a.stage], acs, strict=True):
                         gather(i, True)
-                        if c:
-                            ops.append(("alloc", f"boundary{i}.{a.mb}", boundary))
-                            ops += [("alloc", f"tmp{i}", units[i].saved_bytes), ("free", f"tmp{i}")]
+                        if ac != AcMode.none:
+                            kept = kept_bytes(units[i], ac)
+                            ops.append(("alloc", f"boundary{i}.{a.mb}", boundary + kept))  # + what SAC saves
+                            ops += [("alloc", f"tmp{i}", units[i].saved_bytes - kept), ("free", f"tmp{i}")]
                         else:
                             keep(i, a.mb)
                         if pipe.reshard_after_forward:
@@ -83,7 +87,7 @@ def pipeline_ops(plan: ModelPlan, layout: Layout, k: Knobs, pipe: Pipe, r: int) 
                         continue
                     gather(i, True)
                     if c:
-                        keep(i, a.mb)  # recomputed
+                        keep(i, a.mb, units[i].saved_bytes - kept_bytes(units[i], k.unit_ac(units, i)))  # recomputed
                     if pipe.zero != 2:
                         if it == 0 and a.mb == 0:
                             ops.append(("alloc", f"fgrad{i}", full[i] * k.grad_bytes))  # kept, accumulated

@@ -1,5 +1,5 @@
 """One training iteration as a trace: FSDP2 gathers/reduce-scatters on their own streams, TP and
-EP collectives inline with compute, recompute under full activation checkpointing, optimizer.
+EP collectives inline with compute, recompute under activation checkpointing (checkpointing.py), optimizer.
 
 Streams: ``main`` (compute, TP and EP collectives: they block the next kernel), ``fsdp_ag``
 (parameter all-gathers, prefetched `prefetch` units ahead: the gather into an unsharded buffer
@@ -33,6 +33,7 @@ from workloads.common.quant import FORMAT_BYTES, Formats
 from workloads.common.routing import EpRouting
 
 from .blocks import ModelPlan, SubBlock, Unit
+from .checkpointing import AcMode, unit_ac
 from .layout import Layout
 
 # (tp_style, sequence parallel, backward) -> TP collective before / after the sub-block's kernels.
@@ -63,8 +64,13 @@ class Knobs:
     state_bytes: int = 8
     optimizer_flops_per_param: float = 12.0
     sequence_parallel: bool = True
-    recompute: bool = True
+    ac: AcMode = AcMode.full  # activation checkpointing (checkpointing.py)
+    ac_every: int = 2  # selective_layer: every k-th block checkpointed
     prefetch: int = 1
+
+    def unit_ac(self, units: tuple[Unit, ...], i: int) -> AcMode:
+        """How unit i is checkpointed (none, full or selective_op)."""
+        return unit_ac(self.ac, self.ac_every, units, i)
 
 
 class IterationBuilder:
@@ -115,12 +121,21 @@ class IterationBuilder:
         before, after = _TP[(sub.tp_style, sp, bwd)] if tp else (None, None)
         if bwd and not needs_input_grad:
             after = None
-        if before:
-            self._main_coll(before, "tp", size, f"{tag}.tp_{before}", "tp.in")
         cost = sub.bwd if bwd else sub.fwd
         core = sub.core_bwd if bwd else sub.core_fwd
+        row = sub.row_bwd if bwd else sub.row_fwd
+        if phase == "rfwd" and self.k.unit_ac(self.plan.units, unit_idx) == AcMode.selective_op:
+            # the ops the policy saved are not run again: the fused attention core, half the mm,
+            # the reduce-scatter after the block (torchtitan's _save_list)
+            assert sub.sac is not None, "selective_op needs the plan's selective recompute costs"
+            cost, core, row = sub.sac, None, sub.row_sac
+            if after == "reducescatter":
+                after = None
+        if before:
+            self._main_coll(before, "tp", size, f"{tag}.tp_{before}", "tp.in")
         if sub.routed and "ep" in self.fams:
-            self._moe(tag, unit_idx, sub, cost, bwd)
+            assert row is not None
+            self._moe(tag, unit_idx, sub, cost, bwd, row)
         elif core is not None:  # quantised projections, then the core in its own format
             self._compute(tag, sub.name, (cost - core).clip(), dtype=sub.dtype)
             self._compute(f"{tag}.core", f"{sub.name}.core", core, dtype=sub.core_dtype)
@@ -129,7 +144,7 @@ class IterationBuilder:
         if after:
             self._main_coll(after, "tp", size, f"{tag}.tp_{after}", "tp.out")
 
-    def _moe(self, tag: str, unit_idx: int, sub: SubBlock, base: Cost, bwd: bool) -> None:
+    def _moe(self, tag: str, unit_idx: int, sub: SubBlock, base: Cost, bwd: bool, row: Cost) -> None:
         """The MoE layer through the library's dispatch/combine (HT kernels): one copy per
         destination rank of a token — the library decides whether per node, with forwarding —,
         the forward dispatch in its quantised format, combines and every backward exchange (the
@@ -147,8 +162,6 @@ class IterationBuilder:
         if not bwd:
             self._compute(f"{tag}.router", "shared_experts", base, dtype=sub.dtype)
         self._ep(tag, "dispatch", route.copies * disp_bytes, route.group_tokens)
-        row = sub.row_bwd if bwd else sub.row_fwd
-        assert row is not None
         self._compute(f"{tag}.experts", sub.name, row, per_rank=recv[self.ep_pos], dtype=sub.dtype,
                       hbm_extra=weights.hbm_bytes)
         self._ep(tag, "combine", route.copies.T * shape.combine_bytes_per_copy, route.group_tokens)
@@ -218,7 +231,7 @@ class IterationBuilder:
                 for sub in unit.subs:
                     self._sub(i, sub, "fwd", True)
             else:
-                if self.k.recompute and unit.decoder:
+                if self.k.unit_ac(units, i) != AcMode.none:
                     for sub in unit.subs:
                         self._sub(i, sub, "rfwd", True)
                 for j, sub in reversed(list(enumerate(unit.subs))):

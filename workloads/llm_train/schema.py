@@ -8,6 +8,7 @@ from typing import Any
 
 from stratacl.workload_config import WorkloadConfig, knob
 from workloads.common.model_schema import ModelRef
+from workloads.llm_train.checkpointing import AcMode
 
 
 @dataclass
@@ -84,7 +85,11 @@ class LlmTrainConfig(TrainStepConfig):
     master_dtype_bytes: int = knob(4, ge=1)  # sharded fp32 parameters
     optimizer_state_bytes: int = knob(8, ge=0)  # Adam exp_avg + exp_avg_sq in fp32
     optimizer_flops_per_param: float = knob(12.0, ge=0)
-    recompute: bool = True  # full activation checkpointing per transformer block
+    # activation checkpointing as torchtitan's `activation_checkpoint.mode` / `selective_ac_option`
+    # (workloads/llm_train/checkpointing.py): none | full | selective_layer (every `ac_every`-th
+    # block in full) | selective_op (torchtitan's op policy in every block)
+    ac: AcMode = AcMode.full
+    ac_every: int = knob(2, ge=1)
     # torch.compile on the model (torchtitan `compile.enable`, default off): true runs each chain
     # of element-wise ops (norms, RoPE, SwiGLU, casts, the loss) as one kernel, false runs every
     # aten op as its own kernel reading and writing HBM (eager)

@@ -29,6 +29,7 @@ from workloads.llm_train.schema import LlmTrainConfig
 
 from .allocation import allocator_peak
 from .blocks import ModelPlan
+from .checkpointing import AcMode
 from .layout import Layout
 from .memory import check_fits, memory_breakdown
 from .model import build_plan, model_costs, model_ref
@@ -61,7 +62,8 @@ def prepare(cfg: LlmTrainConfig, fabric: Fabric) -> Prepared:
     knobs = Knobs(act_bytes=cfg.model.dtype_bytes, grad_bytes=cfg.grad_dtype_bytes,
                   master_bytes=cfg.master_dtype_bytes, state_bytes=cfg.optimizer_state_bytes,
                   optimizer_flops_per_param=cfg.optimizer_flops_per_param,
-                  sequence_parallel=cfg.sequence_parallel, recompute=cfg.recompute, prefetch=cfg.prefetch)
+                  sequence_parallel=cfg.sequence_parallel, ac=cfg.ac, ac_every=cfg.ac_every,
+                  prefetch=cfg.prefetch)
     if pipe is None:
         return Prepared(cfg, layout, build_plan(cfg, layout), knobs)
     if cfg.global_batch % (cfg.fsdp * cfg.microbatches):
@@ -139,8 +141,9 @@ def fit_memory(prep: Prepared, library: Library, hbm_bytes: float) -> tuple[Knob
 
     The iteration's tensors run through the library's allocator (allocation.py) on what is left
     of HBM after the library's buffers / pool and the runtime reserve. If they do not fit without
-    activation checkpointing, TorchTitan's remedy is to turn it on ("full" AC): the run goes on
-    with recompute (and says so); if they do not fit with it either, the run stops."""
+    the configured activation checkpointing (`workload.ac`), TorchTitan's remedy is "full" AC: the
+    run goes on with every block checkpointed (and says so, `schedule_change` "recompute:<was>->full");
+    if they do not fit with it either, the run stops."""
     cfg = prep.cfg
     outside = library.held_memory_bytes(communicators=prep.layout.communicators_per_rank(), context="training")
     capacity = hbm_bytes - outside - cfg.alloc_overhead_GB * 1e9
@@ -152,14 +155,14 @@ def fit_memory(prep: Prepared, library: Library, hbm_bytes: float) -> tuple[Knob
         return pipeline_peak(prep.plan, prep.layout, k, prep.pipe, library, capacity, cfg.expandable_segments)
 
     peak = peak_of(knobs) if capacity > 0 else None
-    if peak is None and not knobs.recompute and capacity > 0:
-        knobs, change = replace(knobs, recompute=True), "recompute"
+    if peak is None and knobs.ac != AcMode.full and capacity > 0:
+        knobs, change = replace(knobs, ac=AcMode.full), f"recompute:{knobs.ac.value}->full"
         peak = peak_of(knobs)
     mem = memory_breakdown(prep.plan, prep.layout, knobs, outside, cfg.alloc_overhead_GB * 1e9) \
         if prep.pipe is None else \
         pipeline_breakdown(prep.plan, prep.layout, knobs, prep.pipe, outside, cfg.alloc_overhead_GB * 1e9)
     if peak is None:
-        check_fits(mem, hbm_bytes, library.name, knobs.recompute, allocator_failed=True)
+        check_fits(mem, hbm_bytes, library.name, knobs.ac, allocator_failed=True)
     mem["reserved"] = peak.reserved
     mem["fragmentation"] = peak.fragmentation
     return knobs, mem, change
@@ -195,7 +198,7 @@ def run(ctx: RunContext) -> WorkloadResult:
                                 "tokens_per_s_per_die": tokens / fig["iteration_time_s"] / cfg.dies,
                                 "peak_mem_GB_per_die": held / 1e9,
                                 **{f"mem_{key}_GB": v / 1e9 for key, v in mem.items()},
-                                "recompute": k.recompute, "schedule_change": changes[lib],
+                                "ac": k.ac.value, "schedule_change": changes[lib],
                                 "n_ops": len(trace.ops), "sim_wall_s": res.wall_s})
                 timelines[lib] = (trace, res)  # the last sampled iteration
     rows = pd.DataFrame(records).sort_values(["iteration", "library"], kind="stable").reset_index(drop=True)
@@ -208,8 +211,8 @@ def run(ctx: RunContext) -> WorkloadResult:
                  f"{prep.layout.stage_dies}-die stage; schedule {pipe.schedule.value}, {pipe.n_stages(cfg.pp)} "
                  f"stages, {pipe.microbatches} micro-batches; ZeRO-{pipe.zero}"]
     notes.insert(0, describe_model(model_ref(cfg), model_costs(cfg)[0]))
-    notes += [f"{lib}: its memory does not fit without activation checkpointing: recompute turned on"
-              for lib, c in changes.items() if c == "recompute"]
+    notes += [f"{lib}: its memory does not fit with workload.ac={cfg.ac.value} (the allocator runs out of the "
+              f"die's HBM): every block checkpointed (ac=full) instead" for lib, c in changes.items() if c]
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, notes=notes,
                           table=pivot_table(rows, ["iteration", "zipf_exponent", "ep_imbalance"],
                                             "iteration_time_s", list(ctx.libraries), ctx.baseline))
@@ -227,5 +230,5 @@ def _metrics(sub: pd.DataFrame) -> dict[str, float]:
     m["peak_mem_GB_per_die"] = float(sub["peak_mem_GB_per_die"].max())
     m["reserved_GB_per_die"] = float(sub["mem_reserved_GB"].max())
     m["fragmentation_GB_per_die"] = float(sub["mem_fragmentation_GB"].max())
-    m["recompute_forced"] = float((sub["schedule_change"] == "recompute").any())
+    m["recompute_forced"] = float(sub["schedule_change"].str.startswith("recompute").any())
     return m

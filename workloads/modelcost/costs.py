@@ -33,7 +33,7 @@ from .measure import PHASES, Measured, Shape, make_shape, measure_shape
 from .phase import CostPhase
 from .sizes import ROLES, count_by_role, count_layer_by_role
 
-CACHE_VERSION = "modelcost-10"  # 10: a training backward's attention is the attention_backward kernel; 9: training shapes count the fp32 cross-entropy loss; 8: production decode does not count the dynamic cache's concatenation; 7: matmuls with K < 16 are vector work; 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes; 5: chain-fused pass bytes; 6: query heads sharing a KV head packed into rows
+CACHE_VERSION = "modelcost-10"  # 10: a training backward's attention is the attention_backward kernel, train_sac; 9: training shapes count the fp32 cross-entropy loss; 8: production decode does not count the dynamic cache's concatenation; 7: matmuls with K < 16 are vector work; 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes; 5: chain-fused pass bytes; 6: query heads sharing a KV head packed into rows
 # how the element-wise and routing passes run: "fused" = each chain of ops as one kernel (CANN's
 # fused operators in serving, torch.compile in training); "eager" = every aten op its own kernel
 PASS_MODES = ("fused", "eager")
@@ -79,6 +79,7 @@ class LayerCost:
     # the work by kernel class: (kernel, cube, vector, bytes charged, ((m, n, k, count), ...));
     # see `_parts`
     parts: tuple[tuple, ...] = ()
+    sac_saved_bytes: int = 0  # train_sac: the outputs selective op AC saves (per rank)
 
     def __post_init__(self) -> None:  # from the disk cache: lists back to tuples
         object.__setattr__(self, "parts", tuple(
@@ -423,6 +424,7 @@ class ModelCosts:
                 weight_bytes=w_all,
                 activation_bytes_out=io.act_out.get(t, 0),
                 parts=_parts(tot, core, shape.phase, int(fused), kv, routed, self.passes == "fused"),
+                sac_saved_bytes=tot.sac_saved_bytes,
             )
         return out
 

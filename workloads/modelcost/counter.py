@@ -107,6 +107,7 @@ class OpTotals:
     by_op: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     by_class: dict[str, ClassTotals] = field(default_factory=lambda: defaultdict(ClassTotals))
     attention_io: int = 0  # q, K, V, output bytes at the attention interface (fused-kernel traffic)
+    sac_saved_bytes: int = 0  # outputs of the ops selective op AC saves (`OpCounter(sac=True)`)
 
     def add(self, other: OpTotals) -> None:
         _accumulate(self, other)
@@ -159,11 +160,23 @@ def _expected_distinct(groups: int, rows: int) -> float:
     return groups * (1.0 - (1.0 - 1.0 / groups) ** rows)
 
 
-class OpCounter(TorchDispatchMode):
-    """Accumulates per-tag totals; `tag=None` means "do not count"."""
+# torchtitan's selective op activation checkpointing (torchtitan/models/llama3/infra/parallelize.py,
+# `_save_list` and `_custom_policy`): the outputs of these ops are saved, except every second mm of
+# a block (the 2nd, 4th, ... mm inside one checkpointed block); every other op is recomputed.
+# The CPU flash-attention ops stand for the CUDA SDPA kernels of the list; reduce_scatter is not an
+# aten op here (the shard model has no collectives).
+SAC_SAVE = (aten.mm.default, aten.max.default)
 
-    def __init__(self) -> None:
+
+class OpCounter(TorchDispatchMode):
+    """Accumulates per-tag totals; `tag=None` means "do not count". `sac`: count only the ops
+    selective op AC recomputes, and the output bytes of those it saves (`OpTotals.sac_saved_bytes`);
+    `new_block()` restarts the policy's mm count (a block's forward begins)."""
+
+    def __init__(self, sac: bool = False) -> None:
         super().__init__()
+        self.sac = sac
+        self.block_mm = 0
         self.tag: str | None = None
         self.in_attention = False  # inside a layer's attention interface (eager/sdpa): one kernel
         self.totals: dict[str, OpTotals] = defaultdict(OpTotals)
@@ -211,6 +224,18 @@ class OpCounter(TorchDispatchMode):
                 if key is not None:
                     self._pending[key] = [tag, cls, _tensor_bytes(t), t, False]
 
+    def new_block(self) -> None:
+        self.block_mm = 0
+
+    def _sac_saves(self, func, packet) -> bool:  # noqa: ANN001
+        """Does torchtitan's op policy save this op's output (and so not run it again)?"""
+        if packet in ATTENTION_PACKETS or self.in_attention:
+            return True  # the fused SDPA kernel (its ops, when the interface runs eagerly)
+        if func == aten.mm.default:
+            self.block_mm += 1
+            return self.block_mm % 2 == 1
+        return func in SAC_SAVE
+
     def attention_io(self, *tensors: torch.Tensor) -> None:
         if self.tag is not None and getattr(self, "active", False):
             self.totals[self.tag].attention_io += sum(_tensor_bytes(t) for t in {id(t): t for t in tensors}.values())
@@ -231,6 +256,10 @@ class OpCounter(TorchDispatchMode):
         if not ins and not outs:
             return
         tot = self.totals[self.tag]
+        if self.sac and self._sac_saves(func, packet):
+            if not self.in_attention or packet in ATTENTION_PACKETS:  # an eager interface: its output
+                tot.sac_saved_bytes += sum(_tensor_bytes(o) for o in {id(o): o for o in outs}.values())
+            return
         tot.ops += 1
         tot.by_op[str(packet)] += 1
         seen: set[int] = set()

@@ -169,6 +169,8 @@ class _Tagger:
             ffn_tag = layout.ffn[i] if reps.get(layout.ffn[i]) == i else None
             if fwd:
                 self._pre(layer, attn_tag, backward=False)
+                # a checkpointed block's policy counts its mm from the block's start
+                self.handles.append(layer.register_forward_pre_hook(lambda m, a: counter.new_block()))
             else:
                 self._pre(layer, ffn_tag, backward=True)  # backward enters a layer at its FFN
                 self._pre(layer.self_attn, attn_tag, backward=True)
@@ -254,7 +256,7 @@ def measure_shape(
         if is_moe(layer.mlp):
             originals[i] = layer.mlp.experts
             layer.mlp.experts = RoutedExperts(layer.mlp.experts, routing, n_experts, ep, sink)
-    counter = OpCounter()
+    counter = OpCounter(sac=shape.phase == CostPhase.train_sac)
     train = shape.phase.startswith("train")
     tagger = _Tagger(model, layout, counter, backward=shape.phase == CostPhase.train_bwd)
     reps = {t: rep_layer(model, i).self_attn for t, i in layout.reps.items() if t.startswith("attention")}

@@ -12,3 +12,6 @@ class CostPhase(StrEnum):
     decode = "decode"  # one new token per sequence over a KV cache of `context` tokens
     train_fwd = "train_fwd"
     train_bwd = "train_bwd"  # the backward alone (its forward runs unpriced)
+    # the forward's ops selective op activation checkpointing runs again before the backward
+    # (torchtitan's op policy, counter.SAC_SAVE), with the bytes of the outputs it saves
+    train_sac = "train_sac"
