@@ -218,3 +218,12 @@ def test_reshard_after_forward_gathers_wait_for_the_buffer_they_reuse() -> None:
         assert res.start[op.id] >= max(res.end[d] for d in op.deps) - 1e-12
     # the slot a gather fills was released by the op it waits for: no two live gathers share it
     assert {op.buffer[-1] for op in gathers} == {"0", "1"}
+
+
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_only_zero3_runs_fsdp2_copies(zero: int) -> None:
+    """FSDP2 (ZeRO-3) copies into and out of its collectives' buffers; ZeRO-1/2 (contiguous
+    parameter and gradient buffers) do not."""
+    _, _, trace, _ = _replay(4, 4, PpSchedule.one_f_one_b, fsdp=2, zero=zero, knobs=Knobs(ac=AcMode.none))
+    copies = [op for op in trace.ops if "_copy_in" in op.name or op.name.endswith("fsdp_copy_out")]
+    assert bool(copies) == (zero == 3)

@@ -65,12 +65,13 @@ def runs() -> dict[str, object]:
 
 
 def test_step_breakdown_accounts_for_the_compute(runs: dict) -> None:  # noqa: ANN001
-    parts = ("gemm", "attention_fwd", "attention_bwd", "elementwise", "loss", "optimizer")
+    parts = ("gemm", "attention_fwd", "attention_bwd", "elementwise", "loss", "optimizer", "fsdp_copy")
     for name, res in runs.items():
         row = res.rows.iloc[0]
         kernels = sum(row[f"step_{p}_s"] for p in parts)
-        # one compute stream: the kernels' seconds are the compute time (union) up to fp rounding
-        assert kernels == pytest.approx(row["compute_s"], rel=1e-6), name
+        # the main stream's kernels run one at a time inside the compute time (union); FSDP2's
+        # copy-ins run on the collectives' streams beside them
+        assert kernels - row["step_fsdp_copy_s"] <= row["compute_s"] * (1 + 1e-9) <= kernels * (1 + 1e-9), name
         assert all(row[f"step_{p}_s"] > 0 for p in parts), name
         assert 0 < row["mfu"] < 1, name
         assert row["exposed_comm_s"] == pytest.approx(

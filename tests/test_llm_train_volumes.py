@@ -67,7 +67,7 @@ def test_tp_and_ep_volumes(small) -> None:  # noqa: ANN001
     tokens = w.global_batch // w.fsdp * w.seq_len
     act = tokens * plan.hidden * w.model.dtype_bytes
     _, n = _bytes_by(trace, lambda op: (op.coll, op.comm))
-    tp_ops = [op for op in trace.ops if op.comm == "tp"]
+    tp_ops = [op for op in trace.ops if op.comm == "tp" and not op.name.startswith("optimizer")]  # clip's norm apart
     assert {max(op.nbytes) for op in tp_ops} == {act}
     layers = w.num_layers
     # SP: per decoder layer 2 sub-blocks × (fwd, recompute, bwd) × one AG + one RS; embedding and

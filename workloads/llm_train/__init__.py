@@ -13,7 +13,8 @@ from .schema import LlmTrainConfig
 
 # the step breakdown (report.step_breakdown) is context: where the time goes, not a verdict
 _PARTS = {"gemm": "GEMM", "attention_fwd": "attention fwd", "attention_bwd": "attention bwd",
-          "elementwise": "element-wise", "loss": "loss (LM head element-wise)", "optimizer": "optimizer",
+          "elementwise": "element-wise", "loss": "loss (LM head element-wise)", "optimizer": "optimizer (and gradient clipping)",
+          "fsdp_copy": "FSDP2 copy-in/out",
           "recompute": "of which recompute"}
 METRICS: dict[str, MetricInfo] = {
     "tokens_per_s_per_die": metric("higher", "tok/s", "training throughput/die"),

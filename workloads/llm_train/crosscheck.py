@@ -37,7 +37,7 @@ def mlp_stack_plan(layers: int, hidden: int, tokens: int, tp: int) -> ModelPlan:
 def mlp_stack_trace(layers: int, hidden: int, tokens: int, tp: int, fsdp: int) -> Trace:
     layout = Layout(tp * fsdp, fsdp, tp, 1)
     knobs = Knobs(act_bytes=FP32, grad_bytes=FP32, master_bytes=FP32, sequence_parallel=False,
-                  ac=AcMode.none)
+                  ac=AcMode.none, grad_clip=False)
     return build_iteration(mlp_stack_plan(layers, hidden, tokens, tp), layout, knobs)
 
 

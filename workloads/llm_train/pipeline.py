@@ -113,6 +113,7 @@ class PipelineBuilder(IterationBuilder):
                  moe: MoeShape | None = None) -> None:
         super().__init__(plan, layout, knobs, routing, meta, moe)
         self.pipe = pipe
+        self.fsdp2_copies = pipe.zero == 3  # ZeRO-1/2: contiguous buffers, no FSDP2 copies
         self.p = layout.pp
         self.n_stages = pipe.n_stages(self.p)
         self.chunks = chunk_units(plan, self.n_stages, pipe.split)
@@ -146,8 +147,8 @@ class PipelineBuilder(IterationBuilder):
             self.gathered.add(i)
             u = self.plan.units[i]
             out[i] = [self.t.collective("allgather", fam, float(params * self.k.act_bytes), ranks=self.ranks,
-                                        stream="fsdp_ag", buffer=f"{fam}.unsharded.{n % 2}", deps=deps or [],
-                                        name=f"{u.name}.{fam}_allgather")
+                                        stream="fsdp_ag", buffer=f"{fam}.unsharded.{n % 2}",
+                                        deps=self._copy_in(u, fam, deps or []), name=f"{u.name}.{fam}_allgather")
                       for fam, params in (("fsdp", u.params), ("efsdp", u.expert_params))
                       if params and fam in self.fams]
         return out
@@ -184,7 +185,7 @@ class PipelineBuilder(IterationBuilder):
         for n, i in enumerate(units):
             self._action_gathers(units, n, release, gathers)
             if gathers.get(i):
-                self._marker([self.last_main, *gathers[i]], "wait_gather")
+                self.last_main = self._copy_out(self.plan.units[i], [self.last_main, *gathers[i]])
             for sub in self.plan.units[i].subs:
                 self._sub(i, sub, "fwd", True)
                 yield
@@ -201,7 +202,7 @@ class PipelineBuilder(IterationBuilder):
             self._action_gathers(units, n, release, gathers)
             unit = self.plan.units[i]
             if gathers.get(i):
-                self._marker([self.last_main, *gathers[i]], "wait_gather")
+                self.last_main = self._copy_out(unit, [self.last_main, *gathers[i]])
             if self.k.unit_ac(self.plan.units, i) != AcMode.none:
                 for sub in unit.subs:
                     self._sub(i, sub, "rfwd", True)
@@ -322,7 +323,8 @@ class PipelineBuilder(IterationBuilder):
         units = [i for c in range(self.n_stages) if stage_rank(c, self.p, self.pipe.schedule) == r
                  for i in self.chunks[c]]
         local = sum(lay.shard_params(self.plan.units[i]) for i in units)
-        opt = self._adam(local, f"optimizer.step.pp{r}", [*tail, *self.rs_ops[r][-1:]])
+        opt = self._adam(local, f"optimizer.step.pp{r}",
+                         self._clip(local, f"optimizer.pp{r}", [*tail, *self.rs_ops[r][-1:]]))
         if self.pipe.zero < 3:
             for i in units:
                 u = self.plan.units[i]

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 COMM_SPLIT = ("wire", "copy", "sync", "register", "launch")
 # the step breakdown's compute categories (README "Training step breakdown"), in print order
-STEP_PARTS = ("gemm", "attention_fwd", "attention_bwd", "elementwise", "loss", "optimizer")
+STEP_PARTS = ("gemm", "attention_fwd", "attention_bwd", "elementwise", "loss", "optimizer", "fsdp_copy")
 PASSES = ("fwd", "rfwd", "bwd", "wgrad")  # the pass segment of a training op's name (schedule.py, pipeline.py)
 _CUBE = (KernelClass.gemm, KernelClass.grouped_gemm)
 _ATTENTION = (KernelClass.attention_prefill, KernelClass.attention_decode, KernelClass.attention_backward)
@@ -40,9 +40,12 @@ def pass_of(name: str) -> str:
 def step_part(op: Op) -> str:
     """The breakdown category of one compute op (STEP_PARTS): matmul kernels are GEMM, the fused
     attention kernel splits by pass, the optimizer step and the LM head's element-wise kernels (the
-    final norm and the loss over the vocabulary) have their own; every other kernel is element-wise."""
+    final norm and the loss over the vocabulary) have their own, as do FSDP2's copy-in / copy-out
+    kernels; every other kernel is element-wise."""
     if op.name.startswith("optimizer"):
-        return "optimizer"
+        return "optimizer"  # the step and gradient clipping
+    if "_copy_in" in op.name or op.name.endswith("fsdp_copy_out"):
+        return "fsdp_copy"
     if op.kernel in _CUBE or (not op.kernel and op.core == CoreKind.cube):
         return "gemm"
     if op.kernel in _ATTENTION:

@@ -64,6 +64,7 @@ class Knobs:
     state_bytes: int = 8
     optimizer_flops_per_param: float = 12.0
     sequence_parallel: bool = True
+    grad_clip: bool = True  # torchtitan's clip_grad_norm_ (max_norm 1.0) before the optimizer step
     ac: AcMode = AcMode.full  # activation checkpointing (checkpointing.py)
     ac_every: int = 2  # selective_layer: every k-th block checkpointed
     prefetch: int = 1
@@ -84,6 +85,7 @@ class IterationBuilder:
         self.ranks = tuple(range(layout.dies))
         self.ep_pos = np.arange(layout.dies) % layout.ep  # rank -> position in its EP group
         self.stream = "main"  # the compute stream ops go on (a pipeline's overlapped pair uses two)
+        self.fsdp2_copies = True  # FSDP2's copies around its collectives (`_fsdp_copy`); not ZeRO-1/2's buffers
         self.last_main = -1
         self.group_start: dict[int, int] = {}  # last op of a kernel group -> its first (cube) op
         for name in ("tp.in", "tp.out"):
@@ -188,27 +190,60 @@ class IterationBuilder:
         ops = []
         for fam, params in (("fsdp", unit.params), ("efsdp", unit.expert_params)):
             if params and fam in self.fams:
-                ops.append(self.t.collective("allgather", fam, float(params * k.act_bytes),
-                                             stream="fsdp_ag", deps=deps, buffer=f"{fam}.unsharded.{slot}",
+                ops.append(self.t.collective("allgather", fam, float(params * k.act_bytes), stream="fsdp_ag",
+                                             deps=self._copy_in(unit, fam, deps), buffer=f"{fam}.unsharded.{slot}",
                                              name=f"{unit.name}.{fam}_allgather"))
         return ops
 
     def _reduce_scatters(self, unit: Unit, slot: int) -> list[int]:
         ops = []
+        k = self.k
         for fam, params in (("fsdp", unit.params), ("efsdp", unit.expert_params)):
             if params and fam in self.fams:
                 comm = self.layout.reduce_scatter_family(fam)
-                ops.append(self.t.collective("reducescatter", comm, float(params * self.k.grad_bytes),
-                                             ranks=self.ranks, stream="fsdp_rs", deps=[self.last_main],
+                deps = [self.last_main]
+                if self.fsdp2_copies:  # _chunk_cat of the unsharded gradients, cast to reduce_dtype
+                    deps = [self._fsdp_copy(f"{unit.name}.{fam}_rs_copy_in", params * (k.act_bytes + k.grad_bytes),
+                                            "fsdp_rs", deps)]
+                ops.append(self.t.collective("reducescatter", comm, float(params * k.grad_bytes),
+                                             ranks=self.ranks, stream="fsdp_rs", deps=deps,
                                              buffer=f"{fam}.grad.{slot % 2}",
                                              name=f"{unit.name}.{fam}_reducescatter"))
         return ops
 
-    def _first_main_dep(self, deps: list[int]) -> None:
-        """Make the unit's first kernel wait for its gathers (a zero-cost marker op)."""
+    # FSDP2's copies around its collectives (torch 2.13 torch/distributed/fsdp/_fully_shard/
+    # _fsdp_collectives.py): the all-gather's copy-in casts each local shard to param_dtype and
+    # copies it into the all-gather input (`foreach_all_gather`: `_to_dtype_if_needed`, then
+    # `torch._foreach_copy_`), on the all-gather stream; its copy-out splits the output into the
+    # unsharded parameters (`foreach_all_gather_copy_out`: `split_with_sizes_copy`) on the compute
+    # stream when the unit waits for it; the reduce-scatter's copy-in concatenates the unsharded
+    # gradients cast to reduce_dtype (`_chunk_cat`) on the reduce-scatter stream. Memory-bound
+    # element-wise kernels; ZeRO-1/2 (contiguous parameter and gradient buffers) have none.
+    def _fsdp_copy(self, name: str, nbytes: float, stream: str, deps: list[int]) -> int:
+        return add_cost(self.t, self.ranks, "fsdp_copy", Cost(0.0, 0.0, float(nbytes)), fused=TRAINING_FUSED,
+                        name=name, stream=stream, deps=deps)[-1]
+
+    def _copy_in(self, unit: Unit, fam: str, deps: list[int]) -> list[int]:
+        if not self.fsdp2_copies:
+            return deps
+        k = self.k
+        local = -(-unit.params // self.layout.fsdp) if fam == "fsdp" else -(-unit.expert_params // self.layout.efsdp)
+        # the cast reads the fp32 shard and writes param_dtype; the copy reads and writes param_dtype
+        return [self._fsdp_copy(f"{unit.name}.{fam}_ag_copy_in", local * (k.master_bytes + 3 * k.act_bytes),
+                                "fsdp_ag", deps)]
+
+    def _copy_out(self, unit: Unit, deps: list[int], name: str = "wait_gather") -> int:
+        """The unit's first kernel waits for its gathers: FSDP2's copy-out (reads the all-gather
+        output, writes the unsharded parameters), or a zero-cost marker without copies."""
+        if not self.fsdp2_copies:
+            return self.t.compute(self.ranks, fixed_time_s=0.0, deps=deps, name=name, stream=self.stream)
+        gathered = (unit.params if "fsdp" in self.fams else 0) + (unit.expert_params if "efsdp" in self.fams else 0)
+        return add_cost(self.t, self.ranks, "fsdp_copy", Cost(0.0, 0.0, 2.0 * gathered * self.k.act_bytes),
+                        fused=TRAINING_FUSED, name=f"{unit.name}.fsdp_copy_out", stream=self.stream, deps=deps)[-1]
+
+    def _first_main_dep(self, deps: list[int], unit: Unit) -> None:
         if deps:
-            self.last_main = self.t.compute(self.ranks, fixed_time_s=0.0, deps=deps, name="wait_gather",
-                                            stream=self.stream)
+            self.last_main = self._copy_out(unit, deps)
 
     # ------------------------------------------------------------------ iteration
     def build(self) -> Trace:
@@ -226,7 +261,7 @@ class IterationBuilder:
                 for ahead in range(pos + 1, min(pos + self.k.prefetch, len(order) - 1) + 1):
                     if ahead not in gathers:
                         gathers[ahead] = self._gathers(units[order[ahead][0]], ahead, release)
-            self._first_main_dep(gathers.pop(pos))
+            self._first_main_dep(gathers.pop(pos), unit)
             if phase == "fwd":
                 for sub in unit.subs:
                     self._sub(i, sub, "fwd", True)
@@ -245,7 +280,24 @@ class IterationBuilder:
     def _optimizer(self, rs_ops: list[int]) -> None:
         """Adam on this rank's fp32 shard: read/write master weights and both moments, read grads."""
         local = sum(self.layout.shard_params(u) for u in self.plan.units)
-        self.last_main = self._adam(local, "optimizer.step", rs_ops[-1:])
+        self.last_main = self._adam(local, "optimizer.step", self._clip(local, "optimizer", rs_ops[-1:]))
+
+    def _clip(self, local: int, name: str, deps: list[int]) -> list[int]:
+        """torchtitan's gradient clipping (`clip_grad_norm_`, foreach): the norm of the rank's
+        gradient shard (reads it), the squared norms summed over the data-parallel (and tensor-
+        parallel) groups by an all-reduce of one fp32 (DTensor `full_tensor()`), then the shard
+        scaled by the clip coefficient (reads and writes it)."""
+        if not self.k.grad_clip:
+            return deps
+        g = local * self.k.grad_bytes
+        last = add_cost(self.t, self.ranks, "optimizer", Cost(0.0, 2.0 * local, g), fused=TRAINING_FUSED,
+                        name=f"{name}.clip_norm", deps=deps)[-1]
+        for fam in ("fsdp", "efsdp", "tp"):
+            if fam in self.fams:
+                last = self.t.collective("allreduce", fam, 4.0, ranks=self.ranks, stream=self.stream, deps=[last],
+                                         name=f"{name}.clip_norm_{fam}_allreduce")
+        return add_cost(self.t, self.ranks, "optimizer", Cost(0.0, float(local), 2 * g), fused=TRAINING_FUSED,
+                        name=f"{name}.clip_scale", deps=[last])[-1:]
 
     def _adam(self, local: int, name: str, deps: list[int]) -> int:
         """Adam over `local` parameters: read/write fp32 master weights and both moments, read grads."""

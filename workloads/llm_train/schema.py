@@ -85,6 +85,9 @@ class LlmTrainConfig(TrainStepConfig):
     master_dtype_bytes: int = knob(4, ge=1)  # sharded fp32 parameters
     optimizer_state_bytes: int = knob(8, ge=0)  # Adam exp_avg + exp_avg_sq in fp32
     optimizer_flops_per_param: float = knob(12.0, ge=0)
+    # torchtitan's gradient clipping before the step (job config `training.max_norm`, default 1.0:
+    # on): the shard's norm, one fp32 all-reduced over the data- and tensor-parallel groups, the scale
+    grad_clip: bool = True
     # activation checkpointing as torchtitan's `activation_checkpoint.mode` / `selective_ac_option`
     # (workloads/llm_train/checkpointing.py): none | full | selective_layer (every `ac_every`-th
     # block in full) | selective_op (torchtitan's op policy in every block)

@@ -62,7 +62,7 @@ def prepare(cfg: LlmTrainConfig, fabric: Fabric) -> Prepared:
     knobs = Knobs(act_bytes=cfg.model.dtype_bytes, grad_bytes=cfg.grad_dtype_bytes,
                   master_bytes=cfg.master_dtype_bytes, state_bytes=cfg.optimizer_state_bytes,
                   optimizer_flops_per_param=cfg.optimizer_flops_per_param,
-                  sequence_parallel=cfg.sequence_parallel, ac=cfg.ac, ac_every=cfg.ac_every,
+                  sequence_parallel=cfg.sequence_parallel, grad_clip=cfg.grad_clip, ac=cfg.ac, ac_every=cfg.ac_every,
                   prefetch=cfg.prefetch)
     if pipe is None:
         return Prepared(cfg, layout, build_plan(cfg, layout), knobs)
