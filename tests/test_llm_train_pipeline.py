@@ -227,3 +227,49 @@ def test_only_zero3_runs_fsdp2_copies(zero: int) -> None:
     _, _, trace, _ = _replay(4, 4, PpSchedule.one_f_one_b, fsdp=2, zero=zero, knobs=Knobs(ac=AcMode.none))
     copies = [op for op in trace.ops if "_copy_in" in op.name or op.name.endswith("fsdp_copy_out")]
     assert bool(copies) == (zero == 3)
+
+
+@pytest.mark.parametrize("sched, v", [(PpSchedule.one_f_one_b, 1), (PpSchedule.interleaved_1f1b, 2)])
+def test_combined_1f1b_pairs_the_steady_state_only(sched: PpSchedule, v: int) -> None:
+    """Megatron's combined 1F1B: every pair is a forward and a backward of different micro-batches;
+    each stage still runs every micro-batch once each way; the steady state is paired (the
+    warm-up forwards and cool-down backwards around it are not); the pairs run on two streams and the step is no
+    slower than the plain schedule's (the same work, more overlap)."""
+    from workloads.llm_train.pp_schedules import combine_1f1b, rank_steps, validate
+
+    p, m = 4, 8
+    plain = rank_steps(sched, p, m, v)
+    comb = rank_steps(sched, p, m, v, combined=True)
+    validate(comb, sched, p, m, v)
+    for r, (a, b) in enumerate(zip(plain, comb, strict=True)):
+        pairs = [s for s in b if len(s) == 2]
+        assert all({x.kind for x in s} == {"F", "B"} and s[0].mb != s[1].mb or s[0].stage != s[1].stage
+                   for s in pairs)
+        # the steady state's length: after the warm-up forwards (1F1B: p − r; interleaved:
+        # (v − 1)·m/rounds + 2(p − 1 − r), pp_schedules._interleaved)
+        per_round = m // max(1, m // p)
+        warm = p - r if v == 1 else min((v - 1) * per_round + 2 * (p - 1 - r), m * v)
+        # (the greedy pairing may join the last warm-up forward to the first backward, or leave a
+        # backward whose own forward precedes it alone: ± 1)
+        assert len(b) == len(a) - len(pairs) and abs(len(pairs) - (m * v - warm)) <= 1 and pairs
+        assert combine_1f1b(b) == b  # nothing left to pair
+    plan = mlp_stack_plan(8, HIDDEN, TOKENS, 1)
+    lay = Layout(p, 1, 1, 1, pp=p)
+    times = {}
+    for combined in (False, True):
+        tr = build_pipeline(plan, lay, QUIET, Pipe(schedule=sched, microbatches=m, virtual=max(v, 2), combined=combined))
+        tr.validate()
+        times[combined] = float(simulate(tr, _lib()[1]).end.max())
+        assert any(op.stream == "main.overlap" for op in tr.ops) == combined
+    assert times[True] <= times[False] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("extra, field", [
+    (["workload.ep_overlap=true", "workload.pp=2", "workload.pp_schedule=dualpipev", "workload.microbatches=4"],
+     "workload.ep_overlap"),
+    (["workload.ep_overlap=true"], "workload.ep_overlap"),  # FSDP step, one micro-batch
+])
+def test_ep_overlap_outside_its_schedules_is_refused(extra: list[str], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        prepare(compose_run(["workload=llm_train", *extra]).workload, _lib()[0])
+    assert err.value.field == field

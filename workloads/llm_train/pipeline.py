@@ -67,6 +67,7 @@ class Pipe:
     split: LayerSplit = LayerSplit.even
     overlap: bool = True  # DualPipeV's pairs on two streams (False: one after the other on one)
     reshard_after_forward: bool = False  # ZeRO-3: free a unit after each forward (TorchTitan: not under PP)
+    combined: bool = False  # Megatron-Core's combined 1F1B: steady-state F/B pairs (pp_schedules.combine_1f1b)
 
     def n_stages(self, pp: int) -> int:
         return pp * stages_per_rank(self.schedule, self.virtual)
@@ -296,7 +297,7 @@ class PipelineBuilder(IterationBuilder):
     # ------------------------------------------------------------------ iteration
     def build(self) -> Trace:
         pipe = self.pipe
-        steps = rank_steps(pipe.schedule, self.p, pipe.microbatches, pipe.virtual)
+        steps = rank_steps(pipe.schedule, self.p, pipe.microbatches, pipe.virtual, pipe.combined)
         validate(steps, pipe.schedule, self.p, pipe.microbatches, pipe.virtual)
         done: dict[tuple[str, int, int], int] = {}
         tail: list[list[int]] = [[] for _ in range(self.p)]

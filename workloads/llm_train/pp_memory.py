@@ -47,7 +47,7 @@ def pipeline_ops(plan: ModelPlan, layout: Layout, k: Knobs, pipe: Pipe, r: int) 
     ops: list[tuple] = [("alloc", f"param{i}", local[i] * k.master_bytes) for i in mine]
     if pipe.zero < 3:
         ops += [("alloc", f"replica{i}", full[i] * k.act_bytes) for i in mine]
-    steps = rank_steps(pipe.schedule, layout.pp, pipe.microbatches, pipe.virtual)[r]
+    steps = rank_steps(pipe.schedule, layout.pp, pipe.microbatches, pipe.virtual, pipe.combined)[r]
 
     held: set[int] = set()
 

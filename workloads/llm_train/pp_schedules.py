@@ -73,8 +73,13 @@ def check(schedule: PpSchedule, p: int, m: int, v: int) -> None:
                               f"its rounds max(1, m // pp) = {rounds}, got {m}", f"use a multiple of pp={p}")
 
 
-def rank_steps(schedule: PpSchedule, p: int, m: int, v: int = 1) -> list[list[Step]]:
-    """Each pipeline rank's steps in issue order."""
+COMBINABLE = (PpSchedule.one_f_one_b, PpSchedule.interleaved_1f1b)
+
+
+def rank_steps(schedule: PpSchedule, p: int, m: int, v: int = 1, combined: bool = False) -> list[list[Step]]:
+    """Each pipeline rank's steps in issue order; `combined`: Megatron-Core's combined 1F1B."""
+    if combined:
+        return [combine_1f1b(steps) for steps in rank_steps(schedule, p, m, v)]
     check(schedule, p, m, v)
     if schedule == PpSchedule.gpipe:
         return [[(Action("F", r, i),) for i in range(m)] + [(Action("B", r, i),) for i in range(m)]
@@ -86,6 +91,29 @@ def rank_steps(schedule: PpSchedule, p: int, m: int, v: int = 1) -> list[list[St
     if schedule == PpSchedule.zbv:
         return [_zbv(r, p, m) for r in range(p)]
     return [_interleaved(r, p, m, v, schedule == PpSchedule.interleaved_zb) for r in range(p)]
+
+
+def combine_1f1b(steps: list[Step]) -> list[Step]:
+    """Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`,
+    megatron/core/pipeline_parallel/combined_1f1b.py `combined_1f1b_schedule_for_interleaved_pipelining`,
+    "Combined 1F1B: Expert-Parallel All-to-All Overlap" in its docs): a backward and the forward
+    issued right after it (the 1F1B steady state: B of micro-batch i, F of a later one) become one
+    combined step, run together so that the EP all-to-all of one hides under the other's compute.
+    Only a backward joins the forward after it: a warm-up forward joined to the first backward would
+    wait for a downstream stage that needs that forward first."""
+    out: list[Step] = []
+    i = 0
+    while i < len(steps):
+        a = steps[i]
+        b = steps[i + 1] if i + 1 < len(steps) else None
+        if (b is not None and len(a) == len(b) == 1 and (a[0].kind, b[0].kind) == ("B", "F")
+                and (a[0].stage, a[0].mb) != (b[0].stage, b[0].mb)):
+            out.append((b[0], a[0]))
+            i += 2
+        else:
+            out.append(a)
+            i += 1
+    return out
 
 
 def _one_f_one_b(r: int, p: int, m: int) -> list[Step]:

@@ -114,6 +114,11 @@ class LlmTrainConfig(TrainStepConfig):
     # DualPipeV's overlapped forward/backward pairs on two streams, so one micro-batch's MoE
     # all-to-all runs under the other's compute (false: the pair runs back to back, the ablation)
     pp_overlap: bool = True
+    # Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`): in the steady state of
+    # one_f_one_b / interleaved_1f1b, a forward and a backward of different micro-batches run as one
+    # step on two streams, each one's EP dispatch/combine under the other's compute (Megatron docs
+    # "Combined 1F1B: Expert-Parallel All-to-All Overlap"); off in TorchTitan
+    ep_overlap: bool = False
     # ZeRO stage of the data-parallel (fsdp) group: 3 = FSDP (parameters gathered per unit),
     # 2 = parameters replicated, gradients reduce-scattered per micro-batch, 1 = gradients
     # reduce-scattered once per step; 1 and 2 all-gather the updated parameters after the step

@@ -35,7 +35,7 @@ from .memory import check_fits, memory_breakdown
 from .model import build_plan, model_costs, model_ref
 from .pipeline import Pipe, build_pipeline, chunk_units, stage_figures
 from .pp_memory import pipeline_breakdown, pipeline_peak
-from .pp_schedules import PpSchedule, check, stages_per_rank
+from .pp_schedules import COMBINABLE, PpSchedule, check, stages_per_rank
 from .report import STEP_PARTS, iteration_figures, step_breakdown
 from .schedule import Knobs, build_iteration, moe_shape
 
@@ -78,6 +78,10 @@ def prepare(cfg: LlmTrainConfig, fabric: Fabric) -> Prepared:
 def _pipe(cfg: LlmTrainConfig) -> Pipe | None:
     """The pipeline / ZeRO knobs, checked; None for the plain FSDP iteration."""
     if cfg.pp == 1 and cfg.zero == 3 and cfg.microbatches == 1:
+        if cfg.ep_overlap:
+            raise ConfigError("workload.ep_overlap", "Megatron's combined 1F1B pairs micro-batches: one "
+                              "FSDP step without pipelining has a single one", "set workload.microbatches ≥ 2 "
+                              "(or a pipeline), or ep_overlap=false")
         return None
     sched = PpSchedule(cfg.pp_schedule)
     if cfg.dies % cfg.pp:
@@ -89,8 +93,15 @@ def _pipe(cfg: LlmTrainConfig) -> Pipe | None:
         raise ConfigError("workload.microbatches", f"{sched.value} needs at least as many micro-batches as "
                           f"stages ({n_stages}), got {cfg.microbatches}", f"use microbatches ≥ {n_stages}")
     check(sched, cfg.pp, cfg.microbatches, cfg.pp_virtual_stages)
+    if cfg.ep_overlap and sched not in COMBINABLE:
+        raise ConfigError("workload.ep_overlap", f"Megatron's combined 1F1B pairs the steady state of "
+                          f"{' / '.join(s.value for s in COMBINABLE)}, not {sched.value}",
+                          "use pp_schedule=interleaved_1f1b or one_f_one_b (dualpipev pairs by itself: pp_overlap)")
+    if cfg.ep_overlap and cfg.ep == 1:
+        raise ConfigError("workload.ep_overlap", "no expert-parallel all-to-all to overlap (ep=1)",
+                          "set workload.ep > 1 or ep_overlap=false")
     return Pipe(sched, cfg.microbatches, cfg.pp_virtual_stages, cfg.pp_weight_grad_fraction, cfg.zero,
-                cfg.pp_layer_split, cfg.pp_overlap, cfg.zero3_reshard_after_forward)
+                cfg.pp_layer_split, cfg.pp_overlap, cfg.zero3_reshard_after_forward, combined=cfg.ep_overlap)
 
 
 MAX_MODEL_LAYERS = 128  # depth assumed when the config does not say (deeper than every shipped model)
