@@ -195,7 +195,7 @@ def test_gemm_shapes_scale_with_routed_rows() -> None:
 
 def test_model_costs_cache_key_names_the_parts_version(tmp_path) -> None:  # noqa: ANN001
     from workloads.modelcost import costs as mc_costs
-    assert mc_costs.CACHE_VERSION == "modelcost-10"
+    assert mc_costs.CACHE_VERSION == "modelcost-11"
     a = ModelCosts(load_model_yaml("llama3_8b"), cache_dir=str(tmp_path))
     first = a.costs_for_shape(64, phase="prefill")
     b = ModelCosts(load_model_yaml("llama3_8b"), cache_dir=str(tmp_path))

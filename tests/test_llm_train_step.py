@@ -96,3 +96,22 @@ def test_recompute_is_reported_and_costs_forward_time(runs: dict) -> None:  # no
     # recomputed forwards add GEMM time but no model FLOPs: MFU falls
     assert rc["step_gemm_s"] > plain["step_gemm_s"]
     assert rc["mfu"] < plain["mfu"]
+
+
+def test_an_eager_attention_backward_is_one_attention_kernel() -> None:
+    """DeepSeek-V3's attention (q and K 192 wide, V 128: no fused CPU kernel, so the reference
+    runs bmm and softmax) counts its backward as the attention_backward kernel: the matmuls of the
+    interface's autograd nodes (dP, dV, dQ, dK: twice the forward's) and a fused kernel's traffic,
+    not S×S score gradients through HBM (before: 25× the forward's element-wise bytes)."""
+    cfg = load_model_yaml("deepseek_v3")
+    cfg.num_hidden_layers, cfg.first_k_dense_replace = 2, 1
+    mc = ModelCosts(cfg)
+    t = 512
+    fwd, bwd = (mc.costs_for_shape(t, phase=ph, seq_len=t)["attention"].parts for ph in ("train_fwd", "train_bwd"))
+    f = {p[0]: p for p in fwd}
+    b = {p[0]: p for p in bwd}
+    assert b["attention_backward"][1] == 2 * f["attention_prefill"][1]
+    heads = cfg.num_attention_heads
+    # none of the backward's matmuls outside the kernel is a (t × t) score product of the heads
+    assert not any(g[3] == heads and sorted(g[:3])[1:] == [t, t] for g in b["gemm"][4])
+    assert b["elementwise"][3] < 3 * f["elementwise"][3]

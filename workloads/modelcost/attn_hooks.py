@@ -119,6 +119,7 @@ class KernelHooks:
                     self.counter.in_attention = False
                 # a fused kernel's traffic: q, K, V in, the output out (eager's scores stay on chip)
                 self.counter.attention_io(query, key, value, out[0])
+                self._backward_region(query, key, value, out[0])
                 return out
             if rec.structure.mla is not None and not rec.structure.replaced(self.phase):
                 # kv_b_proj was not cut out, so the expansion would be counted twice.
@@ -134,6 +135,25 @@ class KernelHooks:
             return out, None
 
         return attention
+
+    def _backward_region(self, *tensors: torch.Tensor) -> None:
+        """The interface's backward is the attention kernel's too: the autograd nodes the call
+        created (sequence numbers above its inputs' nodes, up to its output's) run as one backward
+        attention kernel (`OpCounter.attention_nodes`; a reference implementation's bmm / softmax
+        backward included: FlashAttention's backward recomputes the scores on chip), whose traffic
+        is a fused kernel's: q, K, V, the output and its gradient in, the gradients of q, K, V out."""
+        q, k, v, out = tensors
+        if not (torch.is_grad_enabled() and out.requires_grad and out.grad_fn is not None):
+            return
+        counter = self.counter
+        lo = max((t.grad_fn._sequence_nr() for t in (q, k, v) if t.grad_fn is not None), default=-1)
+        counter.attention_nodes.append((lo, out.grad_fn._sequence_nr()))
+
+        def enter(grad: torch.Tensor) -> None:
+            counter.attention_io(q, k, v, out, grad)
+            counter.attention_io(q, k, v)  # dQ, dK, dV written, as large as q, K, V
+
+        out.register_hook(enter)
 
     # ---- region of reference-only ops -----------------------------------------------------
     def _install_region(self, attn: nn.Module, rec: Record) -> None:

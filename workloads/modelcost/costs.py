@@ -33,7 +33,7 @@ from .measure import PHASES, Measured, Shape, make_shape, measure_shape
 from .phase import CostPhase
 from .sizes import ROLES, count_by_role, count_layer_by_role
 
-CACHE_VERSION = "modelcost-10"  # 10: a training backward's attention is the attention_backward kernel, train_sac; 9: training shapes count the fp32 cross-entropy loss; 8: production decode does not count the dynamic cache's concatenation; 7: matmuls with K < 16 are vector work; 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes; 5: chain-fused pass bytes; 6: query heads sharing a KV head packed into rows
+CACHE_VERSION = "modelcost-11"  # 11: an attention interface's backward is one attention kernel; 10: a training backward's attention is the attention_backward kernel, train_sac; 9: training shapes count the fp32 cross-entropy loss; 8: production decode does not count the dynamic cache's concatenation; 7: matmuls with K < 16 are vector work; 3: per-class numeric formats; 4: per-kernel-class parts with matmul shapes; 5: chain-fused pass bytes; 6: query heads sharing a KV head packed into rows
 # how the element-wise and routing passes run: "fused" = each chain of ops as one kernel (CANN's
 # fused operators in serving, torch.compile in training); "eager" = every aten op its own kernel
 PASS_MODES = ("fused", "eager")

@@ -177,6 +177,9 @@ class OpCounter(TorchDispatchMode):
         super().__init__()
         self.sac = sac
         self.block_mm = 0
+        # (lo, hi] sequence numbers of the autograd nodes each attention interface call created:
+        # their backward is the attention kernel's (attn_hooks.KernelHooks._backward_region)
+        self.attention_nodes: list[tuple[int, int]] = []
         self.tag: str | None = None
         self.in_attention = False  # inside a layer's attention interface (eager/sdpa): one kernel
         self.totals: dict[str, OpTotals] = defaultdict(OpTotals)
@@ -224,6 +227,18 @@ class OpCounter(TorchDispatchMode):
                 if key is not None:
                     self._pending[key] = [tag, cls, _tensor_bytes(t), t, False]
 
+    def _in_attention(self) -> bool:
+        """Inside an attention interface's forward, or running one of the backward nodes it made."""
+        if self.in_attention:
+            return True
+        if not self.attention_nodes:
+            return False
+        node = torch._C._current_autograd_node()
+        if node is None:
+            return False
+        seq = node._sequence_nr()
+        return any(lo < seq <= hi for lo, hi in self.attention_nodes)
+
     def new_block(self) -> None:
         self.block_mm = 0
 
@@ -237,6 +252,7 @@ class OpCounter(TorchDispatchMode):
         return func in SAC_SAVE
 
     def attention_io(self, *tensors: torch.Tensor) -> None:
+        """Add the fused attention kernel's traffic: the bytes of `tensors`, each once."""
         if self.tag is not None and getattr(self, "active", False):
             self.totals[self.tag].attention_io += sum(_tensor_bytes(t) for t in {id(t): t for t in tensors}.values())
 
@@ -281,7 +297,7 @@ class OpCounter(TorchDispatchMode):
             cube = None
         if cube is not None:
             flops = int(cube(*args, out_val=out, **kwargs))
-            cls = "attention" if packet in ATTENTION_PACKETS or self.in_attention else (
+            cls = "attention" if packet in ATTENTION_PACKETS or self._in_attention() else (
                 "grouped_gemm" if str(packet) == "aten._grouped_mm" else "gemm")
             part = tot.by_class[cls]
             part.cube_flops += flops
@@ -300,7 +316,7 @@ class OpCounter(TorchDispatchMode):
                 hit = _expected_distinct(w.shape[0], args[0].shape[0]) / w.shape[0]
                 nbytes -= int(_tensor_bytes(w) * (1.0 - hit))
         else:
-            part = tot.by_class["attention" if self.in_attention else op_class(packet, self.tag)]
+            part = tot.by_class["attention" if self._in_attention() else op_class(packet, self.tag)]
             if shapes:  # a short-contraction matmul: a multiply-add per term
                 vector = sum(2 * m * n * k * c for m, n, k, c in shapes)
             elif packet not in _MOVE:
