@@ -51,6 +51,7 @@ Kernels without `gemms` use their class's attainable fractions only (no shape ef
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 GENERIC: dict[str, str] = {CoreKind.cube: "generic_cube", CoreKind.vector: "generic_vector", CoreKind.mixed: "generic_mixed"}
 CLASS_KEYS = (*(k.value for k in KernelClass), *GENERIC.values())
 FUSED = (KernelClass.attention_prefill, KernelClass.attention_decode)  # QKᵀ and PV in the same blocks
-# (the backward, KernelClass.attention_backward, has its own tiling: `_backward_tiling`)
+# (the backward, KernelClass.attention_backward, has its own blocks and work: `_backward_work`)
 WHOLE_N = (KernelClass.attention_prefill,)  # one block walks all of n (the KV length)
 ATTENTION = FUSED
 # bytes per element of a stored operand by format ("" = bf16)
@@ -128,53 +129,23 @@ class KernelModel:
         if not op.gemms or not kc.tile_m or not kc.tile_n:
             return 1.0, 0, 1.0, (0, 0)
         if op.kernel == KernelClass.attention_backward:
-            return self._backward_tiling(op, kc, cores)
-        exact = sum(2.0 * m * n * k * c for m, n, k, c in op.gemms)
+            return _best_tile(kc, cores, op.gemms, lambda tm, tn: _backward_work(op.gemms, kc, tm, tn))
         fused, whole_n = op.kernel in FUSED, op.kernel in WHOLE_N
-        best: tuple[tuple[int, int, float, int], tuple[float, int, float, tuple[int, int]]] | None = None
-        for tm in kc.tile_m:
-            for tn in kc.tile_n:
-                units, work = 0, 0.0
-                blocks: dict[tuple[int, int], int] = {}  # fused: blocks per (rows, count) group
-                for m, n, k, c in op.gemms:
-                    mb, nb = -(-m // tm), -(-n // tn)
-                    work += 2.0 * mb * tm * nb * tn * (k + kc.k_fill) * c
-                    if not fused:
-                        units += c * mb * nb
-                    else:  # a group's blocks are its QKᵀ's (split-KV: its key tiles); the PV of the same
-                        # rows (n = head dim, listed first when shapes sort) adds none
-                        blocks[(m, c)] = max(blocks.get((m, c), 0), c * mb * (1 if whole_n else nb))
-                units += sum(blocks.values())
-                waves = -(-units // cores)
-                eff = units / (waves * cores)
-                # DeepGEMM's choice: fewest waves, then the fullest last wave, then the least padded
-                # work, then the larger tile
-                rank = (waves, -(units - (waves - 1) * cores), work, -tm * tn)
-                if best is None or rank < best[0]:
-                    best = (rank, (work / exact / eff, waves, eff, (tm, tn)))
-        assert best is not None
-        return best[1]
 
-    def _backward_tiling(self, op: Op, kc: KernelClassConfig,
-                         cores: int) -> tuple[float, int, float, tuple[int, int]]:
-        """FlashAttention's backward (module docstring): blocks are key tiles, each walking every
-        query tile of its head; the padded work is the (query x key) tile grid times each matmul's
-        head dim plus the per-tile fill."""
-        exact = sum(2.0 * m * n * k * c for m, n, k, c in op.gemms)
-        best: tuple[tuple[int, int, float, int], tuple[float, int, float, tuple[int, int]]] | None = None
-        for tm in kc.tile_m:
-            for tn in kc.tile_n:
-                work = 0.0
-                for s_q, s_k, d, c in backward_grids(op.gemms):
-                    work += 2.0 * (_cdiv(s_q, tm) + kc.walk_fill) * tm * _cdiv(s_k, tn) * tn * (d + kc.k_fill) * c
-                units = sum(c_min * _cdiv(s_k, tn) for s_k, c_min in backward_blocks(op.gemms).items())
-                waves = -(-units // cores)
-                eff = units / (waves * cores)
-                rank = (waves, -(units - (waves - 1) * cores), work, -tm * tn)
-                if best is None or rank < best[0]:
-                    best = (rank, (work / exact / eff, waves, eff, (tm, tn)))
-        assert best is not None
-        return best[1]
+        def work_units(tm: int, tn: int) -> tuple[float, int]:
+            units, work = 0, 0.0
+            blocks: dict[tuple[int, int], int] = {}  # fused: blocks per (rows, count) group
+            for m, n, k, c in op.gemms:
+                mb, nb = -(-m // tm), -(-n // tn)
+                work += 2.0 * mb * tm * nb * tn * (k + kc.k_fill) * c
+                if not fused:
+                    units += c * mb * nb
+                else:  # a group's blocks are its QKᵀ's (split-KV: its key tiles); the PV of the same
+                    # rows (n = head dim, listed first when shapes sort) adds none
+                    blocks[(m, c)] = max(blocks.get((m, c), 0), c * mb * (1 if whole_n else nb))
+            return work, units + sum(blocks.values())
+
+        return _best_tile(kc, cores, op.gemms, work_units)
 
     def reread_bytes(self, op: Op, tile: tuple[int, int], cores: int) -> float:
         """Per-rank HBM bytes read again because of tiling (module docstring, closed forms)."""
@@ -235,6 +206,35 @@ class KernelModel:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _best_tile(kc: KernelClassConfig, cores: int, gemms: tuple[tuple[int, int, int, int], ...],
+               work_units: Callable[[int, int], tuple[float, int]]) -> tuple[float, int, float, tuple[int, int]]:
+    """(work factor, waves, wave efficiency, tile) of the tile pair `work_units(tm, tn)` (padded
+    work, blocks) makes cheapest: DeepGEMM's choice, fewest waves, then the fullest last wave,
+    then the least padded work, then the larger tile."""
+    exact = sum(2.0 * m * n * k * c for m, n, k, c in gemms)
+    best: tuple[tuple[int, int, float, int], tuple[float, int, float, tuple[int, int]]] | None = None
+    for tm in kc.tile_m:
+        for tn in kc.tile_n:
+            work, units = work_units(tm, tn)
+            waves = -(-units // cores)
+            eff = units / (waves * cores)
+            rank = (waves, -(units - (waves - 1) * cores), work, -tm * tn)
+            if best is None or rank < best[0]:
+                best = (rank, (work / exact / eff, waves, eff, (tm, tn)))
+    assert best is not None
+    return best[1]
+
+
+def _backward_work(gemms: tuple[tuple[int, int, int, int], ...], kc: KernelClassConfig, tm: int,
+                   tn: int) -> tuple[float, int]:
+    """FlashAttention's backward (module docstring): blocks are key tiles, each walking every
+    query tile of its head (plus `walk_fill`); the padded work is the (query × key) tile grid
+    times each matmul's head dim plus the per-tile fill."""
+    work = sum(2.0 * (_cdiv(s_q, tm) + kc.walk_fill) * tm * _cdiv(s_k, tn) * tn * (d + kc.k_fill) * c
+               for s_q, s_k, d, c in backward_grids(gemms))
+    return work, sum(c_min * _cdiv(s_k, tn) for s_k, c_min in backward_blocks(gemms).items())
 
 
 def _grid(m: int, n: int, k: int) -> tuple[int, int, int]:
