@@ -273,3 +273,16 @@ def test_ep_overlap_outside_its_schedules_is_refused(extra: list[str], field: st
     with pytest.raises(ConfigError) as err:
         prepare(compose_run(["workload=llm_train", *extra]).workload, _lib()[0])
     assert err.value.field == field
+
+
+def test_per_family_exposure_is_each_stages_own() -> None:
+    """With pipelining, `exposed_<family>_<coll>_s` is per stage (its own ops in flight, none of its
+    compute running), as `stage_exposed_comm_s` is: each family's at most the whole, and together
+    at least it (families in flight at once count in each)."""
+    _, lay, trace, res = _replay(4, 8, PpSchedule.one_f_one_b, fsdp=2, zero=1, knobs=Knobs(ac=AcMode.none))
+    fig = stage_figures(trace, res.start, res.end, lay)
+    fams = {k: v for k, v in fig.items() if k.startswith("exposed_")}
+    assert "exposed_p2p_p2p_s" in fams and len(fams) >= 2
+    total = fig["stage_exposed_comm_s"]
+    assert all(-1e-12 <= v <= total + 1e-9 for v in fams.values())
+    assert sum(fams.values()) >= total - 1e-9 > 0

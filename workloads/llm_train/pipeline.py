@@ -54,6 +54,7 @@ from .pp_schedules import (
     stages_per_rank,
     validate,
 )
+from .report import comm_key
 from .schedule import IterationBuilder, Knobs
 
 
@@ -345,8 +346,9 @@ def build_pipeline(plan: ModelPlan, layout: Layout, knobs: Knobs, pipe: Pipe,
 def stage_figures(trace: Trace, start: np.ndarray, end: np.ndarray, layout: Layout) -> dict[str, float]:
     """Per pipeline rank over the iteration [first start, last end]: the bubble (nothing of its
     own running: no compute, no communication it takes part in), the exposed communication (its
-    communication running while none of its compute does), its compute; means over the ranks,
-    and the bubble's fraction of the iteration."""
+    communication running while none of its compute does), its compute, and per communicator
+    family and collective (`report.comm_key`) the time its own such ops are in flight while none
+    of its compute runs; means over the ranks, and the bubble's fraction of the iteration."""
     n = layout.stage_dies
     kinds = np.array([op.kind for op in trace.ops])
     first = np.array([(op.src[0] if op.kind == OpKind.p2p else op.ranks[0]) // n for op in trace.ops])
@@ -354,14 +356,21 @@ def stage_figures(trace: Trace, start: np.ndarray, end: np.ndarray, layout: Layo
     lo, hi = float(start.min(initial=0.0)), float(end.max(initial=0.0))
     span = hi - lo
     comp = kinds == OpKind.compute.value
+    keys = np.array([comm_key(op) if op.kind in (OpKind.collective, OpKind.p2p) else "" for op in trace.ops])
+    families = sorted(set(keys) - {""})
     bubble, exposed, compute = [], [], []
+    by_family = {k: 0.0 for k in families}
     for s in range(layout.pp):
         mine = (first == s) | (second == s)
-        c = union_length(start[mine & comp], end[mine & comp])
+        own = mine & comp
+        c = union_length(start[own], end[own])
         busy = union_length(start[mine], end[mine])
         bubble.append(span - busy)
         exposed.append(busy - c)
         compute.append(c)
+        for k in families:  # its collectives of the family in flight, none of its compute running
+            m = own | (mine & (keys == k))
+            by_family[k] += (union_length(start[m], end[m]) - c) / layout.pp
     return {"bubble_fraction": float(np.mean(bubble)) / span if span > 0 else 0.0,
             "bubble_s": float(np.mean(bubble)), "stage_exposed_comm_s": float(np.mean(exposed)),
-            "stage_compute_s": float(np.mean(compute))}
+            "stage_compute_s": float(np.mean(compute)), **{f"exposed_{k}_s": v for k, v in by_family.items()}}

@@ -55,6 +55,11 @@ def step_part(op: Op) -> str:
     return "elementwise"
 
 
+def comm_key(op: Op) -> str:
+    """`<family>_<collective>` of a communication op (`exposed_<key>_s`), e.g. "fsdp_allgather"."""
+    return f"{family_of(op.comm) or 'p2p'}_{op.coll or op.kind}"
+
+
 def step_breakdown(trace: Trace, res: SimResult, fabric: Fabric, time_s: float) -> dict[str, float]:
     """Where one iteration's time goes, per die (mean over the trace's dies):
 
@@ -63,7 +68,8 @@ def step_breakdown(trace: Trace, res: SimResult, fabric: Fabric, time_s: float) 
       sum exceeds `compute_s` where kernels of two streams overlap (DualPipe's pairs);
     - `exposed_<family>_<collective>_s`: exposed time (no compute running) during which a
       collective of that communicator family and type is in flight, e.g. `exposed_fsdp_allgather_s`;
-      collectives in flight together count in each, so these may sum above `exposed_comm_s`;
+      collectives in flight together count in each, so these may sum above `exposed_comm_s` (with
+      pipelining, `pipeline.stage_figures` replaces them by each stage's own);
     - `mfu`: model FLOPs utilisation, the matmul FLOPs of the step's forward and backward passes
       (recompute left out; as the op counter measures them, so causal attention's masked half is not
       counted) over the iteration time `time_s` × the die's dense peak in each kernel's format, per die."""
@@ -81,8 +87,7 @@ def step_breakdown(trace: Trace, res: SimResult, fabric: Fabric, time_s: float) 
             elif op.core != CoreKind.vector:
                 peak_s += float(np.mean(op.flops)) * len(op.ranks) / world / fabric.cube_peak(op.dtype)
         elif op.kind in (OpKind.collective, OpKind.p2p):
-            key = f"{family_of(op.comm) or 'p2p'}_{op.coll or op.kind}"
-            comm.setdefault(key, []).append(i)
+            comm.setdefault(comm_key(op), []).append(i)
     out["mfu"] = peak_s / time_s if time_s > 0 else 0.0
     for key, ids in sorted(comm.items()):
         mask = np.zeros(len(trace.ops), dtype=bool)
