@@ -320,3 +320,23 @@ def test_every_supported_family_is_measured_at_every_phase(family: str) -> None:
         costs = mc.costs_for_shape(tokens, context=ctx, phase=phase, seq_len=64 if phase != "decode" else None)
         assert sum(c.flops for c in costs.values()) > 0, phase
     assert mc.kv_bytes_per_token() > 0 and mc.total_params() > 0
+
+
+def test_an_interrupt_inside_a_finalizer_is_delivered_again() -> None:
+    """Ctrl-C landing in a `__del__` (Python swallows it there, printing a traceback) is raised
+    again outside it: the run's handlers see it (`stratacl.run.cli.interrupt_outside_finalizers`)."""
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "from stratacl.run.cli import interrupt_outside_finalizers\n"
+            "interrupt_outside_finalizers()\n"
+            "class D:\n"
+            "    def __del__(self):\n"
+            "        raise KeyboardInterrupt\n"
+            "try:\n"
+            "    D()\n"
+            "    time.sleep(5)\n"
+            "except KeyboardInterrupt:\n"
+            "    print('caught', file=sys.stderr); sys.exit(130)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130 and proc.stderr.strip() == "caught", proc.stderr

@@ -236,11 +236,31 @@ def _check_choices(choices: dict[str, Any], overrides: list[str]) -> None:
                                   "list each library once (override its knobs as library.<name>.<knob>=...)")
 
 
+def interrupt_outside_finalizers() -> None:
+    """Ctrl-C that lands while a finalizer (`__del__`) runs is swallowed by Python, which prints
+    "Exception ignored in ..." with a traceback, and the run goes on. Deliver it again instead, so
+    that it reaches the run's own handlers (one line, exit 130)."""
+    default = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:  # noqa: ANN401 - sys.UnraisableHookArgs
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            import signal
+            import threading
+
+            # from another thread, a moment later: raised once this hook and the finalizer are done
+            threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT)).start()
+            return
+        default(unraisable)
+
+    sys.unraisablehook = hook
+
+
 def cli(argv: list[str]) -> None:
     # conf/hydra/launcher/ray.yaml shares its name with the plugin's schema node, which Hydra 1.3
     # still merges it into (a check we want) with a deprecation notice a user can do nothing about
     warnings.filterwarnings("ignore", message=".*is validated against ConfigStore schema with the same name")
     precheck(argv)
+    interrupt_outside_finalizers()
     try:
         main()
     except KeyboardInterrupt:  # Ctrl-C of a sweep reaches the driver here (a single run exits in main)
