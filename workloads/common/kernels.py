@@ -13,9 +13,9 @@ classified by the counter) becomes one kernel per kernel class (`split_parts`):
 * gemm (projections, dense MLP, shared experts, router, LM head; DLRM's MLPs and interaction bmm)
   and grouped_gemm (routed experts: `_grouped_mm`) → cube kernels carrying the fused traffic
   (weights + layer I/O; the routed experts' weights on the grouped GEMM);
-* attention_prefill / attention_decode / attention_backward (the fused attention kernel, by the
-  shape's phase — a training backward runs FlashAttention's backward kernel: the
-  sdpa/eager attention interface or the closed-form production core; QKᵀ and PV shapes) → a
+* attention_prefill / attention_decode / attention_backward (the fused attention kernel, named by
+  the shape's phase, a training backward's being FlashAttention's backward kernel; from the
+  sdpa/eager attention interface or the closed-form production core, with its matmul shapes) → a
   mixed kernel (CANN FlashAttentionScore / FusedInferAttentionScore: QKᵀ and PV on the cube
   units, the softmax on the vector units of the same block) carrying the KV read/write, at least
   its q/K/V/output traffic;

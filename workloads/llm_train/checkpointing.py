@@ -22,9 +22,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from workloads.common.cost import Cost
-
-    from .blocks import SubBlock, Unit
+    from .blocks import Unit
 
 
 class AcMode(StrEnum):
@@ -53,11 +51,3 @@ def kept_bytes(unit: Unit, ac: AcMode) -> float:
         return unit.sac_saved_bytes
     return unit.saved_bytes
 
-
-def recompute_cost(sub: SubBlock, ac: AcMode) -> Cost | None:
-    """The forward work a sub-block runs again before its backward (None: nothing)."""
-    if ac == AcMode.full:
-        return sub.fwd
-    if ac == AcMode.selective_op:
-        return sub.sac
-    return None
