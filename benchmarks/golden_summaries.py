@@ -12,7 +12,7 @@ The manifest (`manifest.json`) maps each run's summary.json (relative path) to i
 
 `--ci` runs every case at the CI size (`CI` below) and compares with the committed reference
 (benchmarks/golden: manifest.json and the reference summaries); it exits 1 on any difference.
-`--ci --only CASE ...` runs and compares those cases alone. `--update` rewrites that reference: only for a change meant to move results, with the reason
+`--ci --only CASE ...` runs and compares those cases alone. `--update` rewrites that reference (with `--only`, just those cases): only for a change meant to move results, with the reason
 in the commit message.
 """
 
@@ -176,15 +176,25 @@ def _case_list(selected: list[tuple[str, list[str], bool]]) -> dict[str, dict[st
     return {name: {"overrides": overrides, "multirun": multirun} for name, overrides, multirun in selected}
 
 
-def update_reference(out: Path, selected: list[tuple[str, list[str], bool]]) -> None:
-    """Replace benchmarks/golden with this run's summaries and their hashes."""
-    if GOLDEN.exists():
+def update_reference(out: Path, selected: list[tuple[str, list[str], bool]], only: list[str] | None = None) -> None:
+    """Replace benchmarks/golden with this run's summaries and their hashes; with `only`, replace
+    just those cases' summaries and keep every other case of the reference as it is."""
+    hashes = manifest(out)
+    cases = _case_list(selected)
+    if only:
+        ref = json.loads((GOLDEN / "manifest.json").read_text())
+        for name in only:
+            if (GOLDEN / name).exists():
+                shutil.rmtree(GOLDEN / name)
+        kept = {k: v for k, v in ref["summaries"].items() if k.split("/")[0] not in only}
+        hashes = {**kept, **hashes}
+        cases = {**ref["cases"], **cases}
+    elif GOLDEN.exists():
         shutil.rmtree(GOLDEN)
     for rel in manifest(out):
         (GOLDEN / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out / rel, GOLDEN / rel)
-    hashes = manifest(out)
-    ref = {"cases": _case_list(selected), "summaries": hashes}
+    ref = {"cases": cases, "summaries": dict(sorted(hashes.items()))}
     (GOLDEN / "manifest.json").write_text(json.dumps(ref, indent=1) + "\n")
     print(f"wrote {GOLDEN / 'manifest.json'}: {len(hashes)} summaries")
 
@@ -218,12 +228,12 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="run only these case names")
     ap.add_argument("--ci", action="store_true", help="every case at CI size, compared with benchmarks/golden")
     ap.add_argument("--update", action="store_true",
-                    help="with --ci: rewrite benchmarks/golden (only for a change meant to move results)")
+                    help="with --ci: rewrite benchmarks/golden, or with --only just those cases (only for a change meant to move results)")
     args = ap.parse_args()
     if args.update and not args.ci:
         ap.error("--update rewrites the CI reference: use it with --ci")
-    if args.update and args.only:
-        ap.error("--update rewrites the whole reference: drop --only")
+    if args.update and args.only and not (GOLDEN / "manifest.json").exists():
+        ap.error("--update --only needs a reference to keep the other cases of: run --ci --update first")
     if args.out is None and not args.ci:
         ap.error("--out is required without --ci")
     out: Path = args.out or Path(tempfile.mkdtemp(prefix="golden_ci_"))
@@ -244,7 +254,7 @@ def main() -> int:
         print(f"summaries name the run directory or the checkout, so their hashes are not portable: {', '.join(moved)}")
         return 1
     if args.update:
-        update_reference(out, selected)
+        update_reference(out, selected, args.only)
         return 0
     if args.ci:
         return compare_reference(out, selected, args.only)

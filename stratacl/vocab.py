@@ -93,5 +93,7 @@ class KernelClass(StrEnum):
     attention_prefill = "attention_prefill"
     attention_decode = "attention_decode"
     attention_backward = "attention_backward"  # FlashAttention's backward: dQ, dK, dV from Q, K, V, O, dO
-    elementwise = "elementwise"  # norms, RoPE, casts, activations, quant/dequant
+    elementwise = "elementwise"  # norms, RoPE, casts, activations, quant/dequant (serving engines' fused kernels)
+    elementwise_eager = "elementwise_eager"  # the same work as eager PyTorch's own ATen kernels, one op each
+    elementwise_compiled = "elementwise_compiled"  # ... as torch.compile's generated Triton kernels, one per chain
     routing = "routing"  # router softmax/top-k, token permute/unpermute, gathers

@@ -165,7 +165,8 @@ def summary(results: Sequence[tuple[Measured, float, float]]) -> list[tuple[str,
 
 # the kernels a training step runs, at training shapes (issue 36): its matmuls in BF16, the fused
 # attention forward and backward; the "training kernels" lines of the report pool their rows
-TRAINING_GROUPS = ("h100 bf16 gemm (training shapes)", "h800 bf16 attention_prefill", "h100 bf16 attention_backward")
+TRAINING_GROUPS = ("h100 bf16 gemm (training shapes)", "h800 bf16 attention_prefill", "h100 bf16 attention_backward",
+                   "h100 elementwise (compiled Triton)", "h100 elementwise (eager ATen)")
 
 
 def report(results: list[tuple[Row, float, float]]) -> str:
@@ -235,6 +236,10 @@ FREE = {
     # FA3's backward figures rise with the sequence (fixed work per key block): the per-block
     # walk fill with the fraction and the per-tile fill
     ("hgx_h100", "attention_backward"): ("compute_fraction.bf16", "k_fill", "walk_fill"),
+    # Liger-Kernel's element-wise forward rows: memory-bound at every size, rising to a plateau
+    # (a per-kernel ramp beside the achieved HBM rate), one pair per class (Triton, eager ATen)
+    ("hgx_h100", "elementwise_compiled"): ("hbm_fraction", "fill_us"),
+    ("hgx_h100", "elementwise_eager"): ("hbm_fraction", "fill_us"),
     ("hgx_h800", "attention_decode"): ("compute_fraction.bf16", "hbm_fraction"),
     # Table 10's rows are all compute-bound ms-long kernels at two k: they identify the INT8
     # fraction and the per-tile fill, not hbm_fraction or a µs ramp

@@ -80,7 +80,9 @@ K = KernelClass
 CLASS_CORE: dict[str, CoreKind] = {K.gemm: CoreKind.cube, K.grouped_gemm: CoreKind.cube,
                                    K.attention_prefill: CoreKind.mixed, K.attention_decode: CoreKind.mixed,
                                    K.attention_backward: CoreKind.mixed,
-                                   K.elementwise: CoreKind.vector, K.routing: CoreKind.vector}
+                                   K.elementwise: CoreKind.vector, K.elementwise_eager: CoreKind.vector,
+                                   K.elementwise_compiled: CoreKind.vector,
+                                   K.routing: CoreKind.vector}
 # emission order of a layer's kernels, and the name suffix of each but the main one
 ORDER = (K.routing, K.gemm, K.grouped_gemm, K.attention_prefill, K.attention_decode, K.attention_backward,
          K.elementwise)
@@ -245,13 +247,16 @@ def add_kernels(tr: Trace, ranks: Iterable[int], kernels: Sequence[Kernel], *, n
 def add_cost(tr: Trace, ranks: Iterable[int], layer_type: str, cost: LayerCostLike, *,
              fused: Iterable[str], name: str, stream: str = "main", deps: Sequence[int] = (),
              scale: np.ndarray | float | None = None, dtype: str = "",
-             hbm_extra: np.ndarray | float = 0.0) -> list[int]:
+             hbm_extra: np.ndarray | float = 0.0, elementwise: str = K.elementwise) -> list[int]:
     """Put one layer type's measured work into the trace as its kernels (`split_cost` under the
     deployment's `fused` set, then `add_kernels`). Work the rule drops (all zero) still leaves
     one empty kernel, so callers always get an op to depend on and `hbm_extra` a kernel to ride
-    on."""
+    on. `elementwise`: the class the element-wise kernels run as (training: eager ATen or compiled
+    Triton kernels, `elementwise_eager` / `elementwise_compiled`)."""
     kernels = split_cost(layer_type, cost, fused) or [Kernel("vector", kernel=default_class(layer_type, "vector"),
                                                              main=True)]
+    if elementwise != K.elementwise:
+        kernels = [replace(k, kernel=elementwise) if k.kernel == K.elementwise else k for k in kernels]
     return add_kernels(tr, ranks, kernels, name=name, stream=stream, deps=deps, scale=scale, dtype=dtype,
                        hbm_extra=hbm_extra)
 

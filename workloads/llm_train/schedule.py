@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stratacl.trace import MoeShape, Trace
+from stratacl.vocab import KernelClass
 from workloads.common.cost import Cost
 from workloads.common.kernels import TRAINING_FUSED, add_cost
 from workloads.common.quant import FORMAT_BYTES, Formats
@@ -68,6 +69,9 @@ class Knobs:
     ac: AcMode = AcMode.full  # activation checkpointing (checkpointing.py)
     ac_every: int = 2  # selective_layer: every k-th block checkpointed
     prefetch: int = 1
+    # the kernel class a layer's element-wise work runs as: eager PyTorch's ATen kernels
+    # (`elementwise_eager`) or torch.compile's Triton kernels (`elementwise_compiled`)
+    elementwise: str = KernelClass.elementwise_eager
 
     def unit_ac(self, units: tuple[Unit, ...], i: int) -> AcMode:
         """How unit i is checkpointed (none, full or selective_op)."""
@@ -102,7 +106,7 @@ class IterationBuilder:
         """One SPMD kernel group: the kernels training's fused set gives `layer_type`'s work
         (`workloads/common/kernels.py`), its matmuls in `dtype`."""
         ops = add_cost(self.t, self.ranks, layer_type, cost, fused=TRAINING_FUSED, name=name, scale=per_rank,
-                       dtype=dtype, hbm_extra=hbm_extra, stream=self.stream)
+                       dtype=dtype, hbm_extra=hbm_extra, stream=self.stream, elementwise=self.k.elementwise)
         self.last_main = ops[-1]
         self.group_start[ops[-1]] = ops[0]
         return self.last_main

@@ -16,6 +16,7 @@ from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
 from stratacl.machine.fabric import Fabric
 from stratacl.trace import Trace
+from stratacl.vocab import KernelClass
 from stratacl.workload_api import Library, RunContext, WorkloadResult
 from workloads.common.model import describe_model, hf_config
 from workloads.common.routing import (
@@ -63,7 +64,8 @@ def prepare(cfg: LlmTrainConfig, fabric: Fabric) -> Prepared:
                   master_bytes=cfg.master_dtype_bytes, state_bytes=cfg.optimizer_state_bytes,
                   optimizer_flops_per_param=cfg.optimizer_flops_per_param,
                   sequence_parallel=cfg.sequence_parallel, grad_clip=cfg.grad_clip, ac=cfg.ac, ac_every=cfg.ac_every,
-                  prefetch=cfg.prefetch)
+                  prefetch=cfg.prefetch,
+                  elementwise=KernelClass.elementwise_compiled if cfg.compile else KernelClass.elementwise_eager)
     if pipe is None:
         return Prepared(cfg, layout, build_plan(cfg, layout), knobs)
     if cfg.global_batch % (cfg.fsdp * cfg.microbatches):
