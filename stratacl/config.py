@@ -64,6 +64,9 @@ class TierConfig:
     # A missing key or 0 = unbounded.
     in_flight: dict[str, int] = knob(factory=dict, ge=0)
     round_trip_us: float = knob(0.0, ge=0)
+    # per-die rate of the vector cores' stores into a peer's memory on this tier (a comm kernel
+    # with `library.<name>.core_access: put`); 0 = beta_GBps, as their loads and every DMA transfer
+    store_GBps: float = knob(0.0, ge=0)
 
 
 @dataclass
@@ -386,6 +389,9 @@ class LibraryConfig:
     # mover=sdma: whether the library's point-to-point transfer writes the peer's memory (put) or
     # reads it (get: HIXL's rD2D rows); collectives always put
     p2p_op: OneSided = OneSided.put
+    # mover=vector_cores: whether the comm kernel's cores store into the peers' memory (put, at each
+    # tier's `store_GBps` where the fabric gives one) or load from it (get, at the tier's beta)
+    core_access: OneSided = OneSided.get
     # algorithm=hccl: HCCL_ALGO's per-operator level-1 (inter-server) choice, e.g. {allreduce: ring,
     # alltoall: pairwise}; operators not listed use HCCL's adaptive choice
     hccl_algo: dict[str, HcclLevel1] = field(default_factory=dict)
@@ -499,6 +505,11 @@ def validate_fabric(fab: FabricConfig) -> None:
                               f"{tier.beta_GBps} GB/s exceeds the {tier.plane} port rate "
                               f"{fab.port_GBps[tier.plane]} GB/s a die can drive",
                               f"lower it or raise fabric.port_GBps.{tier.plane}")
+        if tier.store_GBps > fab.port_GBps[tier.plane]:
+            raise ConfigError(f"fabric.tiers.{name}.store_GBps",
+                              f"{tier.store_GBps} GB/s exceeds the {tier.plane} port rate "
+                              f"{fab.port_GBps[tier.plane]} GB/s a die can drive",
+                              f"lower it (0 = stores at beta_GBps) or raise fabric.port_GBps.{tier.plane}")
     sw = fab.switch
     if fab.fidelity == Fidelity.switch:
         if sw.l1_per_node <= 0 or sw.l2_per_plane <= 0 or not sw.link_GBps > 0:
@@ -688,6 +699,10 @@ def validate_expansion(name: str, lib: LibraryConfig, fab: FabricConfig) -> None
     if mover == Mover.sdma and trigger.value not in fab.die.sdma.descriptor_us:
         raise ConfigError(f"{where}.trigger", f"no SDMA descriptor cost for trigger '{trigger.value}'",
                           f"add fabric.die.sdma.descriptor_us.{trigger.value}")
+    if lib.core_access == OneSided.put and mover != Mover.vector_cores:
+        raise ConfigError(f"{where}.core_access", f"core_access=put prices the vector cores' remote stores, but "
+                          f"this library moves data with {mover}",
+                          f"drop {where}.core_access, or use mover=vector_cores (expansion_mode=aiv)")
     if lib.sdma_submit_cores > fab.die.vector_cores:
         raise ConfigError(f"{where}.sdma_submit_cores", f"{lib.sdma_submit_cores} is outside "
                           f"1..{fab.die.vector_cores}", "use at most the die's vector cores")

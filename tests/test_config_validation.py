@@ -149,6 +149,9 @@ def test_cross_field_checks_remain() -> None:
         (["library.hccl.comm_cores=49"], "library.hccl.comm_cores"),  # 48 vector cores per die
         (["library.hccl.comm_buffer_MiB=0"], "library.hccl.comm_buffer_MiB"),  # staged needs a buffer
         (["fabric.tiers.node.beta_GBps=197"], "fabric.tiers.node.beta_GBps"),  # above the 196 GB/s port
+        (["fabric.tiers.node.store_GBps=197"], "fabric.tiers.node.store_GBps"),  # stores above the port too
+        (["fabric.tiers.node.store_GBps=-1"], "fabric.tiers.node.store_GBps"),
+        (["library.stratacl.core_access=put"], "library.stratacl.core_access"),  # stratacl moves with SDMA
         (["fabric.die.sdma.engine_GBps=0"], "fabric.die.sdma.engine_GBps"),  # 4 engines at 0 GB/s
         (["library.hccl.auto_candidates=[ring,pairwise]"], "library.hccl.auto_candidates"),
     ]

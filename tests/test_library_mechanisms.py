@@ -271,8 +271,8 @@ def test_uniform_partitioning_makes_fullmesh_core_bound_balanced_fixes_it(cm384)
 
 
 def test_rdma_plane_carries_inter_node_traffic(cm384) -> None:  # noqa: ANN001
-    ub = make_library(cm384, "cann_ep_zerocopy")
-    rdma = make_library(cm384, "cann_ep_zerocopy", plane="rdma")
+    ub = make_library(cm384, "cann_ep_zerocopy", core_access="get")  # the planes alone, at beta
+    rdma = make_library(cm384, "cann_ep_zerocopy", plane="rdma", core_access="get")
     intra = tuple(range(16))  # one node: scale-up links either way
     assert rdma.wire_plan("alltoall", 2**26, intra).wire_s == pytest.approx(ub.wire_plan("alltoall", 2**26, intra).wire_s)
     two_nodes = tuple(range(32))
@@ -398,3 +398,22 @@ def test_the_sdma_mover_is_bounded_by_its_engines(cm384) -> None:  # noqa: ANN00
     size = 2**28
     t = sum(p.standalone_s() for p in lib.collective_phases("allgather", size, (0, 1)))
     assert fab.sdma_Bps == 8e9 and t == pytest.approx(size / 2 / 8e9, rel=0.05)
+
+
+def test_cores_that_store_move_at_the_tiers_store_rate(cm384) -> None:  # noqa: ANN001
+    """A comm kernel whose vector cores store into the peers' memory (core_access=put: CANN's fused
+    MoE ops) carries each tier's bytes at its store_GBps (2506.12708 Table 1's writes), one that
+    loads at beta: on a one-tier group the port seconds differ by exactly beta / store."""
+    put = make_library(cm384, "cann_ep_zerocopy")
+    get = make_library(cm384, "cann_ep_zerocopy", core_access="get")
+    node = cm384.tiers["node"]
+    assert 0 < node.store_Bps < node.beta_Bps
+    group = tuple(range(0, 16, 2))  # one die of each NPU of node 0: every pair is the node tier
+    size = 2.0**26
+    a, b = put.wire_plan("alltoall", size, group), get.wire_plan("alltoall", size, group)
+    assert a.tx_s["ub"] == pytest.approx(size * 7 / 8 / node.store_Bps)
+    assert a.tx_s["ub"] / b.tx_s["ub"] == pytest.approx(node.beta_Bps / node.store_Bps)
+    # DMA transfers keep beta, and a fabric without store rates is its own storing view
+    assert make_library(cm384, "stratacl").fabric.tiers["node"].beta_Bps == node.beta_Bps
+    h100 = Fabric(compose_run(["fabric=hgx_h100"]).fabric)
+    assert h100.storing() is h100

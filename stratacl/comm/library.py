@@ -51,6 +51,7 @@ from stratacl.config import (
     LibraryConfig,
     MoeLlWindows,
     Mover,
+    OneSided,
     Plane,
     RegistrationMechanism,
     resolved_mover,
@@ -69,8 +70,11 @@ class LibraryModel:
     def __init__(self, name: str, cfg: LibraryConfig, fabric: Fabric) -> None:
         self.name = name
         self.cfg = cfg
-        self.fabric = fabric
         self.mover, self.trigger = resolved_mover(cfg)
+        # a comm kernel whose vector cores store into the peers' memory moves its bytes at the
+        # tiers' store rates (config.validate_expansion refuses put for any other mover)
+        stores = cfg.core_access == OneSided.put and self.mover == Mover.vector_cores
+        self.fabric = fabric = fabric.storing() if stores else fabric
         path = DATA_PATHS[cfg.data_path]
         self.path = path(self._config(path))  # comm/datapath.py
         # what the mechanisms may know of the library (comm/context.py)

@@ -7,7 +7,8 @@ measures loads in *seconds at the die's full capacity* so all resources have cap
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -84,6 +85,7 @@ class Tier:
     put_in_flight: int = 0  # SDMA puts / gets one queue keeps outstanding (0 = unbounded)
     get_in_flight: int = 0
     round_trip_s: float = 0.0  # a capped queue's wait for a completion
+    store_Bps: float = 0.0  # the vector cores' remote stores (0 = beta_Bps)
 
 
 class Fabric:
@@ -105,7 +107,7 @@ class Fabric:
                 continue
             self.tiers[name] = Tier(i, name, tc.alpha_us * 1e-6, tc.beta_GBps * 1e9, tc.plane,
                                     tc.sync_us * 1e-6, tc.in_flight.get("put", 0), tc.in_flight.get("get", 0),
-                                    tc.round_trip_us * 1e-6)
+                                    tc.round_trip_us * 1e-6, tc.store_GBps * 1e9)
         if self.dies_per_npu > 1 and "die" not in self.tiers:
             raise ConfigError("fabric.tiers.die", "NPUs have several dies but no 'die' tier",
                               "add fabric.tiers.die")
@@ -190,6 +192,17 @@ class Fabric:
         same_node = a // self.dies_per_node == b // self.dies_per_node
         same_sn = a // self.dies_per_supernode == b // self.dies_per_supernode
         return np.where(same_npu, 0, np.where(same_node, 1, np.where(same_sn, 2, 3)))
+
+    def storing(self) -> Fabric:
+        """This fabric as a comm kernel whose vector cores store into the peers' memory sees it:
+        every tier with a `store_GBps` carries its bytes at that rate (REFERENCE §1: the measured
+        NPU-to-NPU writes run below the reads). The same object when no tier sets one."""
+        if not any(t.store_Bps > 0 for t in self.tiers.values()):
+            return self
+        view = copy.copy(self)
+        view.tiers = {n: replace(t, beta_Bps=t.store_Bps) if t.store_Bps > 0 else t for n, t in self.tiers.items()}
+        view.tier_list = [view.tiers.get(n) for n in TIER_ORDER]
+        return view
 
     def tier(self, index: int, plane: Plane = Plane.ub) -> Tier:
         """The tier at a distance, for a library using `plane` for inter-node traffic.

@@ -123,9 +123,16 @@ def moe_rows(evaluated: list[tuple[ascend.MoeRow, float, float]]) -> list[RefRow
     """REFERENCE §5's EP32 MoE table as `ascend.evaluate_moe` ran it, relative error on GB/s."""
     missing = {
         "deepep": "DeepEP's LL per-expert windows over RDMA priced one start-up each, serialised",
-        "cann_ep": "CANN EP's HT token gather / combine weighted sum on the AIVs priced below their cost",
-        "cann_ep_zerocopy": "as cann_ep, and the pool's per-op window setup not priced",
-        "stratacl": "StrataCL's hierarchical MoE partition (token → expert window → peer window) costs not priced",
+        "cann_ep": "HT: a per-token-copy cost of the fused op's AIVs (quantise, pack, weighted sum) that no "
+                   "calibrate row sets (moe_copy_us.*_ht = 0); LL: the paper's CANN EP rows and "
+                   "sgl-kernel-npu's (calibrate) disagree at the same shape (dispatch 61 vs 49 GB/s)",
+        "cann_ep_zerocopy": "as cann_ep: zerocopy HT runs ~0.75 of Table 1's 137 GB/s write rate in the paper "
+                            "(106 GB/s), as StrataCL runs ~0.8 of the 164 GB/s read rate (130): a cost of a "
+                            "full token all-to-all (per-copy work or every die sending and receiving at once) "
+                            "that pairwise transfers do not show",
+        "stratacl": "StrataCL's hierarchical MoE partition (token → expert window → peer window) costs not "
+                    "priced; its HT runs ~0.8 of the measured read rate in the paper, as zerocopy runs ~0.75 "
+                    "of the write rate",
     }
     return [RefRow(r.id, f"moe {r.mode} ep{r.ep}", "check", r.measured, h, "GB/s",
                    f"{r.library} {r.kind} {r.mode.upper()} busbw (DeepEP logical)", missing=missing.get(r.library, ""))
