@@ -124,7 +124,7 @@ def fa3_backward() -> list[TableRow]:
     return by_rule(rows)
 
 
-def _liger_bytes(kernel: str, provider: str, x: int, cfg: dict) -> tuple[int, str]:
+def _liger_bytes(kernel: str, provider: str, x: int, cfg: dict[str, int]) -> tuple[int, str]:
     """HBM bytes of one Liger forward row (every tensor read or written once) and its shape note."""
     if kernel == "megatron_rms_norm":  # BF16 [S, B, H]: read x and the weight, write y and fp32 rstd
         t = cfg["S"] * cfg["B"]
