@@ -199,3 +199,26 @@ def test_run_is_deterministic(result) -> None:  # noqa: ANN001
     again = collectives.run(_ctx()).rows
     pd.testing.assert_frame_equal(again, result.rows)
     assert np.isfinite(again["core_spread"]).all()
+
+
+def test_breakdown_parts_sum_to_the_operator_time(tmp_path) -> None:  # noqa: ANN001
+    """workload.breakdown: every size and library's operator time is the sum of its parts (wire,
+    sync, launch, copy, register, host, other); the staged library's copies grow with the size, the
+    zero-copy ones have none; a collective the run does not measure is refused by name."""
+    from stratacl.run.cli import run_overrides
+
+    over = ["workload=collectives", "library=[hccl,hccl_zerocopy,stratacl]", "baseline=hccl",
+            "workload.collectives=[allgather,allreduce]", "workload.breakdown=allgather",
+            "workload.max_bytes=4194304", "output.timeline=false"]
+    assert run_overrides(over, tmp_path / "run") == (0, "")
+    frame = pd.read_parquet(tmp_path / "run" / "breakdown.parquet")
+    assert set(frame["library"]) == {"hccl", "hccl_zerocopy", "stratacl"} and set(frame["collective"]) == {"allgather"}
+    parts = frame[["wire", "sync", "launch", "copy", "register", "host", "other"]].sum(axis=1)
+    assert (parts - frame["time_us"]).abs().max() < 1e-6 * frame["time_us"].max()
+    assert (frame["other"] > -1e-6).all() and (frame["wire"] > 0).all()
+    hccl = frame[frame["library"] == "hccl"].sort_values("size_bytes")
+    assert hccl["copy"].is_monotonic_increasing and hccl["copy"].iloc[-1] > 0
+    assert (frame[frame["library"] != "hccl"]["copy"] == 0).all()
+    rc, msg = run_overrides([*over, "workload.breakdown=alltoall"], tmp_path / "bad")
+    assert rc == 2 and "'workload.breakdown'" in msg and "alltoall" in msg
+    assert not (tmp_path / "bad").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from stratacl.errors import ConfigError
 from stratacl.workload_config import WorkloadConfig, knob
 
 
@@ -22,4 +23,12 @@ class CollectivesConfig(WorkloadConfig):
     step_factor: int = knob(2, ge=2)  # sizes min, min·f, min·f², … up to max
     warmup: int = knob(1, ge=0)  # runs per point before measuring (first-use registration lands here)
     iters: int = knob(1, ge=1)  # measured runs per point (mean reported)
+    # one of `collectives`: print its operator time per size and library split into wire, sync,
+    # launch, copy, registration, host and the rest (breakdown.parquet); "" = none
+    breakdown: str = ""
+
+    def check(self, prefix: str = "workload") -> None:
+        if self.breakdown and self.breakdown not in self.collectives:
+            raise ConfigError(f"{prefix}.breakdown", f"'{self.breakdown}' is not one of the run's collectives "
+                              f"{list(self.collectives)}", f"use one of them, or add it to {prefix}.collectives")
 

@@ -119,7 +119,12 @@ def run(ctx: RunContext) -> WorkloadResult:
     wide = wide.drop(columns="size_bytes")
     note = (f"verdict per size band (REFERENCE §5 size regimes): {bands_text()}; a band's operator time is "
             "the geometric mean over its sizes, judged per collective (a band is mixed when they disagree)")
-    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=wide, notes=[note])
+    notes, extra = [note], {}
+    if cfg.breakdown:
+        extra["breakdown"] = parts = breakdown(rows, cfg.breakdown, list(ctx.libraries))
+        notes.append(breakdown_text(parts))
+    return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, table=wide, notes=notes,
+                          extra_rows=extra)
 
 
 def _metrics(ops: pd.DataFrame) -> dict[str, float]:
@@ -138,3 +143,37 @@ def _metrics(ops: pd.DataFrame) -> dict[str, float]:
         for coll, cell in sub.groupby("collective", sort=False):
             m[f"{coll}_{band}_op_time_s"] = geomean(cell["time_s"])
     return m
+
+
+# the parts of an operator's time the breakdown prints (stratacl/engine/accounting.py categories)
+PARTS = ("wire", "sync", "launch", "copy", "register", "host")
+
+
+def breakdown(rows: pd.DataFrame, coll: str, libraries: list[str]) -> pd.DataFrame:
+    """Per size and library, one collective's operator time and its parts (µs): the phase time of
+    each category (wire, sync steps, launch, staging copies, registration, host) and `other`, the
+    rest of the op's time (admission waits), so that the parts sum to the time. `wire` is the transfer
+    phase: for an SDMA mover it cannot end before its agent has written every descriptor (HCCL's AI
+    CPU ~1 µs per task descriptor, two per peer of a full mesh: flat below ~1 MiB)."""
+    sub = rows[rows["collective"] == coll]
+    out = []
+    for (size, lib), r in sub.set_index(["size_bytes", "library"]).iterrows():
+        if lib not in libraries:
+            continue
+        parts = {p: float(r[f"{p}_s"]) * 1e6 for p in PARTS}
+        time_us = float(r["time_s"]) * 1e6
+        out.append({"collective": coll, "size_bytes": int(size), "library": lib, "algorithm": r["algorithm"],
+                    "time_us": time_us, **parts, "other": time_us - sum(parts.values())})
+    return pd.DataFrame(out)
+
+
+def breakdown_text(frame: pd.DataFrame) -> str:
+    """The breakdown as a note: one line per size and library, parts in µs and as shares of the time."""
+    lines = [f"{frame['collective'].iloc[0]} per size (µs; share of the operator's time): "
+             + " + ".join((*PARTS, "other"))]
+    for _, r in frame.iterrows():
+        shares = "  ".join(f"{p} {r[p]:,.1f} ({r[p] / r['time_us']:.0%})" for p in (*PARTS, "other")
+                           if abs(r[p]) >= 0.05)
+        lines.append(f"  {human_bytes(r['size_bytes']):>8} {r['library']:<16} {r['algorithm']:<14} "
+                     f"{r['time_us']:>10,.1f}  = {shares}")
+    return "\n".join(lines)
