@@ -136,3 +136,22 @@ def test_interference_plans_with_every_llm_train_model_field() -> None:
     w8 = interference.layer_work(InterferenceConfig(**small, model=ModelRef(**model, quant=QuantPreset.w8a8))).unit
     assert {s.dtype for s in plain.subs} == {"bf16"}
     assert {s.dtype for s in w8.subs} == {"int8"}
+
+
+def test_kind_notes_split_the_concurrent_slowdown_by_kernel_kind() -> None:
+    """The parts printed for a library are its concurrent slowdown shared out by each kind's added
+    seconds: they sum to the slowdown, a kind that lost nothing is not named, a faster kernel
+    subtracts."""
+    import re
+
+    import pandas as pd
+
+    from workloads.interference.workload import kind_notes
+
+    k = pd.DataFrame({"library": ["a"] * 3, "kernel": ["x", "y", "z"], "kind": ["cube", "vector", "cube"],
+                      "alone_s": [1.0, 1.0, 2.0], "overlapped_s": [1.3, 1.1, 2.0]})
+    (line,) = kind_notes(k, {"a": {"concurrent_compute_slowdown": 0.2}})
+    shares = [float(v) for v in re.findall(r"kernels (\d+\.\d)%", line)]
+    assert "cube kernels 15.0%" in line and "vector kernels 5.0%" in line and "mixed" not in line
+    assert sum(shares) == pytest.approx(20.0)
+    assert kind_notes(k.assign(overlapped_s=k["alone_s"]), {"a": {"concurrent_compute_slowdown": 0.0}}) == []
