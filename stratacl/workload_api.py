@@ -8,6 +8,7 @@ never import `stratacl.engine` or `stratacl.comm`: what they may ask a library i
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -84,6 +85,17 @@ class RunContext:
         if self.recorder is not None:
             self.recorder.record(trace, library, res)
         return res
+
+    def without_hbm_stall(self) -> RunContext:
+        """The same run on a fabric whose kernels feel no loaded-memory latency from the traffic
+        beside them (`fabric.die.kernel.comm_hbm_stall` = 0, stratacl/engine/interference.py): the
+        counterfactual that separates that stall from the sharing of HBM bandwidth and cores.
+        Its replays are not recorded (output.trace keeps the run's own)."""
+        cfg = copy.deepcopy(self.fabric.cfg)
+        cfg.die.kernel.comm_hbm_stall = 0.0
+        fabric = Fabric(cfg)
+        libs = {name: LibraryModel(name, lib.cfg, fabric) for name, lib in self.libraries.items()}
+        return RunContext(self.cfg, fabric, libs, self.baseline, self.seed)
 
     def replay_all(self, trace: Trace, progress: bool = False) -> dict[str, SimResult]:
         """Replay the same trace once per selected library, in the run's order (advancing the

@@ -155,3 +155,20 @@ def test_kind_notes_split_the_concurrent_slowdown_by_kernel_kind() -> None:
     assert "cube kernels 15.0%" in line and "vector kernels 5.0%" in line and "mixed" not in line
     assert sum(shares) == pytest.approx(20.0)
     assert kind_notes(k.assign(overlapped_s=k["alone_s"]), {"a": {"concurrent_compute_slowdown": 0.0}}) == []
+
+
+def test_concurrent_slowdown_splits_into_stall_and_sharing() -> None:
+    """The sharing part is the run's own counterfactual without the HBM latency stall: it equals
+    the concurrent slowdown of the same run with fabric.die.kernel.comm_hbm_stall=0, and the two
+    parts add up to the slowdown."""
+    from stratacl.validate.operators import run_in_process
+
+    over = ("fabric=cloudmatrix384", "+experiment=interference", "library=[hccl,stratacl_no_sdma]", "baseline=hccl")
+    got = run_in_process("interference", over).metrics
+    off = run_in_process("interference", (*over, "fabric.die.kernel.comm_hbm_stall=0")).metrics
+    for lib, m in got.items():
+        assert m["concurrent_slowdown_hbm_stall"] + m["concurrent_slowdown_sharing"] == pytest.approx(
+            m["concurrent_compute_slowdown"])
+        assert m["concurrent_slowdown_sharing"] == pytest.approx(off[lib]["concurrent_compute_slowdown"], abs=1e-12)
+        assert m["concurrent_slowdown_hbm_stall"] > 0.1  # the stall is what slows this layer (REFERENCE §3 rows)
+        assert off[lib]["concurrent_slowdown_hbm_stall"] == pytest.approx(0.0, abs=1e-12)

@@ -13,6 +13,9 @@ METRICS: dict[str, MetricInfo] = {
     "overlap_s": metric(None, "s", "overlap window"),
     "compute_slowdown": metric("lower", "fraction", "compute slowdown"),
     "concurrent_compute_slowdown": metric("lower", "fraction", "concurrent compute slowdown"),
+    # its parts: a replay without the loaded-memory-latency stall gives the sharing part, the rest is the stall
+    "concurrent_slowdown_sharing": metric("lower", "fraction", "… of it from HBM bandwidth / core sharing"),
+    "concurrent_slowdown_hbm_stall": metric("lower", "fraction", "… of it from the HBM latency stall"),
     "step_vs_back_to_back": metric("lower", "ratio", "step / back-to-back"),
     "comm_vector_core_s": metric("lower", "core·s", "vector cores held by comm"),
     "comm_hbm_GB_per_die": metric("lower", "GB", "comm HBM traffic/die", mechanism=COPY),
@@ -22,4 +25,5 @@ METRICS: dict[str, MetricInfo] = {
 
 HEADLINES = ("overlapped_s",)
 # how much the compute itself slowed under the overlap: shown beside the headline, never judged
-CONTEXT = ("concurrent_compute_slowdown", "compute_slowdown", "fwd_compute_slowdown", "bwd_compute_slowdown")
+CONTEXT = ("concurrent_compute_slowdown", "concurrent_slowdown_hbm_stall", "concurrent_slowdown_sharing",
+           "compute_slowdown", "fwd_compute_slowdown", "bwd_compute_slowdown")

@@ -207,9 +207,15 @@ def run(ctx: RunContext) -> WorkloadResult:
     alone_c = ctx.replay_all(tr_c)
     alone_x = ctx.replay_all(tr_x)
     both = ctx.replay_all(tr_b, progress=True)
+    # the counterfactual without the loaded-memory-latency stall: what HBM bandwidth and core sharing
+    # alone cost (alone, compute meets no traffic: its replays are the same with or without it)
+    no_stall = ctx.without_hbm_stall().replay_all(tr_b)
     records, kernels, timelines = [], [], {}
     for lib in ctx.libraries:
         m = _figures(alone_c[lib], alone_x[lib], both[lib], tag_c, tag_b, cfg.dies)
+        sharing = _figures(alone_c[lib], alone_x[lib], no_stall[lib], tag_c, tag_b, cfg.dies)
+        m["concurrent_slowdown_sharing"] = sharing["concurrent_compute_slowdown"]
+        m["concurrent_slowdown_hbm_stall"] = m["concurrent_compute_slowdown"] - m["concurrent_slowdown_sharing"]
         records.append({"library": lib, **m})
         kernels += _kernel_rows(lib, tr_b, alone_c[lib], both[lib], tag_c, tag_b)
         timelines[lib] = (tr_b, both[lib])
@@ -226,5 +232,9 @@ def run(ctx: RunContext) -> WorkloadResult:
              "checks (compute_slowdown is over the whole layer's compute, most of which runs alone)"]
     notes += kernel_notes(pd.DataFrame(kernels))
     notes += kind_notes(pd.DataFrame(kernels), metrics)
+    notes += [f"{lib}: concurrent compute slowdown {m['concurrent_compute_slowdown']:.1%} = HBM latency stall "
+              f"{m['concurrent_slowdown_hbm_stall']:.1%} + HBM bandwidth and core sharing "
+              f"{m['concurrent_slowdown_sharing']:.1%} (a replay with fabric.die.kernel.comm_hbm_stall=0)"
+              for lib, m in metrics.items()]
     return WorkloadResult(rows=rows, metrics=metrics, timelines=timelines, notes=notes, table=table,
                           extra_rows={"kernels": pd.DataFrame(kernels)})
