@@ -56,6 +56,18 @@ def test_balanced_partitioning_narrows_the_spread_and_shortens_the_makespan(coll
     assert by["core_makespan_change"] < 0
 
 
+def test_hccl_in_aiv_mode_is_faster_below_1MiB_and_the_lead_against_it_is_bounded(collective_rows: list[RefRow]) -> None:
+    # AIV expansion drops the AI CPU's serial per-peer descriptor writes: below 1 MiB, where they dominate,
+    # HCCL gets faster and StrataCL's lead over it can only shrink
+    from stratacl.validate import ascend
+
+    sizes = (64 * 1024.0, 512 * 1024.0)
+    aiv = ascend.collective_runs("hccl", "allgather", sizes, overrides=("library.hccl.expansion_mode=aiv",))
+    assert all(t < ascend.collective_s("hccl", "allgather", s) for s, (t, _) in zip(sizes, aiv, strict=True))
+    by = {r.id: r.harness for r in collective_rows}
+    assert by["stratacl_vs_hccl_aiv_small_medium"] > 1.0
+
+
 def test_staging_rows_follow_the_copy_rate_and_the_conf_value_is_the_fit() -> None:
     from stratacl.validate import staging_row
 
