@@ -54,6 +54,9 @@ class ClosedForm:
     def emitted(self, role: DecodeRole) -> float:
         return 1.0
 
+    def decode_edges(self, role: DecodeRole) -> tuple[int, ...]:
+        return ()
+
 
 LENGTHS = Lengths(np.full(100, PROMPT), np.full(100, OUTPUT), kv_tok=1.0)
 P_ROLES = [PrefillRole(4, True, 1000), PrefillRole(8, True, 1000)]
@@ -119,6 +122,28 @@ def test_kv_cap_binds_decode() -> None:
 
     cap = decode_capacity(Tight(), "x", D_ROLES[0], LENGTHS, Slo(10.0, 0.05))
     assert (cap.batch, cap.limit) == (25, "kv")
+
+
+def test_decode_capacity_is_the_best_rate_within_the_limits_not_the_largest_batch() -> None:
+    """A step that jumps at a regime edge (two micro-batches from 64 per die, each at a third of the
+    cores: 30 ms + 0.2 ms/seq below, 80 ms + 0.1 ms/seq from it) runs 63 sequences faster per second
+    than the 116 the SLO allows; without the edge priced the capacity would be the 116's rate."""
+    class Edge(ClosedForm):
+        def decode_s(self, library: str, role: DecodeRole, batch: int, context: float) -> float:
+            return 0.030 + 0.0002 * batch if batch < 64 else 0.080 + 0.0001 * batch
+
+        def decode_edges(self, role: DecodeRole) -> tuple[int, ...]:
+            return (64,)
+
+    slo = Slo(10.0, 0.09165)  # the 116-sequence step (91.6 ms) meets it, 117 (91.7 ms) does not
+    cap = decode_capacity(Edge(), "x", D_ROLES[0], LENGTHS, slo)
+    rate = {b: b / Edge().decode_s("x", D_ROLES[0], b, 0.0) for b in (63, 116)}
+    assert rate[63] > rate[116]
+    assert (cap.batch, cap.slo_batch, cap.limit) == (63, 116, "rate_peak")
+    assert cap.rate == pytest.approx(D_ROLES[0].dp * rate[63] / (OUTPUT - 1))
+    # with no edge below the largest feasible batch the two coincide, limited by the SLO
+    flat = decode_capacity(ClosedForm(), "x", D_ROLES[0], LENGTHS, Slo(10.0, 0.05))
+    assert flat.batch == flat.slo_batch == 40 and flat.limit == "tpot"
 
 
 def test_invalid_role_rejected_with_field_not_scored() -> None:

@@ -331,6 +331,9 @@ class RunOracle:
     def emitted(self, role: DecodeRole) -> float:
         return rules.emitted_tokens_per_step(self.s.cfg.scheduler)
 
+    def decode_edges(self, role: DecodeRole) -> tuple[int, ...]:
+        return (self.s.iters.micro_batch_edge,) if self.s.iters.micro_batch_edge else ()
+
 
 def load_metrics(serving: Serving, library: str, m: dict[str, float], sample: Requests) -> dict[str, float]:
     """Load as a fraction of capacity: the run's layout's analytic role capacities (search.py, the
@@ -346,9 +349,10 @@ def load_metrics(serving: Serving, library: str, m: dict[str, float], sample: Re
     offered = {"offered_load_fraction": m["offered_req_per_s"] / max(min(pc, dc), 1e-12)} if "offered_req_per_s" in m else {}
     return {"prefill_capacity_req_per_s": pc, "decode_capacity_req_per_s": dc, **offered,
             "load_fraction": rate / max(min(pc, dc), 1e-12), "prefill_load_fraction": rate / max(pc, 1e-12),
-            "decode_load_fraction": rate / max(dc, 1e-12), "decode_slo_batch_per_die": float(cd.batch),
+            "decode_load_fraction": rate / max(dc, 1e-12), "decode_slo_batch_per_die": float(cd.slo_batch),
+            "decode_capacity_batch_per_die": float(cd.batch),
             # the decode batch a die runs as a share of the batch the TPOT SLO allows it
-            "decode_batch_fraction": m["mean_decode_batch_per_die"] / max(cd.batch, 1)}
+            "decode_batch_fraction": m["mean_decode_batch_per_die"] / max(cd.slo_batch, 1)}
 
 
 # ASSUMPTION (display): the regime words below capacity — under half of it "under-load", above

@@ -199,6 +199,11 @@ class IterationModel:
         self._tbo_step = max(2, self.sched.tbo_min_tokens) if rules.max_micro_batches(self.sched) > 1 else 0
 
     # ------------------------------------------------------------------ public
+    @property
+    def micro_batch_edge(self) -> int:
+        """The batch per die at which an iteration turns from one micro-batch to two (0: never)."""
+        return self._tbo_step
+
     def decode(self, library: str, batch: float, context: float, remap: bool = False,
                jit_miss: float = 0.0) -> IterStats:
         """A decode step of `batch` sequences per die; `remap`: the allocator mapped new memory in

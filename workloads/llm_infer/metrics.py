@@ -39,7 +39,9 @@ METRICS: dict[str, MetricInfo] = {
     "prefill_load_fraction": metric(None, "fraction", "served rate / prefill capacity"),
     "decode_load_fraction": metric(None, "fraction", "served rate / decode capacity"),
     "prefill_capacity_req_per_s": metric("higher", "req/s", "prefill capacity (analytic)"),
-    "decode_capacity_req_per_s": metric("higher", "req/s", "decode capacity at the TPOT SLO (analytic)"),
+    "decode_capacity_req_per_s": metric("higher", "req/s",
+                                        "decode capacity: the best rate within the TPOT SLO and batch limits (analytic)"),
+    "decode_capacity_batch_per_die": metric(None, "seq", "decode batch/die at which the decode capacity is reached"),
     "decode_slo_batch_per_die": metric("higher", "seq", "TPOT-feasible decode batch/die"),
     # llm_infer, deployment search (mode=search): DistServe goodput at each library's best layout
     "goodput_req_per_s": metric("higher", "req/s", "goodput at the best layout"),

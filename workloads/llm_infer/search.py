@@ -82,6 +82,8 @@ class Oracle(Protocol):
     def kv_per_die(self, library: str, role: DecodeRole) -> float: ...
     def batch_limit(self, role: DecodeRole) -> int: ...  # dispatch cap and batch cap
     def emitted(self, role: DecodeRole) -> float: ...  # tokens a step yields per sequence
+    # batches per die at which the decode step turns to another regime (one micro-batch → two)
+    def decode_edges(self, role: DecodeRole) -> tuple[int, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -126,9 +128,12 @@ class RoleCap:
     """One role shape's capacity per instance (req/s) and why it stops there."""
 
     rate: float
-    limit: str  # prefill: compute | ttft; decode: tpot | kv | batch_cap | dispatch_cap | infeasible
+    # prefill: compute | ttft; decode: tpot | kv | batch_cap | dispatch_cap | infeasible, or rate_peak
+    # (the best rate is at a smaller batch than the largest feasible one: below a regime edge)
+    limit: str
     step_s: float = 0.0
-    batch: int = 0  # decode: sequences per die
+    batch: int = 0  # decode: sequences per die at the capacity (the best rate)
+    slo_batch: int = 0  # decode: the largest batch per die within the TPOT SLO and the batch limits
     ttft_floor_share: float = 1.0  # prefill: share of prompts whose no-queue TTFT meets the SLO
 
 
@@ -147,8 +152,8 @@ class Layout:
     n_decode: int
     capacity: float  # analytic: min of the roles' capacities (req/s), an upper bound on goodput without prefix reuse
     bound: str  # which role binds
-    # the batch cap the operator sets (decode.max_batch, or with 0 the TPOT-feasible batch: a
-    # scheduler left to fill the KV cache would run past the TPOT SLO)
+    # the batch cap the operator sets (decode.max_batch, or with 0 the batch of the best rate within
+    # the TPOT SLO: a scheduler left to fill the KV cache would run past the SLO, or past the rate's peak)
     decode_batch: int = 0
 
     @property
@@ -178,8 +183,12 @@ def prefill_capacity(oracle: Oracle, library: str, role: PrefillRole, lengths: L
 
 
 def decode_capacity(oracle: Oracle, library: str, role: DecodeRole, lengths: Lengths, slo: Slo) -> RoleCap:
-    """The largest batch per die meeting the TPOT SLO (step time non-decreasing in the batch:
-    bisection), within the batch limits."""
+    """The best decode rate per die within the TPOT SLO and the batch limits. The largest feasible
+    batch is found by bisection (step time non-decreasing in the batch). Within one regime of the
+    step (one micro-batch, or two) the step is near-affine in the batch, a + c·b with a > 0, so the
+    rate b / step(b) rises with b and peaks at the regime's top; across an edge (two-batch overlap
+    switching on) the step can jump, so the top batch below each edge is priced too and the best
+    rate of those candidates is the capacity (`limit` "rate_peak" when it is not the largest batch)."""
     emitted = oracle.emitted(role)
     kv_cap = math.floor(oracle.kv_per_die(library, role) / max(lengths.kv_reserved, 1.0))
     limits = {"dispatch_cap": oracle.batch_limit(role), "kv": kv_cap}
@@ -201,8 +210,12 @@ def decode_capacity(oracle: Oracle, library: str, role: DecodeRole, lengths: Len
         while hi - lo > 1:  # invariant: lo meets the TPOT SLO, hi does not
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if step(mid) / emitted <= slo.tpot_s else (lo, mid)
-    t = step(lo)
-    return RoleCap(role.dp * lo * emitted / t / max(lengths.decode_tokens, 1e-12), why, t, batch=lo)
+    cands = {lo} | {e - 1 for e in oracle.decode_edges(role) if 1 <= e - 1 < lo}
+    best = max(sorted(cands), key=lambda b: b / step(b))  # ties to the smaller batch
+    if best < lo:
+        why = "rate_peak"
+    t = step(best)
+    return RoleCap(role.dp * best * emitted / t / max(lengths.decode_tokens, 1e-12), why, t, batch=best, slo_batch=lo)
 
 
 def best_split(p: PrefillRole, d: DecodeRole, rp: float, rd: float, budget: int) -> tuple[Layout | None, int]:

@@ -122,6 +122,10 @@ class IterationOracle:
     def emitted(self, role: DecodeRole) -> float:
         return rules.emitted_tokens_per_step(self._decode_model(role).cfg.scheduler)
 
+    def decode_edges(self, role: DecodeRole) -> tuple[int, ...]:
+        edge = self._decode_model(role).iters.micro_batch_edge
+        return (edge,) if edge else ()
+
     def validate(self, library: str, role: PrefillRole | DecodeRole, largest_kv: float) -> None:
         """Divisibility and memory of a role shape, as the serving workload checks them; the error
         names the search field (the workload's own field in the problem)."""
