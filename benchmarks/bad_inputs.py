@@ -38,7 +38,8 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
             c.append(("non-finite", [key + "=" + v, *COLL]))
     for key, v in (("workload.requests.input_sigma", "-1"), ("workload.requests.rate", "0"),
                    ("workload.requests.burstiness", "-2"), ("workload.scheduler.mtp_acceptance", "1.5"),
-                   ("workload.allocator.memory_utilization", "1.5"), ("workload.zipf_s", "-1"),
+                   ("workload.allocator.memory_utilization", "1.5"), ("workload.zipf_s", "-1"), ("workload.expert_load.imbalance", "0.5"),
+                   ("workload.expert_load.imbalance", "1000"), ("workload.expert_load.ep", "0"),
                    ("workload.scheduler.prefill_token_budget", "0"), ("workload.layout.decode_dp", "0"),
                    ("workload.requests.input_min", "0"), ("workload.warmup_s", "-5")):
         c.append(("out of range (serving)", [*INF, f"{key}={v}"]))

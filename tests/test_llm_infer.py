@@ -343,6 +343,22 @@ def test_fixed_mode_shapes_come_from_workload_fixed_alone(tmp_path) -> None:  # 
     assert rc == 2 and "workload.fixed.prompt_tokens" in err and not (tmp_path / "refused" / "summary.json").exists()
 
 
+def test_the_run_notes_the_router_law_and_the_per_die_load_it_priced(env: Env) -> None:
+    """The notes name the exponent and its source (the measured figure unless workload.zipf_s is
+    set) and each phase's per-die expert rows: the mean is the rows every token brings (top_k plus
+    a shared expert's replica rows: conserved by any placement), the busiest die at or above it."""
+    from workloads.common.expert_load import ExpertLoadConfig, describe_law
+
+    c = env.costs
+    line = c.load_note(*describe_law("zipf", 0.0, ExpertLoadConfig(), c.experts))
+    assert "UltraEP" in line and "prefill (" in line and "decode (" in line and "max/mean" in line
+    for phase in ("prefill", "decode"):
+        load = c.die_load[phase]
+        pl = c.placement[phase]
+        assert load.mean == pytest.approx(c.top_k + (0.0 if pl.shared_local else pl.shared_weight))
+        assert load.max >= load.mean and load.ratio == pytest.approx(c.expert_imbalance[phase])
+
+
 # --------------------------------------------------------------------------- the MoE shape
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,9 +12,11 @@ from helpers import compose_run
 from stratacl.comm.library import LibraryModel
 from stratacl.engine.replay import simulate
 from stratacl.machine.fabric import Fabric
+from workloads.common.expert_load import zipf_for_imbalance
 from workloads.llm_train.model import model_costs
 from workloads.llm_train.report import iteration_figures
-from workloads.llm_train.workload import iteration_trace, prepare
+from workloads.llm_train.schema import SkewScheduleConfig
+from workloads.llm_train.workload import iteration_trace, prepare, train_exponent
 
 # DeepSeek-V3.2 cut to 4 layers (3 dense + 1 MoE) on 16 dies: fsdp 4 × tp 4, ep 8 → efsdp 2
 SMALL = ["workload=llm_train", "workload.num_layers=4", "workload.dies=16", "workload.fsdp=4",
@@ -113,7 +116,7 @@ def test_iteration_covers_compute_and_more_bandwidth_is_never_slower(small) -> N
         assert fast_t <= slow_t * (1 + 1e-9)
 
 
-def test_routing_skew_is_seeded_and_decays(small) -> None:  # noqa: ANN001
+def test_routing_skew_is_seeded_and_its_schedule_a_knob(small) -> None:  # noqa: ANN001
     _, _, prep, _ = small
     a, s0, imb0 = iteration_trace(prep, 0, seed=1)
     b, _, _ = iteration_trace(prep, 0, seed=1)
@@ -124,7 +127,12 @@ def test_routing_skew_is_seeded_and_decays(small) -> None:  # noqa: ANN001
         return [op.peer_bytes for op in t.ops if op.coll == "dispatch"]
 
     assert disp(a) == disp(b) and disp(a) != disp(c)
-    assert s_late < s0 and imb_late < imb0
+    # default: the exponent derived from the measured load figure, the same at every iteration
+    assert s_late == s0 == zipf_for_imbalance(prep.cfg.expert_load.imbalance, prep.plan.n_experts,
+                                              prep.cfg.expert_load.ep) > 0
+    sched = replace(prep.cfg, skew=SkewScheduleConfig(start=0.6, end=0.05, decay_iters=500.0))
+    assert train_exponent(sched, prep.plan.n_experts, 0) == 0.6
+    assert train_exponent(sched, prep.plan.n_experts, 2000) == pytest.approx(0.05 + 0.55 * np.exp(-4))
     dispatch = next(op for op in a.ops if op.coll == "dispatch")
     allocs = np.atleast_1d(a.buffers[dispatch.buffer])
     assert (allocs >= 0).all()  # allocated by the router op, not before the trace

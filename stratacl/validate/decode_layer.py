@@ -137,14 +137,14 @@ def simulated_decode() -> tuple[Trace, np.ndarray, np.ndarray]:
 def skew_note(trace: Trace) -> str:
     """How far the busiest die's routed-expert work is above the mean in the replayed step: the
     MLP and Combine rows are the busiest die's (an SPMD op ends with its last rank), so they follow
-    the router-skew assumption (workload.zipf_s) through the expert placement."""
+    the router's load law (workload.expert_load: a measured figure) through the expert placement."""
     ratios = [float(np.max(op.flops) / np.mean(op.flops)) for op in trace.ops
               if (m := _NAME.match(op.name)) and m["kind"] == "moe" and not m["part"] and np.mean(op.flops) > 0]
     if not ratios:
         return ""
     return (f"routed-expert FLOPs on the busiest die: {statistics.fmean(ratios):.2f}x the mean die's (mean over "
             "MoE layers and micro-batches); MLP and Combine are the busiest die's, so they follow the router "
-            "skew (workload.zipf_s, an ASSUMPTION) left after the expert placement")
+            "law (workload.expert_load, from UltraEP's measured imbalance) left after the expert placement")
 
 
 def hbm_range(trace: Trace, start: np.ndarray, end: np.ndarray,

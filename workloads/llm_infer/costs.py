@@ -17,6 +17,7 @@ import numpy as np
 from stratacl.errors import ConfigError
 from stratacl.vocab import KernelClass as K
 from workloads.common.cost import Cost
+from workloads.common.expert_load import DieLoad
 from workloads.common.placement import Placement, contiguous, eplb
 from workloads.llm_infer.schema import LayoutConfig
 from workloads.modelcost import ATTENTION_CORE_FORMAT, ModelCosts
@@ -126,6 +127,7 @@ class ServingCosts:
         self.shared_bytes = by_role.get("shared_experts", 0.0) / n_moe  # all shared experts, one layer
         self.n_moe_layers = n_moe
         self.expert_imbalance: dict[str, float] = {}
+        self.die_load: dict[str, DieLoad] = {}  # expected rows per die with one token on every die
         kind = str(layout.expert_placement) if layout is not None else "contiguous"
         for phase, ep in (("prefill", self.prefill_ep), ("decode", self.decode_ep)):
             red = getattr(layout, f"{phase}_redundant_experts", 0) if layout is not None else 0
@@ -147,6 +149,15 @@ class ServingCosts:
             rows = self.placement[phase].die_rows(shares, self.top_k)
             # the busiest die's expected expert rows over the mean: the router skew the placement leaves
             self.expert_imbalance[phase] = float(rows.max() / rows.mean()) if rows.mean() > 0 else 1.0
+            self.die_load[phase] = DieLoad.of(rows * ep)
+
+    def load_note(self, exponent: float, derived: str) -> str:
+        """The router law and the per-die expert load each phase's placement leaves (expected
+        rows with one token on every die; a step's sampled batch adds its noise to these)."""
+        lay = (f"{self.placement[p].ep} dies, {len(self.placement[p].slot_expert)} expert slots"
+               for p in ("prefill", "decode"))
+        loads = "; ".join(self.die_load[p].line(f"{p} ({d})") for p, d in zip(("prefill", "decode"), lay, strict=True))
+        return f"router load: Zipf exponent {exponent:.3f} ({derived}); {loads}"
 
     def moe_per_die(self, phase: str, cost: Cost, tokens: float, rows: np.ndarray) -> MoeWork:
         """One micro-batch's MoE work on every die under the phase's placement. `cost` was

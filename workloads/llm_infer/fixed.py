@@ -25,6 +25,7 @@ import pandas as pd
 from stratacl.compare import metric_table
 from stratacl.errors import ConfigError
 from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.common.expert_load import describe_law
 from workloads.common.model import model_name
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import ServingCosts
@@ -98,4 +99,6 @@ def run_fixed(ctx: RunContext, cfg: LlmInferConfig, costs: ServingCosts, iters: 
              f"quant '{cfg.model.quant or 'native'}'; KV {kv_tok:.0f} B/token; {iters.simulated} traces simulated"]
     if (split := decode_split_note(ctx, cfg)) is not None:
         notes.append(split)
+    if costs.experts:
+        notes.append(costs.load_note(*describe_law(cfg.skew, cfg.zipf_s, cfg.expert_load, costs.experts)))
     return WorkloadResult(rows=pd.DataFrame(rows), metrics=metrics, table=table, notes=notes)

@@ -29,6 +29,7 @@ from stratacl.trace import REGISTERED, MoeShape, Trace
 from stratacl.vocab import MoeMode, OpKind
 from stratacl.workload_api import RunContext
 from workloads.common.cost import Cost
+from workloads.common.expert_load import router_shares
 from workloads.common.kernels import (
     INFERENCE_FUSED,
     add_cost,
@@ -39,7 +40,7 @@ from workloads.common.kernels import (
     stream_limits,
 )
 from workloads.common.placement import copies
-from workloads.common.routing import expert_weights, group_tokens, model_group_limit, route
+from workloads.common.routing import group_tokens, model_group_limit, route
 from workloads.llm_infer import scheduling as rules
 from workloads.llm_infer.costs import CORE, ServingCosts, payload_bytes
 from workloads.llm_infer.scheduling import ServingPhase
@@ -188,7 +189,7 @@ class IterationModel:
         self.decode_dies = tuple(decode_dies)
         self.pool_writes = pool_writes and kv_bytes_per_token > 0
         self.seed = seed = ctx.seed
-        self.weights = expert_weights(costs.experts, cfg.skew, cfg.zipf_s, seed=seed) if costs.experts else None
+        self.weights = router_shares(cfg.skew, cfg.zipf_s, cfg.expert_load, costs.experts, seed) if costs.experts else None
         self.group_limit = model_group_limit(costs.mc.cfg)  # node-limited routing, as the model's gate
         self.dispatch_bytes, self.combine_bytes = payload_bytes(costs, cfg.dispatch_scale_ratio)
         self._traces: dict[IterShape, Trace] = {}

@@ -7,6 +7,7 @@ from enum import StrEnum
 
 from stratacl.errors import ConfigError
 from stratacl.workload_config import WorkloadConfig, knob
+from workloads.common.expert_load import ExpertLoadConfig
 from workloads.common.model_schema import (  # ModelRef re-exported: the shared model reference
     ModelRef,
     QuantPreset,
@@ -211,7 +212,10 @@ class LlmInferConfig(WorkloadConfig):
     prefix_cache: PrefixCacheConfig = field(default_factory=PrefixCacheConfig)
     search: SearchConfig = field(default_factory=SearchConfig)  # mode=search only
     skew: RouterSkew = RouterSkew.zipf  # expert popularity
-    zipf_s: float = knob(0.6, ge=0)  # mild routing skew of a trained router (ASSUMPTION, knob)
+    # the router's Zipf exponent: > 0 sets it; 0 derives it from the measured load figure below
+    # (workloads/common/expert_load.py: UltraEP 2606.04101); skew=uniform for no skew
+    zipf_s: float = knob(0.0, ge=0)
+    expert_load: ExpertLoadConfig = field(default_factory=ExpertLoadConfig)
     # dispatch: INT8 + scales = hidden·(1 + 512/7168) (REFERENCE §5)
     dispatch_scale_ratio: float = knob(0.0714, ge=0)
     warmup_s: float = knob(10.0, ge=0)  # requests arriving before this are excluded from the statistics

@@ -14,9 +14,9 @@ from stratacl.limits import RunSize
 from stratacl.machine.fabric import Fabric
 from stratacl.metrics import LATENCY_DEFINITION, latency_percentiles
 from stratacl.workload_api import RunContext, WorkloadResult
+from workloads.common.expert_load import describe_law, router_shares
 from workloads.common.kernels import layout_on_die
 from workloads.common.model import describe_model, model_costs, model_name
-from workloads.common.routing import expert_weights
 from workloads.llm_infer.capacity import population, slo_capacity
 from workloads.llm_infer.costs import ServingCosts
 from workloads.llm_infer.fixed import run_fixed
@@ -85,7 +85,7 @@ def serving_costs(mc: ModelCosts, cfg: LlmInferConfig, seed: int) -> ServingCost
     A prefill's attention spans one prompt: `workload.fixed.prompt_tokens` in fixed mode, the mean
     request prompt when serving."""
     e = int(mc.moe_info().get("n_routed_experts", 0))
-    shares = expert_weights(e, cfg.skew, cfg.zipf_s, seed=seed) if e else None
+    shares = router_shares(cfg.skew, cfg.zipf_s, cfg.expert_load, e, seed) if e else None
     prompt = cfg.fixed.prompt_tokens if cfg.mode == ServingMode.fixed else cfg.requests.input_mean
     return ServingCosts(mc, cfg.layout.prefill_ep, cfg.layout.decode_ep, prompt,
                         layout=cfg.layout, shares=shares)
@@ -400,6 +400,8 @@ def run(ctx: RunContext) -> WorkloadResult:
     notes.insert(1, f"latency percentiles (ttft/tpot/e2e_pNN_s): {LATENCY_DEFINITION}")
     if (split := decode_split_note(ctx, cfg)) is not None:
         notes.insert(2, split)
+    if costs.experts:
+        notes.append(costs.load_note(*describe_law(cfg.skew, cfg.zipf_s, cfg.expert_load, costs.experts)))
     extra = {"iterations": pd.concat(iter_frames, ignore_index=True)}
     if slo_frames:
         extra["slo_search"] = pd.concat(slo_frames, ignore_index=True)

@@ -7,16 +7,19 @@ from enum import StrEnum
 from typing import Any
 
 from stratacl.workload_config import WorkloadConfig, knob
+from workloads.common.expert_load import ExpertLoadConfig
 from workloads.common.model_schema import ModelRef
 from workloads.llm_train.checkpointing import AcMode
 
 
 @dataclass
 class SkewScheduleConfig:
-    """Expert-load skew over training: Zipf exponent end + (start − end)·exp(−iteration / decay)."""
+    """Expert-load skew over training: Zipf exponent end + (start − end)·exp(−iteration / decay).
+    start = end = 0 (default): no schedule, the exponent derived from `expert_load` at every
+    iteration (no source gives the load's course over training: workloads/common/expert_load.py)."""
 
-    start: float = knob(0.6, ge=0)
-    end: float = knob(0.05, ge=0)
+    start: float = knob(0.0, ge=0)
+    end: float = knob(0.0, ge=0)
     decay_iters: float = knob(500.0, gt=0)
 
 
@@ -129,6 +132,7 @@ class LlmTrainConfig(TrainStepConfig):
     zero3_reshard_after_forward: bool = False
     iterations: list[int] = knob(factory=lambda: [0, 100, 500, 1000, 2000], ge=0)
     skew: SkewScheduleConfig = field(default_factory=SkewScheduleConfig)
+    expert_load: ExpertLoadConfig = field(default_factory=ExpertLoadConfig)  # the measured router load
     alloc_overhead_GB: float = knob(2.0, ge=0)  # runtime context / workspaces outside the allocator, per die
     expandable_segments: bool = True  # PyTorch allocator setting (a pool library forces it off)
 

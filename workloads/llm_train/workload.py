@@ -18,6 +18,7 @@ from stratacl.machine.fabric import Fabric
 from stratacl.trace import Trace
 from stratacl.vocab import KernelClass
 from stratacl.workload_api import Library, RunContext, WorkloadResult
+from workloads.common.expert_load import router_exponent
 from workloads.common.model import describe_model, hf_config
 from workloads.common.routing import (
     EpRouting,
@@ -124,11 +125,19 @@ def _model_depth(cfg: LlmTrainConfig) -> int:
     return int(getattr(hf_config(cfg.model), "num_hidden_layers", MAX_MODEL_LAYERS) or MAX_MODEL_LAYERS)
 
 
+def train_exponent(cfg: LlmTrainConfig, experts: int, iteration: int) -> float:
+    """The router's Zipf exponent at `iteration`: the configured schedule when it has one
+    (skew.start or skew.end > 0), else the one derived from the measured load figure."""
+    if cfg.skew.start > 0 or cfg.skew.end > 0:
+        return zipf_exponent(cfg.skew, iteration)
+    return router_exponent(0.0, cfg.expert_load, experts)
+
+
 def routing_for(prep: Prepared, iteration: int, seed: int) -> tuple[dict[int, EpRouting], float, float]:
     """Per-unit routing for one iteration (token by token, node-limited where the model's config
     says so), the Zipf exponent and the mean EP imbalance."""
     plan, lay = prep.plan, prep.layout
-    s = zipf_exponent(prep.cfg.skew, iteration)
+    s = train_exponent(prep.cfg, plan.n_experts, iteration)
     limit = model_group_limit(model_costs(prep.cfg)[0].cfg)
     rows = {}
     for i, unit in enumerate(plan.units):
