@@ -283,6 +283,11 @@ class MoeLlWindows(StrEnum):
     # one packed region per peer at its receive displacement: dispatch lowered onto an
     # all-to-all-v (HcclAlltoAllV rdispls, NCCL grouped send/recv)
     per_peer = "per_peer"
+    # per-expert slots, but every token copy its own store (a start-up each): CANN's fused
+    # MoeDistributeDispatchV2 / CombineV2 issue one DataCopyPad per token copy into the peer's
+    # window (ops-transformer mc2/moe_distribute_dispatch_v2 SendToMoeExpert,
+    # moe_distribute_combine_v2 ExpertAlltoAllDispatchCopyAdd)
+    per_copy = "per_copy"
 
 
 class MoeHtPath(StrEnum):
@@ -410,6 +415,17 @@ class LibraryConfig:
     # per op and kernel family: dispatch_ll | combine_ll | dispatch_ht | combine_ht
     # at most 1 ms: no kernel spends longer on one token copy (the fitted CANN values are ~0.1-2 µs)
     moe_copy_us: dict[str, float] = knob(factory=dict, ge=0, le=1000)
+    # dispatch/combine moved by the vector cores (partitioning even): a token copy's processing runs
+    # while the previous copy's store is in flight (double-buffered UB queues), so it hides behind
+    # the stores instead of adding to them (comm/partition.py even)
+    copy_overlaps_store: bool = False
+    # one-step exchanges: the completion flags are issued back to back and waited for once, so they
+    # pay no start-up each (False: each flag a write with its own start-up on its core)
+    posted_flag_writes: bool = False
+    # dispatch/combine moved by the vector cores (partitioning even), per op and kernel family
+    # (dispatch_ll | combine_ll | ...): ops whose data stores are issued without waiting for each one
+    # to complete, so each pays no start-up of its own (the others wait for every store)
+    posted_store_ops: list[str] = field(default_factory=list)
     # a plugin mechanism's own knobs by mechanism name, checked against its Config (comm/mechanism.py)
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -431,6 +447,9 @@ class OutputConfig:
     utilisation: bool = False  # write utilisation.parquet (resource utilisation of the timeline replays)
     progress: bool = True
     trace: bool = False  # write traces/: every trace the run replays, with its replay times (run_traces.py)
+    # split each measured step or iteration by counterfactual replays (comm at zero cost, comm as
+    # plain delays: stratacl/engine/counterfactual.py); two more replays per trace and library
+    counterfactual: bool = True
 
 
 @dataclass
@@ -616,6 +635,14 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
         if op not in MOE_COPY_KEYS:
             raise ConfigError(f"{where}.moe_copy_us.{op}", "not an operator and kernel family that moves token copies",
                               f"use one of {list(MOE_COPY_KEYS)}")
+    for op in lib.posted_store_ops:
+        if op not in MOE_COPY_KEYS:
+            raise ConfigError(f"{where}.posted_store_ops", f"'{op}' is not an operator and kernel family that "
+                              "moves token copies", f"use some of {list(MOE_COPY_KEYS)}")
+    if lib.posted_store_ops and lib.partitioning != Partitioning.even:
+        raise ConfigError(f"{where}.posted_store_ops", "posted stores are priced for the fused ops' even token "
+                          f"split, not partitioning '{lib.partitioning}'",
+                          "set partitioning: even, or posted_store_ops: []")
     planes = beyond_die_planes(fab)
     if lib.plane not in planes:
         # name the presets of the fabric's scale-up plane (nvlink on NVIDIA, ub on Ascend)
@@ -648,6 +675,10 @@ def validate_library(name: str, lib: LibraryConfig, fab: FabricConfig) -> None:
     for tier in lib.unit_KiB:
         if tier not in TIER_ORDER:
             raise ConfigError(f"{where}.unit_KiB.{tier}", f"unknown tier '{tier}'", f"use tiers {TIER_ORDER}")
+    if lib.copy_overlaps_store and lib.partitioning != Partitioning.even:
+        raise ConfigError(f"{where}.copy_overlaps_store", "the overlapped copy loop is priced for the fused "
+                          f"ops' even token split, not partitioning '{lib.partitioning}'",
+                          "set partitioning: even, or copy_overlaps_store: false")
     # the mover the expansion mode resolves to (ai_cpu moves with SDMA whatever `mover` reads)
     if lib.partitioning == Partitioning.balanced and resolved_mover(lib)[0] == Mover.vector_cores and not lib.unit_KiB:
         raise ConfigError(f"{where}.unit_KiB", "balanced partitioning needs transfer unit sizes",

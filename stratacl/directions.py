@@ -80,6 +80,24 @@ EXACT: dict[str, MetricInfo] = {
                          ("launch_s", LAUNCH))},
 }
 
+# The counterfactual split of a whole's time (stratacl/engine/counterfactual.py): per whole, its
+# metric and one `<whole>_cf_<term>_s` metric per term, the terms summing to the whole's time.
+CF_WHOLES = {"decode_iter": "decode_iter_time_s", "prefill_iter": "prefill_iter_time_s",
+             "iteration": "iteration_time_s"}
+CF_TERMS = ("compute", "wire", "sync", "copy", "register", "launch", "host", "contention")
+CF_LABELS = {"compute": "compute path", "wire": "exposed wire", "sync": "exposed sync",
+             "copy": "exposed copies", "register": "exposed registration", "launch": "exposed launch",
+             "host": "host round trips", "contention": "contention (ports / HBM / cores)"}
+
+
+def cf_metric(whole: str, term: str) -> str:
+    return f"{whole}_cf_{term}_s"
+
+
+EXACT.update({cf_metric(w, t): metric("lower", "s", f"{CF_LABELS[t]} in the {w.replace('_iter', ' iteration')} "
+                                      "(counterfactual split)")
+              for w in CF_WHOLES for t in CF_TERMS})
+
 BANDS = "|".join(band for band, _, _ in SIZE_BANDS)
 BAND_PART = re.compile(rf"^(\w+)_({BANDS})_op_time_s$")  # one collective's operator time in a band
 

@@ -9,6 +9,7 @@ never import `stratacl.engine` or `stratacl.comm`: what they may ask a library i
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,7 +18,9 @@ import pandas as pd
 
 from stratacl.comm.library import LibraryModel
 from stratacl.config import RegistrationMechanism
+from stratacl.directions import CF_TERMS
 from stratacl.engine.accounting import Exposure
+from stratacl.engine.counterfactual import NoCommMemo, Span, Split, end_of, split
 from stratacl.engine.replay import SimResult, simulate
 from stratacl.machine.fabric import Fabric
 from stratacl.memory import DieMemory
@@ -26,7 +29,7 @@ from stratacl.progress import Progress
 from stratacl.run_traces import TraceRecorder
 from stratacl.trace import Trace
 
-__all__ = ["Exposure", "Library", "RegistrationMechanism", "RunContext", "WorkloadResult", "Workload"]
+__all__ = ["Exposure", "Library", "Span", "Split", "end_of", "RegistrationMechanism", "RunContext", "WorkloadResult", "Workload"]
 
 
 class Library(Protocol):
@@ -78,6 +81,7 @@ class RunContext:
     seed: int
     progress: Progress = field(default_factory=lambda: Progress("run", enabled=False))
     recorder: TraceRecorder | None = None  # output.trace: every replayed trace saved (run_traces.py)
+    no_comm: NoCommMemo = field(default_factory=NoCommMemo)  # counterfactual compute paths, shared by libraries
 
     def simulate(self, trace: Trace, library: str) -> SimResult:
         """Replay `trace` with one selected library (every workload replay comes through here)."""
@@ -85,6 +89,20 @@ class RunContext:
         if self.recorder is not None:
             self.recorder.record(trace, library, res)
         return res
+
+    @property
+    def counterfactual_enabled(self) -> bool:
+        """`output.counterfactual` (on unless a run turns it off)."""
+        return bool(getattr(getattr(self.cfg, "output", None), "counterfactual", True))
+
+    def counterfactual(self, trace: Trace, library: str, res: SimResult | float, span: Span | None = None) -> Split:
+        """`res` (this library's replay of `trace`, or the time it measured over `span`) split by
+        counterfactual replays: the compute path, exposed communication by category and contention
+        (stratacl/engine/counterfactual.py) over `span` (default: the whole replay). Two more replays, not recorded; with
+        `output.counterfactual=false` none, and every term is nan (the report then shows no split)."""
+        if not self.counterfactual_enabled:
+            return Split(math.nan, dict.fromkeys(CF_TERMS, math.nan))
+        return split(trace, self.libraries[library], res, span or end_of(None), self.no_comm)
 
     def without_hbm_stall(self) -> RunContext:
         """The same run on a fabric whose kernels feel no loaded-memory latency from the traffic

@@ -48,8 +48,9 @@ def test_busbw_falls_with_ep_for_fixed_tokens_per_rank(cm384) -> None:  # noqa: 
 
 def test_ll_windows_cost_start_ups_on_vector_cores(cm384) -> None:  # noqa: ANN001
     # LL writes one window per expert hit: with 8 experts per rank (EP32) a peer's ~4 copies land
-    # in ~3.7 windows, each a start-up; the same bytes as one packed window are cheaper
-    lib = make_library(cm384, "cann_ep")
+    # in ~3.7 windows, each a start-up; the same bytes as one packed window are cheaper (the
+    # per-expert window model; the cann_ep preset stores every copy on its own, checked last)
+    lib = make_library(cm384, "cann_ep", moe_ll_windows="per_expert")
     g = tuple(range(32))
     peer = np.full((32, 32), 4 * 7680.0)
     np.fill_diagonal(peer, 0.0)
@@ -67,6 +68,8 @@ def test_ll_windows_cost_start_ups_on_vector_cores(cm384) -> None:  # noqa: ANN0
     packed_plan = lib.wire_plan("dispatch", size, g, flat)
     assert sdma.descriptors(packed_plan, cm384) == 31 + 31
     assert sdma.descriptors(plan, cm384) == 31 * 3 + 31 == lib.ctx.transfer_windows(plan)
+    per_copy = make_library(cm384, "cann_ep").wire_plan("dispatch", size, g, flat, moe=MoeOp("ll", 7680.0, 8))
+    assert set(per_copy.peer_copies) == {4}  # one store per token copy
 
 
 def test_the_host_in_the_loop(cm384) -> None:  # noqa: ANN001

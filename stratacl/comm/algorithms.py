@@ -53,6 +53,9 @@ class WirePlan:
     # MoE moved by vector cores: each token copy's processing on its core (library moe_copy_us) per
     # byte of the copy
     copy_s_per_byte: float = 0.0
+    # MoE moved by vector cores: the data stores are posted, not waited for one by one (library
+    # posted_store_ops), so they pay no start-up each on their cores
+    stores_posted: bool = False
 
     @property
     def wire_s(self) -> float:

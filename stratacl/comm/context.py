@@ -74,6 +74,8 @@ class CommContext:
     refine_units_below: float  # balanced: halve the units while fewer than this many per core
     min_unit_KiB: float  # balanced: the finest unit
     hccl: HcclFacts
+    copy_overlaps_store: bool = False  # even: a copy's processing hides behind the previous store
+    posted_flag_writes: bool = False  # one-step exchanges: completion flags pay no start-up each
 
     def tier(self, index: int) -> Tier:
         return self.fabric.tier(index, self.plane)
@@ -96,21 +98,26 @@ class CommContext:
         units = []
         copies = plan.peer_copies or (1,) * len(plan.peer_work)
         # a one-step exchange ends with a completion flag written to every peer: one more small
-        # write, with its own start-up, on the core serving that peer (many-peer synchronisation)
-        flag = 1 if plan.algorithm in CONCURRENT else 0
+        # write, with its own start-up, on the core serving that peer (many-peer synchronisation),
+        # unless the flags are posted back to back and waited for once
+        flag = 1 if plan.algorithm in CONCURRENT and not self.posted_flag_writes else 0
+        overlap = self.copy_overlaps_store and self.partitioning == Partitioning.even
         finest = min(self.unit_KiB.values(), default=DEFAULT_UNIT_KiB)
         for (nbytes, t), c in zip(plan.peer_work, copies, strict=True):
             tier = self.tier(t)
-            # a token copy's own processing on its core (plan.copy_s_per_byte) slows the core's rate
-            rate = 1.0 / (1.0 / min(fab.core_move_Bps, tier.beta_Bps) + plan.copy_s_per_byte)
-            peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate, c + flag))
+            move = min(fab.core_move_Bps, tier.beta_Bps)
+            process = plan.copy_s_per_byte * nbytes / c if overlap and c > 0 else 0.0
+            # a token copy's own processing on its core (plan.copy_s_per_byte) slows the core's rate,
+            # or (overlap) runs while the previous copy's store is in flight
+            rate = move if overlap else 1.0 / (1.0 / move + plan.copy_s_per_byte)
+            peers.append(partition.PeerWork(nbytes, tier.alpha_s, rate, c, flag, process, plan.stores_posted))
             units.append(self.unit_KiB.get(tier.name, finest) * 1024)
         ncores = self.kernel_cores(cores)
         if self.partitioning == Partitioning.balanced:
             return partition.balanced(peers, ncores, units, self.fanout_cap,
                                       self.refine_units_below, self.min_unit_KiB * 1024)
         if self.partitioning == Partitioning.even:
-            return partition.even(peers, ncores)
+            return partition.even(peers, ncores, overlap)
         return partition.uniform(peers, ncores)
 
     def transfer_windows(self, plan: alg.WirePlan) -> int:

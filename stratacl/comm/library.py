@@ -83,7 +83,8 @@ class LibraryModel:
             partitioning=cfg.partitioning, unit_KiB=dict(cfg.unit_KiB), fanout_cap=cfg.fanout_cap,
             refine_units_below=cfg.refine_units_below, min_unit_KiB=cfg.min_unit_KiB,
             hccl=HcclFacts(aiv=cfg.expansion_mode == ExpansionMode.aiv, zerocopy=not self.path.stages,
-                           ccl_bytes=self.path.ccl_bytes()))
+                           ccl_bytes=self.path.ccl_bytes()),
+            copy_overlaps_store=cfg.copy_overlaps_store, posted_flag_writes=cfg.posted_flag_writes)
         self.mover_model = self._mover(self.mover)  # comm/movers.py
         self._core_mover = self._mover(Mover.vector_cores)
         self._families: dict[str, AlgorithmFamily] = {}
@@ -189,11 +190,15 @@ class LibraryModel:
             plan = self._plan(coll, size, len(group), tidx.tobytes(), flows, Algorithm.fullmesh.value)
             return replace(plan, algorithm=ep.ALGORITHM)
         plan = self._plan(coll, size, len(group), tidx.tobytes(), peer_bytes, algo)
-        if moe is not None and plan.peer_work and self.cfg.moe_ll_windows == MoeLlWindows.per_expert:
-            plan = replace(plan, peer_copies=moe_windows(plan, moe.mode, moe.bytes_per_copy, moe.experts_per_rank))
+        if moe is not None and plan.peer_work and self.cfg.moe_ll_windows != MoeLlWindows.per_peer:
+            per_copy_stores = self.cfg.moe_ll_windows == MoeLlWindows.per_copy
+            plan = replace(plan, peer_copies=moe_windows(plan, moe.mode, moe.bytes_per_copy, moe.experts_per_rank,
+                                                         per_copy_stores))
         per_copy = self.cfg.moe_copy_us.get(f"{coll}_{moe.mode}", 0.0) if moe is not None else 0.0
         if per_copy > 0 and moe is not None and moe.bytes_per_copy > 0:
             plan = replace(plan, copy_s_per_byte=per_copy * 1e-6 / moe.bytes_per_copy)
+        if moe is not None and f"{coll}_{moe.mode}" in self.cfg.posted_store_ops:
+            plan = replace(plan, stores_posted=True)
         return plan
 
     @lru_cache(maxsize=65536)  # noqa: B019 - one model per run
@@ -444,17 +449,20 @@ def _fold_stages(phases: list[Phase]) -> list[Phase]:
     return merge_delays([*delays, *others, wire])
 
 
-def moe_windows(plan: alg.WirePlan, mode: str, bytes_per_copy: float, experts_per_rank: int) -> tuple[int, ...]:
-    """Windows each peer's MoE payload lands in. HT (normal kernels): one packed window per peer,
-    laid out from the count exchange. LL: fixed per-expert slots, one window per expert of the
-    peer that the copies hit — c copies spread over E experts hit E·(1 − (1 − 1/E)^c) of them."""
+def moe_windows(plan: alg.WirePlan, mode: str, bytes_per_copy: float, experts_per_rank: int,
+                per_copy: bool = False) -> tuple[int, ...]:
+    """Separate writes each peer's MoE payload lands in. HT (normal kernels): one packed window per
+    peer, laid out from the count exchange. LL: fixed per-expert slots, one window per expert of the
+    peer that the copies hit — c copies spread over E experts hit E·(1 − (1 − 1/E)^c) of them — or,
+    `per_copy`, one store per token copy (c of them) into those slots."""
     if mode != "ll" or bytes_per_copy <= 0:
         return (1,) * len(plan.peer_work)
     e = max(1, experts_per_rank)
     out = []
     for nbytes, _ in plan.peer_work:
         c = nbytes / bytes_per_copy
-        out.append(max(1, round(e * (1 - (1 - 1 / e) ** c)) if e > 1 else 1))
+        hit = round(c) if per_copy else (round(e * (1 - (1 - 1 / e) ** c)) if e > 1 else 1)
+        out.append(max(1, hit))
     return tuple(out)
 
 

@@ -10,6 +10,13 @@ assigns units to cores by LPT list scheduling in stripes, with at most `fanout_c
 peer per stripe; the policy generator refines the units where few fall on each core.
 The makespan (max per-core load) is the time the cores need to move the data. The latency of a
 core's first unit overlaps the step latency the algorithm already pays, so it is not charged twice.
+
+`even(..., overlap=True)` prices a double-buffered copy loop, as CANN's fused dispatch runs it
+(ops-transformer mc2/moe_distribute_dispatch_v2: two UB buffers per queue, and each copy's store
+waits, before its own triple is filled, only for the previous copy's store, SyncFunc<MTE3_S>):
+a copy's processing (count, load, quantisation: `process_s`) runs while the previous copy's store is
+in flight, so the stores stay serial on a core but the processing hides behind them, a two-stage
+flow shop: n copies take p + t + (n - 1) max(p, t) rather than n (p + t).
 """
 
 from __future__ import annotations
@@ -27,6 +34,14 @@ class PeerWork:
     alpha_s: float  # per-unit start-up cost on this tier
     rate_Bps: float  # bytes/s one core moves to this peer
     copies: int = 1  # separate windows the payload lands in (MoE LL: one per expert), each a start-up
+    flags: int = 0  # completion flags written to this peer after the data, each a start-up of its own
+    process_s: float = 0.0  # even(overlap): a copy's own processing, overlapping the previous store
+    posted: bool = False  # even: the data stores are not waited for one by one (no start-up each)
+
+    @property
+    def windows(self) -> int:
+        """Writes this peer receives that each pay a start-up: its data windows and its flags."""
+        return self.copies + self.flags
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,24 +72,37 @@ def uniform(peers: list[PeerWork], cores: int) -> CoreSchedule:
         c = 0
         for j, w in enumerate(peers):
             k = base + (1 if j < extra else 0)
-            per_core = w.nbytes / k / w.rate_Bps + (math.ceil(w.copies / k) - 1) * w.alpha_s
+            per_core = w.nbytes / k / w.rate_Bps + (math.ceil(w.windows / k) - 1) * w.alpha_s
             loads[c:c + k] = per_core
             c += k
     else:
         for j, w in enumerate(peers):  # more peers than cores: deal peers round-robin
-            starts = w.copies - 1 + (1 if j >= cores else 0)
+            starts = w.windows - 1 + (1 if j >= cores else 0)
             loads[j % cores] += starts * w.alpha_s + w.nbytes / w.rate_Bps
     return CoreSchedule(tuple(loads))
 
 
-def even(peers: list[PeerWork], cores: int) -> CoreSchedule:
+def even(peers: list[PeerWork], cores: int, overlap: bool = False) -> CoreSchedule:
     """Every core the same share of every peer's bytes and start-ups (its first start-up overlaps
-    the step latency, as in `uniform`)."""
+    the step latency, as in `uniform`). With `overlap`, each data copy's processing (`process_s`)
+    runs while the previous copy's store is in flight (the module's docstring): a copy costs
+    max(store, processing) after the first, which costs both."""
     if not peers:
         return CoreSchedule((0.0,) * cores)
-    move = sum(w.nbytes / w.rate_Bps for w in peers) / cores
-    starts = sum(w.copies * w.alpha_s for w in peers) / cores - min(w.alpha_s for w in peers)
-    return CoreSchedule((move + max(0.0, starts),) * cores)
+    # posted data stores pay no start-up each: their last completion overlaps the step latency
+    paid = [w for w in peers if w.flags or not w.posted]
+    first_alpha = min((w.alpha_s for w in paid), default=0.0)
+    flags = sum(w.flags * w.alpha_s for w in peers) / cores
+    if not overlap:
+        move = sum(w.nbytes / w.rate_Bps for w in peers) / cores
+        starts = sum(w.copies * w.alpha_s for w in peers if not w.posted) / cores + flags - first_alpha
+        return CoreSchedule((move + max(0.0, starts),) * cores)
+    sent = [w for w in peers if w.copies > 0]
+    stores = [(0.0 if w.posted else w.alpha_s) + w.nbytes / w.copies / w.rate_Bps for w in sent]
+    pipelined = sum(w.copies * max(t, w.process_s) for w, t in zip(sent, stores, strict=True)) / cores
+    # the first copy's processing has no store before it to hide behind
+    head = min((min(t, w.process_s) for w, t in zip(sent, stores, strict=True)), default=0.0)
+    return CoreSchedule((max(0.0, pipelined + head + flags - first_alpha),) * cores)
 
 
 def balanced(peers: list[PeerWork], cores: int, unit_bytes: list[float], fanout_cap: int,
@@ -100,7 +128,7 @@ def balanced(peers: list[PeerWork], cores: int, unit_bytes: list[float], fanout_
 
 
 def _units(peers: list[PeerWork], unit_bytes: list[float]) -> int:
-    return sum(max(1, w.copies, math.ceil(w.nbytes / u))
+    return sum(max(1, w.windows, math.ceil(w.nbytes / u))
                for w, u in zip(peers, unit_bytes, strict=True) if w.nbytes > 0)
 
 
@@ -113,7 +141,7 @@ def lpt(peers: list[PeerWork], cores: int, unit_bytes: list[float], fanout_cap: 
     for j, (w, u) in enumerate(zip(peers, unit_bytes, strict=True)):
         if w.nbytes <= 0:
             continue
-        n = max(1, w.copies, math.ceil(w.nbytes / u))
+        n = max(1, w.windows, math.ceil(w.nbytes / u))
         move = w.nbytes / n / w.rate_Bps
         queues.append((-(move + w.alpha_s), move, w.alpha_s, n, j))
     heapq.heapify(queues)  # peers by their unit cost τ = α + s/r, largest first

@@ -85,9 +85,29 @@ class SimResult:
         return df
 
 
+COMM_MODES = ("as_is", "none", "delays")
+
+
+def _as_delay(phases: list[Phase]) -> Phase:
+    """An op's phases as one merged delay (`Phase.parts`, each part in its category) of their
+    standalone times: one event, and the same split as phase-by-phase delays."""
+    parts = [part for p in phases for part in (p.parts or ((p.category, p.standalone_s()),))]
+    return Phase(phases[0].category, delay_s=sum(sec for _, sec in parts), parts=tuple(parts),
+                 wire_bytes=sum(p.wire_bytes for p in phases), hbm_bytes=sum(p.hbm_bytes for p in phases),
+                 copy_bytes=sum(p.copy_bytes for p in phases))
+
+
 class Replay:
+    """`comm` picks how communication ops run: `as_is`; `none` (each ends at once, no operator slot:
+    the compute critical path with the library's core limits kept); `delays` (each phase a plain
+    delay of its standalone time in its category: no port, HBM or core sharing with anything).
+    The last two are the counterfactuals of engine/counterfactual.py."""
+
     def __init__(self, trace: Trace, library: CommLowering, check: bool = False,
-                 record_utilisation: bool = False) -> None:
+                 record_utilisation: bool = False, comm: str = "as_is") -> None:
+        if comm not in COMM_MODES:
+            raise ValueError(f"comm={comm!r}: one of {COMM_MODES}")
+        self.comm = comm
         self.trace = trace
         self.library = library
         self.fabric = library.fabric
@@ -180,6 +200,10 @@ class Replay:
         """Dependencies met: start, unless the library has no free operator slot on its dies yet."""
         adm = self._admission
         op = self.trace.ops[i]
+        if self.comm == "none" and op.kind not in ComputeLowering.KINDS:
+            self._start[i] = self.env.now
+            self._finish_op(i)
+            return
         if adm is not None and op.kind not in ComputeLowering.KINDS and not adm.admit(i, op.ranks):
             self._ready_at[i] = self.env.now
             return
@@ -200,6 +224,8 @@ class Replay:
         else:
             phases, info = self.runtime.lower_with_info(op, now)
             self._algo[i], self._spread[i] = info.algorithm, info.core_spread
+            if self.comm == "delays":  # one merged delay: each phase's time on an idle fabric, bytes kept
+                phases = [_as_delay(phases)] if phases else []
         wire = hbm = copy = 0.0
         for p in phases:
             wire += p.wire_bytes
@@ -300,5 +326,6 @@ class Replay:
                 self._ready_op(j)
 
 
-def simulate(trace: Trace, library: CommLowering, check: bool = False, utilisation: bool = False) -> SimResult:
-    return Replay(trace, library, check=check, record_utilisation=utilisation).run()
+def simulate(trace: Trace, library: CommLowering, check: bool = False, utilisation: bool = False,
+             comm: str = "as_is") -> SimResult:
+    return Replay(trace, library, check=check, record_utilisation=utilisation, comm=comm).run()

@@ -25,7 +25,8 @@ from stratacl import directions as d
 
 Metrics = Mapping[str, Mapping[str, float | None]]
 
-ACCOUNTED = ("time_s", "exposed_comm_s", "copy_s", "register_s", "launch_s")
+ACCOUNTED = ("time_s", "exposed_comm_s", "copy_s", "register_s", "launch_s",
+             *(f"cf_{t}_s" for t in d.CF_TERMS))  # the counterfactual split (engine/counterfactual.py)
 OP_ACCOUNTED = ("wire_s", "copy_s", "sync_s", "register_s", "launch_s")
 
 
@@ -160,8 +161,29 @@ def verdict(workload: str, metrics: Metrics, baseline: str) -> dict[str, Any]:
                      "context": [{**judge(m, metrics[baseline].get(m), metrics[lib].get(m)), "outcome": "context"}
                                  for m in d.context(workload, present)],
                      "caveats": _caveats(workload, metrics, (baseline, lib)),
-                     "mechanisms": _mechanisms(metrics, lib, baseline)}
+                     "mechanisms": _mechanisms(metrics, lib, baseline),
+                     "counterfactual": counterfactual_split(metrics, lib, baseline)}
     return {"baseline": baseline, "libraries": libs}
+
+
+def counterfactual_split(metrics: Metrics, lib: str, baseline: str) -> list[dict[str, Any]]:
+    """Per whole (decode / prefill iteration, training iteration) whose counterfactual terms
+    (`<whole>_cf_<term>_s`, stratacl/engine/counterfactual.py) both libraries report: the
+    difference of the wholes and of each term (they sum to it), largest term first."""
+    out = []
+    for whole, metric in d.CF_WHOLES.items():
+        names = {t: d.cf_metric(whole, t) for t in d.CF_TERMS}
+        base_t, lib_t = _num(metrics[baseline].get(metric)), _num(metrics[lib].get(metric))
+        if base_t is None or lib_t is None:
+            continue
+        base_v = {t: _num(metrics[baseline].get(n)) for t, n in names.items()}
+        lib_v = {t: _num(metrics[lib].get(n)) for t, n in names.items()}
+        if any(v is None for v in (*base_v.values(), *lib_v.values())):
+            continue
+        terms: dict[str, float] = {t: float(lib_v[t] or 0.0) - float(base_v[t] or 0.0) for t in d.CF_TERMS}
+        out.append({"whole": metric, "baseline_s": base_t, "value_s": lib_t, "baseline_terms": base_v,
+                    "terms": dict(sorted(terms.items(), key=lambda kv: -abs(kv[1])))})
+    return out
 
 
 def _caveats(workload: str, metrics: Metrics, libs: tuple[str, ...]) -> list[str]:
@@ -204,7 +226,7 @@ def accounting(rows: pd.DataFrame, extra: Mapping[str, pd.DataFrame]) -> dict[st
     if its is None and "phase" in rows.columns:
         its = rows
     if its is not None and {"phase", "library"} <= set(its.columns):
-        cols = [c for c in ACCOUNTED if c in its.columns]
+        cols = [c for c in ACCOUNTED if c in its.columns and its[c].notna().any()]
         for (lib, phase), g in its.groupby(["library", "phase"], sort=False):
             for c in cols:
                 out.setdefault(str(lib), {})[f"{phase}_iter_{c}"] = float(g[c].mean())

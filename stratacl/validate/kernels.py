@@ -307,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
                     "instead of simulating it")
     ap.add_argument("--operators", action="store_true",
                     help="every operator row (adds DeepEP's normal kernels at EP 32-64, ~8 s more CPU)")
+    ap.add_argument("--trust", action="store_true",
+                    help="also write every group's errors to stratacl/data/validation/trust.json (the run "
+                    "report prints the run's fabric's check groups from it)")
     args = ap.parse_args(argv)
     try:
         rows = load_table(args.table)
@@ -369,6 +372,15 @@ def main(argv: list[str] | None = None) -> int:
         refs = cm384_ops.rows(cm384.moe)
         print("\n== REFERENCE §3/§5 operator rows (calibrate rows first; ratios within 0.15, GB/s within 15 %) ==")
         print(reference_rows.table(refs))
+    if args.trust:
+        from stratacl.validate import trust
+        from stratacl.validate.ascend import FABRIC as CM384
+
+        entries = [*trust.groups(results, "kernels"), *trust.groups(ops, "operators")]
+        for part in (cm384.p2p, cm384.moe, cm384.fused, cm384.decode,
+                     [(r, r.harness, r.error) for r in refs]):  # a ratio row's error is absolute
+            entries += trust.groups(part, "cloudmatrix384", CM384)
+        print(f"trust: {trust.write(entries, args.operators)}")
     try:
         print(f"\nfigure: {figure([*results, *ops, *cm384.rates], args.out)}")
         if refs:

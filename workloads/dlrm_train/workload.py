@@ -11,7 +11,7 @@ from stratacl.errors import ConfigError
 from stratacl.limits import RunSize
 from stratacl.machine.fabric import Fabric
 from stratacl.memory import MemoryPeak
-from stratacl.workload_api import Library, RunContext, WorkloadResult
+from stratacl.workload_api import Library, RunContext, Span, WorkloadResult
 from workloads.dlrm_train.schema import DlrmTrainConfig
 
 from .access import zipf_exponent
@@ -145,6 +145,18 @@ def library_run(setup: Setup, library: Library, seed: int) -> LibraryRun:
     return LibraryRun(mem, rate, built)
 
 
+def steady_span(iteration_of: list[int]) -> Span:
+    """The steady iterations' summed time from a replay's op ends: from the first iteration's end to
+    the last's (each iteration runs from the previous one's end, analysis.iteration_split), or the
+    one iteration's end."""
+    it = np.asarray(iteration_of)
+    first, last = it == it.min(), it == it.max()
+
+    def span(end: np.ndarray) -> float:
+        return float(end[last].max()) - (float(end[first].max()) if it.max() > it.min() else 0.0)
+    return span
+
+
 def run(ctx: RunContext) -> WorkloadResult:
     cfg: DlrmTrainConfig = ctx.cfg.workload
     setup = prepare(cfg, ctx.fabric, ctx.seed)
@@ -162,10 +174,12 @@ def run(ctx: RunContext) -> WorkloadResult:
         split["samples_per_s"] = samples / split["iteration_time_s"]
         frames.append(split)
         steady = split.iloc[1:] if len(split) > 1 else split  # pipeline warm from the 2nd on
+        cf = ctx.counterfactual(lr.built.trace, lib, res, steady_span(lr.built.iteration_of))
         m = {k: float(steady[k].mean()) for k in ("iteration_time_s", "compute_s", "exposed_comm_s",
                                                   "exposed_cache_miss_s", "cache_traffic_s",
                                                   "cache_fetch_s", "cache_writeback_s")}
         m["samples_per_s"] = samples / m["iteration_time_s"]
+        m |= {k: v / len(steady) for k, v in cf.metrics("iteration").items()}  # the steady mean's split
         m["cache_hit_rate"] = float(lr.hit_rate.mean())
         m["cache_hit_rate_min"] = float(lr.hit_rate.min())
         m["cache_GB_per_die"] = float(lr.memory.cache_bytes.mean()) / 1e9

@@ -21,13 +21,15 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
 from stratacl.trace import REGISTERED, MoeShape, Trace
 from stratacl.vocab import MoeMode, OpKind
-from stratacl.workload_api import RunContext
+from stratacl.workload_api import RunContext, end_of
 from workloads.common.cost import Cost
 from workloads.common.expert_load import router_shares
 from workloads.common.kernels import (
@@ -167,6 +169,19 @@ class IterStats:
     kv_ready_s: float = 0.0  # prefill: when the last KV byte of this iteration lands on a decode die
     launch_s: float = 0.0  # graph launches on the step's path (in time_s): captured-graph decode
     prefix_ready_s: float = 0.0  # prefill: when a reused prefix's KV sent on to decode has landed there
+    # the counterfactual split of time_s (stratacl/engine/counterfactual.py; the terms sum to it):
+    # the graph launch is in cf_launch_s, a DRAM-pool fetch or prefix send added to the step in cf_wire_s
+    cf_compute_s: float = 0.0
+    cf_wire_s: float = 0.0
+    cf_sync_s: float = 0.0
+    cf_copy_s: float = 0.0
+    cf_register_s: float = 0.0
+    cf_launch_s: float = 0.0
+    cf_host_s: float = 0.0
+    cf_contention_s: float = 0.0
+
+
+CF_COLUMNS = tuple(f.name for f in fields(IterStats) if f.name.startswith("cf_"))
 
 
 class IterationModel:
@@ -194,6 +209,8 @@ class IterationModel:
         self.dispatch_bytes, self.combine_bytes = payload_bytes(costs, cfg.dispatch_scale_ratio)
         self._traces: dict[IterShape, Trace] = {}
         self._stats: dict[str, dict[IterShape, IterStats]] = {}  # by library
+        self._t_iter: dict[tuple[str, IterShape], float] = {}  # as run, for a split made later
+        self.split = ctx.counterfactual_enabled  # False while probing()
         self._routing: dict[RoutingKey, list[tuple[np.ndarray, np.ndarray, np.ndarray | tuple]]] = {}
         self.simulated = 0
         # the size at which an iteration turns from one micro-batch to two (none without TBO)
@@ -239,7 +256,8 @@ class IterationModel:
         # the prefix's send ends when it does on the reference iteration (pool blocks once fetched:
         # shifted by the fetch's delay); its requests go to decode when both it and their own KV landed
         return replace(st, time_s=st.time_s + d + slow, exposed_comm_s=st.exposed_comm_s + d + slow,
-                       kv_ready_s=st.kv_ready_s + d + slow, prefix_ready_s=d + ready if send else 0.0)
+                       kv_ready_s=st.kv_ready_s + d + slow, prefix_ready_s=d + ready if send else 0.0,
+                       cf_wire_s=st.cf_wire_s + d + slow)
 
     def fetch_delay(self, library: str, shape: tuple[int, int]) -> float:
         """What a DRAM-pool fetch of `shape` (dies, tokens per die) adds to a prefill iteration: the
@@ -267,8 +285,9 @@ class IterationModel:
         """(what a pool fetch / prefix send adds to a full-budget prefill iteration without context,
         that iteration with it): the one reference `fetch_delay` and `prefix_send` measure against."""
         ref = IterShape(ServingPhase.prefill, self.sched.prefill_token_budget, 0)
-        with_it = self._get(library, replace(ref, fetch=fetch, send=send))
-        return max(0.0, with_it.time_s - self._get(library, ref).time_s), with_it
+        with self.probing():  # only their times are used
+            with_it = self._get(library, replace(ref, fetch=fetch, send=send))
+            return max(0.0, with_it.time_s - self._get(library, ref).time_s), with_it
 
     def exact(self, library: str, phase: ServingPhase, size: float, context: float = 0.0) -> IterStats:
         """An iteration priced at its own shape: its own trace built and simulated (no grid; the
@@ -301,8 +320,30 @@ class IterationModel:
         memo = self._stats.setdefault(library, {})
         hit = memo.get(shape)
         if hit is None:
-            hit = memo[shape] = self._measure(self._trace_of(shape), library)
+            hit = memo[shape] = self._measure(self._trace_of(shape), library, shape)
+        elif self.split and math.isnan(hit.cf_compute_s):  # first priced while probing: split it now
+            t_iter = self._t_iter[(library, shape)]
+            hit = memo[shape] = replace(hit, **self._split(self._trace_of(shape), library, t_iter, hit.launch_s))
         return hit
+
+    @contextmanager
+    def probing(self) -> Iterator[None]:
+        """Iterations priced inside are not split by counterfactual replays (their stats carry nan
+        terms, filled the first time a reported run prices the shape): a capacity search's or a
+        saturation run's iterations, and `_added`'s references, report no split."""
+        was, self.split = self.split, False
+        try:
+            yield
+        finally:
+            self.split = was
+
+    def _split(self, trace: Trace, library: str, t_iter: float, launch: float) -> dict[str, float]:
+        """The counterfactual terms of an iteration that took `t_iter` as run (the graph launch in
+        the launch term)."""
+        streams = np.array([op.stream for op in trace.ops])
+        iteration = ~np.isin(streams, ("kv", POOL_STORE, PREFIX_SEND))
+        terms = self.ctx.counterfactual(trace, library, t_iter, end_of(iteration)).terms
+        return {f"cf_{t}_s": v + (launch if t == "launch" else 0.0) for t, v in terms.items()}
 
     def moe_buffer_uses(self, phase: ServingPhase, size: float) -> int:
         """Dispatch + combine collectives of one iteration (each uses one receive buffer)."""
@@ -537,7 +578,7 @@ class IterationModel:
         return samples[index % ROUTING_SAMPLES]
 
     # ------------------------------------------------------------------ measure
-    def _measure(self, trace: Trace, library: str) -> IterStats:
+    def _measure(self, trace: Trace, library: str, shape: IterShape | None = None) -> IterStats:
         res = self.ctx.simulate(trace, library)
         self.simulated += 1
         streams = np.array([op.stream for op in trace.ops])
@@ -546,9 +587,15 @@ class IterationModel:
         exp = res.exposure(window=(0.0, t_iter), ops=~(kv | store | prefix))
         launch = self.graph_launch_s(trace, library)
         kv_ready = float(res.end[~(store | prefix)].max(initial=0.0))  # decode waits for its KV, not for the pool's copy
+        if shape is not None:
+            self._t_iter[(library, shape)] = t_iter
+        # output.counterfactual=false: zeros, and the frame drops the columns (serving.py); probing: nan
+        cf = (dict.fromkeys(CF_COLUMNS, 0.0) if not self.ctx.counterfactual_enabled
+              else self._split(trace, library, t_iter, launch) if self.split
+              else dict.fromkeys(CF_COLUMNS, math.nan))
         return IterStats(exp.time_s + launch, exp.compute_s, exp.exposed_comm_s, exp.copy_s, exp.register_s,
                          exp.vector_core_s, kv_ready_s=kv_ready + launch, launch_s=launch,
-                         prefix_ready_s=float(res.end[prefix].max(initial=0.0)))
+                         prefix_ready_s=float(res.end[prefix].max(initial=0.0)), **cf)
 
     def graph_launch_s(self, trace: Trace, library: str) -> float:
         """Host time before a step's work when the deployment captures decode as a graph

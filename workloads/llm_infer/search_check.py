@@ -93,6 +93,7 @@ class IterationOracle:
             first = n_p * p.dp
             iters = IterationModel(self.ctx, costs, cfg, kv_bytes_per_token=self.kv_tok,
                                    decode_dies=tuple(range(first, first + d.dp)))
+            iters.split = False  # a search prices layouts; its iterations carry no counterfactual split
             hit = self._serving[key] = Serving(self.ctx, cfg, costs, iters, self.kv_tok)
         return hit
 

@@ -44,7 +44,7 @@ import pandas as pd
 import simpy
 
 from workloads.llm_infer import scheduling as rules
-from workloads.llm_infer.iteration import IterationModel, IterStats
+from workloads.llm_infer.iteration import CF_COLUMNS, IterationModel, IterStats
 from workloads.llm_infer.memory import ServingDie, StepMemory
 from workloads.llm_infer.prefix import MISS, Hit, PrefixCache
 from workloads.llm_infer.requests import Requests
@@ -319,7 +319,7 @@ class ServingSim:
         cached prefix its tokens attend over, 0 without reuse)."""
         self.iter_rows.append((phase, inst, self.env.now - st.time_s, st.time_s, batch, min_batch, tokens, context,
                                kv_util, st.compute_s, st.exposed_comm_s, st.copy_s, st.register_s, st.launch_s,
-                               mem.maps > 0, mem.lookups, mem.misses))
+                               mem.maps > 0, mem.lookups, mem.misses, *(getattr(st, c) for c in CF_COLUMNS)))
 
     # ------------------------------------------------------------------ results
     def request_frame(self) -> pd.DataFrame:
@@ -348,7 +348,9 @@ class ServingSim:
         df = pd.DataFrame(self.iter_rows, columns=["phase", "instance", "start_s", "time_s", "batch_per_die",
                                                    "min_batch_per_die", "tokens", "context", "kv_utilisation",
                                                    "compute_s", "exposed_comm_s", "copy_s", "register_s", "launch_s",
-                                                   "remap", "jit_lookups", "jit_misses"])
+                                                   "remap", "jit_lookups", "jit_misses", *CF_COLUMNS])
+        if not self.iters.ctx.counterfactual_enabled:  # output.counterfactual=false: no split to report
+            df = df.drop(columns=list(CF_COLUMNS))
         df["library"] = self.lib
         return df
 

@@ -287,7 +287,8 @@ def saturation(serving: Serving, library: str) -> tuple[dict[str, float], list[s
     kv = serving.dies(library, ServingPhase.decode, False)[0].plan.kv
     n = population(cfg, sample, kv, serving.kv_tok)
     reqs = pool(cfg.requests, ctx.seed, n + int(POOL_RATE * c.saturation_duration_s))
-    sim, _ = serving.serve(library, reqs, "saturation", closed_loop=n, until_s=c.saturation_duration_s)
+    with serving.iters.probing():  # its iterations are not the verdict's: no counterfactual split
+        sim, _ = serving.serve(library, reqs, "saturation", closed_loop=n, until_s=c.saturation_duration_s)
     s = summarise(sim, c.saturation_warmup_s, c.saturation_duration_s)
     notes = []
     hits = {f"saturation_{k}": v for k, v in prefix_metrics(sim.request_frame(), serving.kv_tok).items()
@@ -307,7 +308,8 @@ def slo_search(serving: Serving, library: str) -> tuple[dict[str, float], pd.Dat
     cfg, ctx = serving.cfg, serving.ctx
 
     def evaluate(rate: float) -> tuple[float, float]:
-        sim, _ = serving.serve(library, generate(cfg.requests, ctx.seed, rate=rate), f"slo {rate:g} req/s")
+        with serving.iters.probing():  # a search's iterations are not the verdict's
+            sim, _ = serving.serve(library, generate(cfg.requests, ctx.seed, rate=rate), f"slo {rate:g} req/s")
         s = summarise(sim, cfg.warmup_s, cfg.requests.duration_s)
         return s["ttft_p99_s"], s["tpot_p99_s"]
 
@@ -367,7 +369,8 @@ def run(ctx: RunContext) -> WorkloadResult:
         # deployment.py imports this module: imported here, not at the top
         from workloads.llm_infer.deployment import load_metrics, load_word, regime
         m.update(queue_metrics(sim, cfg.warmup_s, end_s))
-        m.update(load_metrics(serving, library, m, pool(cfg.requests, ctx.seed, 10_000)))
+        with iters.probing():  # the capacities' batch searches are not the verdict's iterations
+            m.update(load_metrics(serving, library, m, pool(cfg.requests, ctx.seed, 10_000)))
         word = load_word(m["offered_load_fraction"], m["served_fraction"], cfg.search.min_served_fraction)
         m["overloaded"] = float(word == "overload")  # the verdict's caveat: its P99s grow with the window
         notes.append(regime(library, m, model_name(cfg.model, mc.cfg.model_type), cfg.search.min_served_fraction))

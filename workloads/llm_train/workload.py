@@ -209,6 +209,7 @@ def run(ctx: RunContext) -> WorkloadResult:
                 res = ctx.simulate(trace, lib)
                 ctx.progress(1)
                 fig = iteration_figures(res.exposure())
+                fig |= ctx.counterfactual(trace, lib, res).metrics("iteration")  # the window is [0, last end]
                 fig |= step_breakdown(trace, res, ctx.fabric, fig["iteration_time_s"])
                 if prep.pipe is not None:  # per pipeline rank: one stage's compute hides nothing of another's
                     fig.update(stage_figures(trace, res.start, res.end, prep.layout))
@@ -244,7 +245,8 @@ def _metrics(sub: pd.DataFrame) -> dict[str, float]:
     m = {k: float(sub[k].mean()) for k in ("iteration_time_s", "compute_s", "exposed_comm_s", "tokens_per_s",
                                             "tokens_per_s_per_die", "mfu", "comm_wire_s", "comm_copy_s",
                                             "comm_sync_s", "comm_register_s", "comm_launch_s",
-                                            *(f"step_{p}_s" for p in (*STEP_PARTS, "recompute")))}
+                                            *(f"step_{p}_s" for p in (*STEP_PARTS, "recompute")),
+                                            *(c for c in sub.columns if "_cf_" in c))}
     if "bubble_fraction" in sub:
         m["bubble_fraction"] = float(sub["bubble_fraction"].mean())
     m["iteration_time_s_first"] = float(sub["iteration_time_s"].iloc[0])
