@@ -106,6 +106,8 @@ class Priced:
     """Stands in for the iteration model: a prefill iteration costs its tokens (1 ms per 1000)
     and records what it was asked to price."""
 
+    reports_split = False  # no counterfactual split (IterationModel.reports_split)
+
     def __init__(self, send_s: float = 0.0) -> None:
         self.prefills: list[tuple[int, list[int], float]] = []
         self.sends: list[list[int]] = []

@@ -210,7 +210,8 @@ class IterationModel:
         self._traces: dict[IterShape, Trace] = {}
         self._stats: dict[str, dict[IterShape, IterStats]] = {}  # by library
         self._t_iter: dict[tuple[str, IterShape], float] = {}  # as run, for a split made later
-        self.split = ctx.counterfactual_enabled  # False while probing()
+        self.reports_split = ctx.counterfactual_enabled  # output.counterfactual: the frames carry the split
+        self.split = self.reports_split  # whether iterations priced now are split (False while probing())
         self._routing: dict[RoutingKey, list[tuple[np.ndarray, np.ndarray, np.ndarray | tuple]]] = {}
         self.simulated = 0
         # the size at which an iteration turns from one micro-batch to two (none without TBO)

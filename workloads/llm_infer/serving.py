@@ -349,7 +349,7 @@ class ServingSim:
                                                    "min_batch_per_die", "tokens", "context", "kv_utilisation",
                                                    "compute_s", "exposed_comm_s", "copy_s", "register_s", "launch_s",
                                                    "remap", "jit_lookups", "jit_misses", *CF_COLUMNS])
-        if not self.iters.ctx.counterfactual_enabled:  # output.counterfactual=false: no split to report
+        if not self.iters.reports_split:  # output.counterfactual=false: no split to report
             df = df.drop(columns=list(CF_COLUMNS))
         df["library"] = self.lib
         return df
